@@ -1,0 +1,377 @@
+/*
+ * devplug module ABI, major version 1.
+ *
+ * A devplug module is a shared object that the agent (devplugd) loads with
+ * dlopen(RTLD_NOW | RTLD_LOCAL). It exports exactly one symbol,
+ * DEVPLUG_MODULE_ENTRY (devplug_module_entry_v1), which hands the agent a
+ * static descriptor (struct devplug_module). For every [[resource]] table that
+ * names the module the agent calls create() once; each such instance serves
+ * one Kubernetes extended resource on its own socket.
+ *
+ * Rules every module can rely on, and must follow:
+ *
+ * Threading
+ *   - All calls into one instance (create, list_devices, on_udev_event,
+ *     allocate, preferred_allocation, pre_start, destroy) happen on that
+ *     instance's own worker thread, one at a time. Different instances run on
+ *     different threads, so module-global state must be thread-safe.
+ *   - Host services may be called from the worker thread during any call.
+ *     host->devices_changed and host->log may also be called from any thread
+ *     the module owns, at any time between create() returning 0 and destroy()
+ *     returning; they never block on the worker.
+ *
+ * Ownership
+ *   - Nothing is freed across the boundary. Strings and arrays the agent hands
+ *     in stay valid for the duration of the call unless stated otherwise
+ *     (configuration values: until destroy()). Data the module hands out
+ *     through sinks and recipes is copied by the agent during the call, so the
+ *     module may pass stack buffers.
+ *
+ * Errors
+ *   - Functions return 0 (or a documented positive value) on success and a
+ *     negative errno value on failure. A module may attach a human-readable
+ *     reason with host->set_error() before returning; the agent logs it and,
+ *     for kubelet calls, returns it to the kubelet.
+ *   - No C++ exception, longjmp or signal may cross the boundary.
+ *
+ * Versioning
+ *   - The major version is part of the entry symbol's name; a module built
+ *     for another major is not found, and so not loaded.
+ *   - Structs only ever grow at the end. Each starts with struct_size, filled
+ *     by whoever provides the struct; a reader checks struct_size before
+ *     touching a member added in a later minor version
+ *     (DEVPLUG_HAS_MEMBER()).
+ *
+ * Compiles as C99 and as C++. Only fixed-width integer types cross the
+ * boundary; no bool, no enums in structs.
+ */
+#ifndef DEVPLUG_MODULE_H
+#define DEVPLUG_MODULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** ABI major version; part of the entry symbol's name. */
+#define DEVPLUG_MODULE_ABI_MAJOR 1
+/** ABI minor version of this header. */
+#define DEVPLUG_MODULE_ABI_MINOR 0
+
+/** Name of the one symbol a module exports, for dlsym(). */
+#define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
+
+/** Marks the entry point as exported when building with -fvisibility=hidden. */
+#if defined(__GNUC__)
+#define DEVPLUG_MODULE_EXPORT __attribute__((visibility("default")))
+#else
+#define DEVPLUG_MODULE_EXPORT
+#endif
+
+/** True if a struct of (struct_size) bytes contains member m of type T. */
+#define DEVPLUG_HAS_MEMBER(ptr, T, m) \
+  ((ptr)->struct_size >= offsetof(T, m) + sizeof(((T *)0)->m))
+
+/* ------------------------------------------------------------------------ */
+/* Small value sets (stored in int32_t / uint32_t fields)                    */
+/* ------------------------------------------------------------------------ */
+
+/** Device health, as reported in list_devices(). */
+#define DEVPLUG_UNHEALTHY 0
+#define DEVPLUG_HEALTHY 1
+
+/** No NUMA affinity (numa_node argument of add_device). */
+#define DEVPLUG_NO_NUMA_NODE (-1)
+
+/** Log levels for host->log. */
+#define DEVPLUG_LOG_ERROR 0
+#define DEVPLUG_LOG_WARN 1
+#define DEVPLUG_LOG_INFO 2
+#define DEVPLUG_LOG_DEBUG 3
+#define DEVPLUG_LOG_TRACE 4
+
+/** Types of module configuration keys (struct devplug_config_key.type). */
+#define DEVPLUG_CONFIG_STRING 1       /**< TOML string */
+#define DEVPLUG_CONFIG_INT 2          /**< TOML integer (int64) */
+#define DEVPLUG_CONFIG_BOOL 3         /**< TOML boolean */
+#define DEVPLUG_CONFIG_STRING_ARRAY 4 /**< TOML array of strings */
+
+/** Flags of module configuration keys. */
+#define DEVPLUG_CONFIG_REQUIRED 0x1u /**< the table must set the key */
+
+/**
+ * Returned (positive) by allocate() to ask the agent to build the response
+ * from the devices' default recipes, as if the hook were absent.
+ */
+#define DEVPLUG_ALLOCATE_DEFAULT 1
+
+/* ------------------------------------------------------------------------ */
+/* Agent-owned sinks the module writes into                                  */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * What a container needs to use some devices: device nodes, mounts,
+ * environment variables, annotations and CDI device names. Provided by the
+ * agent, both as a device's default recipe (see devplug_device_sink) and as
+ * the response of allocate(). Every function copies its arguments and returns
+ * 0, or -EINVAL for a NULL or empty required argument, or -ENOMEM.
+ *
+ * Paths are host paths as the kubelet sees them: never prefixed with
+ * host_root.
+ */
+struct devplug_recipe {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void *agent_data; /**< the agent's; do not touch */
+
+  /** A device node. container_path NULL means the same as host_path;
+   *  permissions NULL means "rw". */
+  int (*add_device_node)(struct devplug_recipe *r, const char *host_path,
+                         const char *container_path, const char *permissions);
+  /** A bind mount; read_only is 0 or 1. */
+  int (*add_mount)(struct devplug_recipe *r, const char *host_path,
+                   const char *container_path, int32_t read_only);
+  /** An environment variable. The agent joins the values of a key set
+   *  more than once in one Allocate response with ',' (duplicates
+   *  dropped), so per-device values combine. Keys should be namespaced
+   *  to the resource: the kubelet keeps only one value per key across
+   *  all resources of a container. */
+  int (*add_env)(struct devplug_recipe *r, const char *key, const char *value);
+  /** A container annotation; the last value of a key wins. */
+  int (*add_annotation)(struct devplug_recipe *r, const char *key,
+                        const char *value);
+  /** A fully qualified CDI device name (vendor.example/class=name). */
+  int (*add_cdi_device)(struct devplug_recipe *r, const char *name);
+};
+
+/**
+ * Collects the full device list during list_devices().
+ */
+struct devplug_device_sink {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void *agent_data; /**< the agent's; do not touch */
+
+  /**
+   * Adds one device. id: the ID the kubelet sees (1 to 63 characters,
+   * unique within the list). health: DEVPLUG_HEALTHY or DEVPLUG_UNHEALTHY.
+   * numa_node: the NUMA node, or DEVPLUG_NO_NUMA_NODE.
+   *
+   * On success, *ret_recipe (if ret_recipe is not NULL) receives the
+   * device's default recipe, valid until the next add_device() call or
+   * the end of list_devices(); what it collects is what Allocate returns
+   * for this device when the module has no allocate() hook.
+   *
+   * Returns 0; -EINVAL for an invalid ID or health value (the device is
+   * dropped and the agent logs why); -EEXIST for a duplicate ID.
+   */
+  int (*add_device)(struct devplug_device_sink *s, const char *id,
+                    int32_t health, int32_t numa_node,
+                    struct devplug_recipe **ret_recipe);
+};
+
+/**
+ * Collects device IDs: the answer of preferred_allocation().
+ */
+struct devplug_id_sink {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void *agent_data; /**< the agent's; do not touch */
+  /** Appends one ID. Returns 0, or -EINVAL for NULL. */
+  int (*add_id)(struct devplug_id_sink *s, const char *id);
+};
+
+/* ------------------------------------------------------------------------ */
+/* Host services                                                             */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Services the agent gives one module instance. Valid from create() until
+ * destroy() returns. Never NULL members (in this minor version).
+ */
+struct devplug_host {
+  uint32_t struct_size;
+  uint32_t abi_minor;       /**< the agent's ABI minor version */
+  void *agent_data;         /**< the agent's; do not touch */
+  const char *resource_name; /**< e.g. "devices.kubevirt.io/kvm" */
+  /**
+   * Prefix for every host filesystem lookup ("/" in production, "/host" in
+   * a container, a fixture tree in tests). Never ends with '/' unless it is
+   * "/". Paths given back to the agent must not carry it.
+   */
+  const char *host_root;
+
+  /** Logs one line, attributed to this resource. Any thread. */
+  void (*log)(const struct devplug_host *h, int32_t level, const char *msg);
+
+  /**
+   * Tells the agent the device list may have changed; the agent calls
+   * list_devices() soon on the worker thread. Calls are coalesced. Any
+   * thread; never blocks on the worker.
+   */
+  void (*devices_changed)(const struct devplug_host *h);
+
+  /**
+   * Attaches a reason to the error the current call is about to return.
+   * Worker thread only; the last call before returning wins.
+   */
+  void (*set_error)(const struct devplug_host *h, const char *msg);
+
+  /**
+   * Reports a bad configuration value during create(); the agent prints it
+   * with the file, line and key of the value. create() should then return
+   * -EINVAL.
+   */
+  void (*config_error)(const struct devplug_host *h, const char *key,
+                       const char *msg);
+
+  /*
+   * Typed read-only access to the instance's own [[resource]] table. The
+   * agent has already checked each key against the module's config_keys
+   * (unknown keys and wrong types never reach the module). Each getter
+   * returns 0 and sets *ret, or -ENOENT if the key is not set (the module
+   * applies its default), or -EINVAL if the key was not declared with that
+   * type. Returned strings stay valid until destroy().
+   */
+  int (*config_string)(const struct devplug_host *h, const char *key,
+                       const char **ret);
+  int (*config_int)(const struct devplug_host *h, const char *key,
+                    int64_t *ret);
+  int (*config_bool)(const struct devplug_host *h, const char *key,
+                     int32_t *ret);
+  /** *ret_n strings in *ret (an array owned by the agent). */
+  int (*config_string_array)(const struct devplug_host *h, const char *key,
+                             const char *const **ret, size_t *ret_n);
+};
+
+/* ------------------------------------------------------------------------ */
+/* The module descriptor                                                     */
+/* ------------------------------------------------------------------------ */
+
+/** One key a module accepts in its [[resource]] table. */
+struct devplug_config_key {
+  const char *name;  /**< NULL terminates the array */
+  uint32_t type;     /**< DEVPLUG_CONFIG_* */
+  uint32_t flags;    /**< DEVPLUG_CONFIG_REQUIRED, ... */
+  const char *help;  /**< one line, shown by tools; may be NULL */
+};
+
+/** A kernel/udev event passed to on_udev_event(). */
+struct devplug_udev_event {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char *action;    /**< "add", "remove", "change", "bind", ... */
+  const char *subsystem; /**< e.g. "misc", "pci" */
+  const char *devtype;   /**< may be NULL */
+  const char *syspath;   /**< /sys/... as the kernel names it (no host_root) */
+  const char *sysname;   /**< last component of syspath */
+  const char *devnode;   /**< /dev/... or NULL */
+};
+
+/** Opaque module instance, defined by each module. */
+struct devplug_instance;
+
+/**
+ * What a module is. Static storage: the agent reads it for as long as the
+ * module is loaded. Members up to and including list_devices are required;
+ * the hooks after it are optional (NULL when absent).
+ */
+struct devplug_module {
+  uint32_t struct_size; /**< sizeof(struct devplug_module) at build time */
+  uint32_t abi_major;   /**< DEVPLUG_MODULE_ABI_MAJOR */
+  uint32_t abi_minor;   /**< DEVPLUG_MODULE_ABI_MINOR at build time */
+  uint32_t reserved;
+
+  const char *name;        /**< short name, e.g. "kvm" */
+  const char *version;     /**< the module's own version string */
+  const char *description; /**< one line */
+
+  /** Accepted keys of the [[resource]] table; NULL-name terminated; may be
+   *  NULL when the module takes none. */
+  const struct devplug_config_key *config_keys;
+  /** udev subsystems whose events concern this module; NULL-terminated;
+   *  may be NULL. */
+  const char *const *udev_subsystems;
+
+  /**
+   * Creates an instance for one resource. Reads configuration through
+   * host's getters; keeps host for later calls. On success stores the
+   * instance in *ret_inst and returns 0. On failure returns a negative errno
+   * (-EINVAL after config_error() for bad configuration) and leaves
+   * *ret_inst untouched.
+   */
+  int (*create)(const struct devplug_host *host,
+                struct devplug_instance **ret_inst);
+
+  /** Destroys an instance; stops every thread the module started for it.
+   *  After it returns the module makes no further host calls for it. */
+  void (*destroy)(struct devplug_instance *inst);
+
+  /**
+   * Reports every device the instance serves, healthy or not, through sink.
+   * The agent diffs successive lists and tells the kubelet only about
+   * changes. Returns 0, or a negative errno when the scan itself failed (the
+   * agent then keeps the previous list and logs the reason).
+   */
+  int (*list_devices)(struct devplug_instance *inst,
+                      struct devplug_device_sink *sink);
+
+  /* ---- optional hooks ---- */
+
+  /**
+   * A udev event in one of udev_subsystems. Returns 1 if the device list
+   * may have changed (the agent then calls list_devices()), 0 if the event
+   * did not concern this instance, or a negative errno. When NULL, every
+   * matching event triggers list_devices().
+   */
+  int (*on_udev_event)(struct devplug_instance *inst,
+                       const struct devplug_udev_event *event);
+
+  /**
+   * Builds the Allocate answer for one container that was given ids[0..n).
+   * The agent has already checked that every ID is known and healthy.
+   * Returns 0 with resp filled, DEVPLUG_ALLOCATE_DEFAULT to use the default
+   * recipes, or a negative errno (the kubelet fails the pod's admission).
+   */
+  int (*allocate)(struct devplug_instance *inst, const char *const *ids,
+                  size_t n_ids, struct devplug_recipe *resp);
+
+  /**
+   * Chooses `size` devices out of available[0..n_available), which includes
+   * must_include[0..n_must_include); the choice should contain all of
+   * must_include. Its presence advertises GetPreferredAllocation to the
+   * kubelet. Returns 0 with IDs in ret, or a negative errno.
+   */
+  int (*preferred_allocation)(struct devplug_instance *inst,
+                              const char *const *available, size_t n_available,
+                              const char *const *must_include,
+                              size_t n_must_include, int32_t size,
+                              struct devplug_id_sink *ret);
+
+  /**
+   * Runs before every start of a container holding ids[0..n). Its presence
+   * makes the kubelet call PreStartContainer (with a 30 s deadline).
+   * Returns 0, or a negative errno to fail the container start.
+   */
+  int (*pre_start)(struct devplug_instance *inst, const char *const *ids,
+                   size_t n_ids);
+};
+
+/**
+ * The one exported function. The agent passes its own ABI minor version;
+ * the module stores its descriptor in *ret_module and returns 0, or returns
+ * a negative errno (-ENOTSUP when it needs a newer agent).
+ */
+typedef int (*devplug_module_entry_fn)(uint32_t agent_abi_minor,
+                                       const struct devplug_module **ret_module);
+
+DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(
+    uint32_t agent_abi_minor, const struct devplug_module **ret_module);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DEVPLUG_MODULE_H */
