@@ -1,0 +1,467 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include <toml++/toml.h>
+
+
+namespace devplug::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Linux sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
+constexpr size_t kMaxSocketPath = 107;
+
+class Errors {
+ public:
+  void Add(const std::string& file, int line, std::string_view key,
+           std::string_view problem) {
+    std::string where = line > 0 ? StrCat(file, ":", line) : file;
+    lines_.push_back(key.empty() ? StrCat(where, ": ", problem)
+                                 : StrCat(where, ": ", key, ": ", problem));
+  }
+  bool empty() const { return lines_.empty(); }
+  Status ToStatus() const {
+    return InvalidArgumentError(StrJoin(lines_, "\n"));
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+int LineOf(const toml::node& node) {
+  return static_cast<int>(node.source().begin.line);
+}
+
+std::string_view TypeName(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+bool IsAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+bool IsLowerAlnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+// DNS-1123 subdomain: lowercase labels of [a-z0-9-], starting and ending
+// alphanumeric, joined by dots, at most 253 characters.
+std::string CheckDnsSubdomain(std::string_view s) {
+  if (s.empty()) return "the prefix is empty";
+  if (s.size() > 253) return "the prefix is longer than 253 characters";
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (label.empty()) return "the prefix has an empty DNS label";
+    if (!IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back()))
+      return "each DNS label of the prefix must start and end with [a-z0-9]";
+    for (char c : label)
+      if (!IsLowerAlnum(c) && c != '-')
+        return "the prefix must be a lowercase DNS subdomain ([a-z0-9.-])";
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return "";
+}
+
+class Parser {
+ public:
+  Parser(AgentConfig& cfg, Errors& errors) : cfg_(cfg), errors_(errors) {}
+
+  void ParseDocument(const toml::table& doc, const std::string& file) {
+    file_ = file;
+    for (auto&& [key, node] : doc) {
+      if (key.str() == "agent") {
+        if (const toml::table* t = node.as_table()) {
+          ParseAgent(*t);
+        } else {
+          Error(node, "agent", StrCat("must be a table, not ", TypeName(node)));
+        }
+      } else if (key.str() == "resource") {
+        const toml::array* arr = node.as_array();
+        if (arr == nullptr || !arr->is_array_of_tables()) {
+          Error(node, "resource", "must be written as [[resource]] tables");
+          continue;
+        }
+        for (const toml::node& el : *arr) {
+          ParseResource(*el.as_table());
+        }
+      } else {
+        Error(node, key.str(), "unknown key (expected [agent] or [[resource]])");
+      }
+    }
+  }
+
+ private:
+  void Error(const toml::node& node, std::string_view key, std::string_view problem) {
+    errors_.Add(file_, LineOf(node), key, problem);
+  }
+
+  const std::string* String(const toml::node& node, std::string_view key) {
+    if (const auto* s = node.as_string()) return &s->get();
+    Error(node, key, StrCat("must be a string, not ", TypeName(node)));
+    return nullptr;
+  }
+
+  void ParseAgent(const toml::table& t) {
+    for (auto&& [k, node] : t) {
+      const std::string key = StrCat("agent.", k.str());
+      const std::string_view name = k.str();
+      if (name == "plugin_dir" || name == "module_dir" || name == "host_root") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (s->empty() || s->front() != '/') {
+          Error(node, key, StrCat("must be an absolute path, got \"", *s, "\""));
+          continue;
+        }
+        std::string v = *s;
+        while (v.size() > 1 && v.back() == '/') v.pop_back();
+        if (name == "plugin_dir") cfg_.plugin_dir = v;
+        else if (name == "module_dir") cfg_.module_dir = v;
+        else cfg_.host_root = v;
+      } else if (name == "log_level") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (!ParseLogLevel(*s, &cfg_.log_level))
+          Error(node, key, StrCat("unknown level \"", *s,
+                                        "\" (expected trace|debug|info|warn|error)"));
+      } else if (name == "resync_interval") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        auto d = ParseDuration(*s);
+        if (!d.ok()) Error(node, key, d.status().message());
+        else cfg_.resync_interval = *d;
+      } else if (name == "udev_source") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (*s == "auto") cfg_.udev_source = UdevSource::kAuto;
+        else if (*s == "udev") cfg_.udev_source = UdevSource::kUdev;
+        else if (*s == "kernel") cfg_.udev_source = UdevSource::kKernel;
+        else
+          Error(node, key, StrCat("unknown source \"", *s,
+                                        "\" (expected auto|udev|kernel)"));
+      } else {
+        Error(node, key, "unknown key (expected plugin_dir, module_dir, host_root, "
+                         "log_level, resync_interval or udev_source)");
+      }
+    }
+  }
+
+  void ParseResource(const toml::table& t) {
+    ResourceConfig r;
+    r.where = {file_, LineOf(t)};
+    const size_t index = cfg_.resources.size();
+    auto key_of = [&](std::string_view k) {
+      return StrCat("resource[", index, "].", k);
+    };
+    bool has_name = false, has_module = false;
+    for (auto&& [k, node] : t) {
+      const std::string_view name = k.str();
+      if (name == "name") {
+        if (const std::string* s = String(node, key_of(name))) {
+          r.name = *s;
+          has_name = true;
+          if (std::string why = CheckResourceName(*s); !why.empty()) {
+            Error(node, key_of(name), StrCat("\"", *s, "\" is not a valid extended resource name: ", why));
+          }
+        }
+      } else if (name == "module") {
+        if (const std::string* s = String(node, key_of(name))) {
+          r.module = *s;
+          has_module = true;
+          if (s->empty() || (s->front() != '/' && s->find('/') != std::string::npos)) {
+            Error(node, key_of(name), StrCat("\"", *s, "\" must be a bare module name or an absolute path to a .so"));
+          }
+        }
+      } else if (name == "socket") {
+        if (const std::string* s = String(node, key_of(name))) {
+          r.socket = *s;
+          socket_lines_[index] = LineOf(node);
+        }
+      } else if (name == "required") {
+        if (const auto* b = node.as_boolean()) r.required = b->get();
+        else {
+          Error(node, key_of(name), StrCat("must be a boolean, not ", TypeName(node)));
+        }
+      } else {
+        ModuleValue mv;
+        mv.where = {file_, LineOf(node)};
+        if (const auto* s = node.as_string()) mv.value = s->get();
+        else if (const auto* i = node.as_integer()) mv.value = i->get();
+        else if (const auto* b = node.as_boolean()) mv.value = b->get();
+        else if (const auto* f = node.as_floating_point()) mv.value = f->get();
+        else if (const auto* a = node.as_array()) {
+          std::vector<std::string> v;
+          for (const toml::node& el : *a) {
+            if (const auto* s = el.as_string()) v.push_back(s->get());
+            else mv.array_of_non_strings = true;
+          }
+          mv.value = std::move(v);
+        } else {
+          Error(node, key_of(name), StrCat("unsupported value type: ", TypeName(node)));
+          continue;
+        }
+        r.module_keys.emplace(std::string(name), std::move(mv));
+      }
+    }
+    if (!has_name) {
+      Error(t, key_of("name"), "missing (every [[resource]] needs an extended resource name)");
+    }
+    if (!has_module) {
+      Error(t, key_of("module"), "missing (every [[resource]] names the module that serves it)");
+    }
+    cfg_.resources.push_back(std::move(r));
+  }
+
+ public:
+  // Line of the explicit socket key of resource i, or the table's line.
+  int SocketLine(size_t i) const {
+    auto it = socket_lines_.find(i);
+    return it != socket_lines_.end() ? it->second : cfg_.resources[i].where.line;
+  }
+
+ private:
+  AgentConfig& cfg_;
+  Errors& errors_;
+  std::string file_;
+  std::map<size_t, int> socket_lines_;
+};
+
+// Cross-table checks once every file is read: sockets, duplicates.
+void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
+  std::map<std::string, size_t> names, sockets;
+  for (size_t i = 0; i < cfg.resources.size(); ++i) {
+    ResourceConfig& r = cfg.resources[i];
+    const std::string prefix = StrCat("resource[", i, "].");
+    if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
+    if (!r.socket.empty()) {
+      if (std::string why = CheckSocketName(r.socket, cfg.plugin_dir); !why.empty()) {
+        errors.Add(r.where.file, parser.SocketLine(i), prefix + "socket",
+                   StrCat("\"", r.socket, "\": ", why));
+      }
+    }
+    if (!r.name.empty()) {
+      auto [it, fresh] = names.emplace(r.name, i);
+      if (!fresh) {
+        const ResourceConfig& first = cfg.resources[it->second];
+        errors.Add(r.where.file, r.where.line, prefix + "name",
+                   StrCat("duplicate resource name \"", r.name, "\" (first defined at ",
+                                first.where.file, ":", first.where.line, ")"));
+      }
+    }
+    if (!r.socket.empty()) {
+      auto [it, fresh] = sockets.emplace(r.socket, i);
+      if (!fresh) {
+        const ResourceConfig& first = cfg.resources[it->second];
+        errors.Add(r.where.file, parser.SocketLine(i), prefix + "socket",
+                   StrCat("socket \"", r.socket, "\" is already used by resource \"",
+                                first.name, "\" (", first.where.file, ":", first.where.line, ")"));
+      }
+    }
+  }
+}
+
+bool ParseOne(std::string_view text, const std::string& name, Parser& parser,
+              Errors& errors) {
+  try {
+    toml::table doc = toml::parse(text, name);
+    parser.ParseDocument(doc, name);
+    return true;
+  } catch (const toml::parse_error& e) {
+    errors.Add(name, static_cast<int>(e.source().begin.line), "",
+               StrCat("TOML syntax error: ", e.description()));
+    return false;
+  }
+}
+
+StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    std::error_code ec(errno, std::generic_category());
+    return NotFoundError(StrCat(path, ": cannot open: ", ec.message()));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return DataLossError(StrCat(path, ": read error"));
+  return ss.str();
+}
+
+}  // namespace
+
+std::string CheckResourceName(std::string_view name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos)
+    return "it needs a domain prefix, as in vendor.example/device";
+  if (name.find("kubernetes.io/") != std::string_view::npos)
+    return "the kubernetes.io/ prefix is reserved for native resources";
+  if (name.starts_with("requests."))
+    return "it must not start with \"requests.\"";
+  if (name.find('/', slash + 1) != std::string_view::npos)
+    return "it must contain exactly one '/'";
+  // The kubelet checks "requests." + name as a qualified name.
+  const std::string prefix = StrCat("requests.", name.substr(0, slash));
+  if (std::string why = CheckDnsSubdomain(prefix); !why.empty()) {
+    if (prefix.size() > 253) return "the prefix is longer than 244 characters";
+    return why;
+  }
+  std::string_view part = name.substr(slash + 1);
+  if (part.empty()) return "the name after '/' is empty";
+  if (part.size() > 63) return "the name after '/' is longer than 63 characters";
+  if (!IsAlnum(part.front()) || !IsAlnum(part.back()))
+    return "the name after '/' must start and end with [A-Za-z0-9]";
+  for (char c : part)
+    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.')
+      return "the name after '/' may only hold [A-Za-z0-9._-]";
+  return "";
+}
+
+std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir) {
+  if (socket.empty()) return "is empty";
+  if (socket.find('/') != std::string_view::npos)
+    return "must be a bare file name (the kubelet joins it with its socket directory)";
+  if (socket == "." || socket == "..") return "must be a file name";
+  if (socket.front() == '.') return "must not start with '.'";
+  if (socket == "kubelet.sock" || socket == "kubelet_internal_checkpoint")
+    return "is a name the kubelet uses itself";
+  if (socket.find('\0') != std::string_view::npos) return "holds a NUL byte";
+  const size_t full = plugin_dir.size() + 1 + socket.size();
+  if (full > kMaxSocketPath)
+    return StrCat("with plugin_dir the path is ", full,
+                        " bytes; a Unix socket path holds at most ", kMaxSocketPath);
+  return "";
+}
+
+std::string DefaultSocketName(std::string_view resource_name) {
+  std::string s = "devplug-";
+  for (char c : resource_name) s.push_back(c == '/' ? '_' : c);
+  s += ".sock";
+  return s;
+}
+
+StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  const std::string original(text);
+  if (text.empty())
+    return InvalidArgumentError("empty duration (use e.g. \"500ms\", \"60s\", \"5m\")");
+  if (text == "0") return std::chrono::milliseconds(0);
+  int64_t total_ms = 0;
+  while (!text.empty()) {
+    size_t i = 0;
+    int64_t n = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
+      if (n > (int64_t{1} << 40))
+        return InvalidArgumentError(StrCat("duration \"", original, "\" is too large"));
+      n = n * 10 + (text[i] - '0');
+      ++i;
+    }
+    if (i == 0)
+      return InvalidArgumentError(StrCat(
+          "invalid duration \"", original, "\" (use e.g. \"500ms\", \"60s\", \"5m\", \"1h30m\")"));
+    text.remove_prefix(i);
+    int64_t unit_ms = 0;
+    if (text.starts_with("ms")) { unit_ms = 1; text.remove_prefix(2); }
+    else if (text.starts_with("s")) { unit_ms = 1000; text.remove_prefix(1); }
+    else if (text.starts_with("m")) { unit_ms = 60'000; text.remove_prefix(1); }
+    else if (text.starts_with("h")) { unit_ms = 3'600'000; text.remove_prefix(1); }
+    else
+      return InvalidArgumentError(StrCat(
+          "duration \"", original, "\" needs a unit: ms, s, m or h"));
+    total_ms += n * unit_ms;
+  }
+  return std::chrono::milliseconds(total_ms);
+}
+
+std::string_view LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace: return "trace";
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+  }
+  return "info";
+}
+
+bool ParseLogLevel(std::string_view name, LogLevel* out) {
+  for (LogLevel l : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn,
+                     LogLevel::kError}) {
+    if (name == LogLevelName(l)) {
+      *out = l;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view UdevSourceName(UdevSource source) {
+  switch (source) {
+    case UdevSource::kAuto: return "auto";
+    case UdevSource::kUdev: return "udev";
+    case UdevSource::kKernel: return "kernel";
+  }
+  return "auto";
+}
+
+StatusOr<AgentConfig> LoadString(std::string_view toml, const std::string& name,
+                                       const LoadOptions& options) {
+  AgentConfig cfg;
+  cfg.module_dir = options.default_module_dir;
+  Errors errors;
+  Parser parser(cfg, errors);
+  cfg.files.push_back(name);
+  ParseOne(toml, name, parser, errors);
+  Finish(cfg, parser, errors);
+  if (!errors.empty()) return errors.ToStatus();
+  return cfg;
+}
+
+StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& options) {
+  AgentConfig cfg;
+  cfg.module_dir = options.default_module_dir;
+  Errors errors;
+  Parser parser(cfg, errors);
+
+  std::vector<std::string> files{path};
+  if (options.read_dropins) {
+    const fs::path dropin_dir = fs::path(path).parent_path() / "conf.d";
+    std::error_code ec;
+    std::vector<std::string> dropins;
+    for (fs::directory_iterator it(dropin_dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const fs::path& p = it->path();
+      if (p.extension() == ".toml" && p.filename().string().front() != '.' &&
+          it->is_regular_file(ec))
+        dropins.push_back(p.string());
+    }
+    std::sort(dropins.begin(), dropins.end());
+    files.insert(files.end(), dropins.begin(), dropins.end());
+  }
+  for (const std::string& file : files) {
+    auto text = ReadWholeFile(file);
+    if (!text.ok()) {
+      if (file == path) return text.status();
+      errors.Add(file, 0, "", text.status().message());
+      continue;
+    }
+    cfg.files.push_back(file);
+    ParseOne(*text, file, parser, errors);
+  }
+  Finish(cfg, parser, errors);
+  if (!errors.empty()) return errors.ToStatus();
+  return cfg;
+}
+
+}  // namespace devplug::config

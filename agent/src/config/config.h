@@ -1,0 +1,112 @@
+// Agent configuration: the main TOML file plus conf.d drop-ins, parsed into
+// typed structs. Nothing else in the agent reads TOML.
+//
+// Thread safety: plain values; a loaded AgentConfig is immutable and may be
+// shared between threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "util/status.h"
+
+namespace devplug::config {
+
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
+enum class UdevSource { kAuto, kUdev, kKernel };
+
+// Where a value came from, for error messages ("file:line").
+struct SourceLocation {
+  std::string file;
+  int line = 0;
+};
+
+// One module-owned key of a [[resource]] table, as written in TOML. Its type
+// is checked against the module's declared keys when the module is loaded.
+struct ModuleValue {
+  using Value = std::variant<std::string, int64_t, bool, double,
+                             std::vector<std::string>>;
+  Value value;
+  SourceLocation where;
+  bool array_of_non_strings = false;  // an array holding something else
+};
+
+// One [[resource]] table: one module instance, one extended resource, one
+// socket.
+struct ResourceConfig {
+  // Extended resource name, validated with the kubelet's rules.
+  std::string name;
+  // Module: a bare name (<module_dir>/<module>.so) or an absolute .so path.
+  std::string module;
+  // Socket file name inside plugin_dir. Default: derived from name.
+  std::string socket;
+  // true: failing to load or create this resource stops the agent at start.
+  bool required = false;
+  // Every other key of the table, for the module.
+  std::map<std::string, ModuleValue> module_keys;
+  // Where the table starts.
+  SourceLocation where;
+};
+
+struct AgentConfig {
+  // ---- [agent] ----
+  // kubelet.sock and our sockets live here.
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  // Where bare module names are looked up.
+  std::string module_dir;
+  // Prefix for every host /sys, /dev, /proc lookup; never sent to the kubelet.
+  std::string host_root = "/";
+  LogLevel log_level = LogLevel::kInfo;
+  // Safety rescan besides events; zero disables.
+  std::chrono::milliseconds resync_interval{std::chrono::seconds(60)};
+  UdevSource udev_source = UdevSource::kAuto;
+
+  // ---- [[resource]] tables, main file first, then drop-ins in order ----
+  std::vector<ResourceConfig> resources;
+
+  // Files read, in order (main file, then drop-ins).
+  std::vector<std::string> files;
+};
+
+struct LoadOptions {
+  // Default for agent.module_dir when the file does not set it.
+  std::string default_module_dir;
+  // Read <dir of main file>/conf.d/*.toml after the main file.
+  bool read_dropins = true;
+};
+
+// Loads `path` (and its drop-ins). On failure the status message lists every
+// problem found, one per line, each as "file:line: key: problem".
+StatusOr<AgentConfig> LoadFile(const std::string& path,
+                                     const LoadOptions& options);
+
+// Parses TOML text as if it were the file `name` (no drop-ins).
+StatusOr<AgentConfig> LoadString(std::string_view toml,
+                                       const std::string& name,
+                                       const LoadOptions& options);
+
+// The kubelet's rule for extended resource names (IsExtendedResourceName):
+// empty string when valid, otherwise why not.
+std::string CheckResourceName(std::string_view name);
+
+// Checks a socket file name: a bare file name that fits in a Unix socket
+// path inside plugin_dir. Empty string when valid.
+std::string CheckSocketName(std::string_view socket,
+                            std::string_view plugin_dir);
+
+// The default socket file name for a resource name.
+std::string DefaultSocketName(std::string_view resource_name);
+
+// Parses "500ms", "60s", "5m", "1h30m", "0s".
+StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+std::string_view LogLevelName(LogLevel level);
+// "trace", "debug", "info", "warn" or "error"; false for anything else.
+bool ParseLogLevel(std::string_view name, LogLevel* out);
+std::string_view UdevSourceName(UdevSource source);
+
+}  // namespace devplug::config
