@@ -1,0 +1,58 @@
+// The agent's view of a module's devices: what list_devices() reported,
+// copied out of the module, and what a container needs to use them.
+//
+// Thread safety: plain values. DeviceList snapshots are shared as
+// shared_ptr<const DeviceList> and never modified after publication.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace devplug::modules {
+
+struct DeviceNode {
+  std::string host_path;
+  std::string container_path;
+  std::string permissions;
+  bool operator==(const DeviceNode&) const = default;
+};
+
+struct MountSpec {
+  std::string host_path;
+  std::string container_path;
+  bool read_only = false;
+  bool operator==(const MountSpec&) const = default;
+};
+
+// What Allocate returns for one container: device nodes, mounts, envs,
+// annotations, CDI device names. Insertion order is kept.
+struct Recipe {
+  std::vector<DeviceNode> device_nodes;
+  std::vector<MountSpec> mounts;
+  std::vector<std::pair<std::string, std::string>> envs;
+  std::vector<std::pair<std::string, std::string>> annotations;
+  std::vector<std::string> cdi_devices;
+  bool operator==(const Recipe&) const = default;
+
+  // Adds `other` to this recipe: device nodes and mounts deduplicated by
+  // container path (first wins), env values of one key joined with ','
+  // (duplicates dropped), annotations last-wins, CDI names deduplicated.
+  void Merge(const Recipe& other);
+};
+
+struct Device {
+  std::string id;
+  bool healthy = false;
+  int32_t numa_node = -1;  // -1: no NUMA affinity
+  Recipe recipe;           // default allocation recipe
+  bool operator==(const Device&) const = default;
+};
+
+// Sorted by id, ids unique.
+using DeviceList = std::vector<Device>;
+using DeviceListPtr = std::shared_ptr<const DeviceList>;
+
+}  // namespace devplug::modules

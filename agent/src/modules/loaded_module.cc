@@ -1,0 +1,139 @@
+#include "modules/loaded_module.h"
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+
+namespace devplug::modules {
+namespace {
+
+// The descriptor must reach at least the last required member.
+constexpr size_t kMinDescriptorSize =
+    offsetof(devplug_module, list_devices) + sizeof(devplug_module::list_devices);
+
+std::string_view TypeName(uint32_t type) {
+  switch (type) {
+    case DEVPLUG_CONFIG_STRING: return "a string";
+    case DEVPLUG_CONFIG_INT: return "an integer";
+    case DEVPLUG_CONFIG_BOOL: return "a boolean";
+    case DEVPLUG_CONFIG_STRING_ARRAY: return "an array of strings";
+    default: return "an unknown type";
+  }
+}
+
+bool Matches(const config::ModuleValue& v, uint32_t type) {
+  switch (type) {
+    case DEVPLUG_CONFIG_STRING: return std::holds_alternative<std::string>(v.value);
+    case DEVPLUG_CONFIG_INT: return std::holds_alternative<int64_t>(v.value);
+    case DEVPLUG_CONFIG_BOOL: return std::holds_alternative<bool>(v.value);
+    case DEVPLUG_CONFIG_STRING_ARRAY:
+      return std::holds_alternative<std::vector<std::string>>(v.value) && !v.array_of_non_strings;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+std::string ResolveModulePath(const std::string& module, const std::string& module_dir) {
+  if (!module.empty() && module.front() == '/') return module;
+  return StrCat(module_dir, "/", module, ".so");
+}
+
+StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::string& path) {
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    return FailedPreconditionError(
+        StrCat("module ", path, ": cannot load: ", err ? err : "unknown dlopen error"));
+  }
+  auto fail = [&](std::string_view why) {
+    dlclose(handle);
+    return FailedPreconditionError(StrCat("module ", path, ": ", why));
+  };
+  void* sym = dlsym(handle, DEVPLUG_MODULE_ENTRY_SYMBOL);
+  if (sym == nullptr) {
+    return fail("no " DEVPLUG_MODULE_ENTRY_SYMBOL
+                " symbol (not a devplug module, or built for another ABI major version)");
+  }
+  auto entry = reinterpret_cast<devplug_module_entry_fn>(sym);
+  const devplug_module* desc = nullptr;
+  if (int rc = entry(DEVPLUG_MODULE_ABI_MINOR, &desc); rc < 0) {
+    return fail(StrCat("entry point refused this agent (ABI 1.", DEVPLUG_MODULE_ABI_MINOR,
+                             "): ", strerror(-rc)));
+  }
+  if (desc == nullptr) return fail("entry point returned no descriptor");
+  if (desc->struct_size < kMinDescriptorSize) {
+    return fail(StrCat("descriptor is ", desc->struct_size, " bytes; at least ",
+                             kMinDescriptorSize, " are required"));
+  }
+  if (desc->abi_major != DEVPLUG_MODULE_ABI_MAJOR) {
+    return fail(StrCat("built for ABI major ", desc->abi_major, ", this agent speaks ",
+                             DEVPLUG_MODULE_ABI_MAJOR));
+  }
+  if (desc->name == nullptr || desc->name[0] == '\0') return fail("descriptor has no name");
+  std::vector<std::string> missing;
+  if (desc->create == nullptr) missing.push_back("create");
+  if (desc->destroy == nullptr) missing.push_back("destroy");
+  if (desc->list_devices == nullptr) missing.push_back("list_devices");
+  if (!missing.empty())
+    return fail(StrCat("required functions missing: ", StrJoin(missing, ", ")));
+  for (const devplug_config_key* k = desc->config_keys; k && k->name; ++k) {
+    if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_STRING_ARRAY)
+      return fail(StrCat("config key \"", k->name, "\" has unknown type ", k->type));
+  }
+
+  auto m = std::shared_ptr<LoadedModule>(new LoadedModule());
+  m->path_ = path;
+  m->handle_ = handle;
+  m->desc_ = desc;
+  return std::shared_ptr<const LoadedModule>(std::move(m));
+}
+
+#define DEVPLUG_OPTIONAL(member) \
+  (DEVPLUG_HAS_MEMBER(desc_, devplug_module, member) && desc_->member != nullptr)
+bool LoadedModule::has_on_udev_event() const { return DEVPLUG_OPTIONAL(on_udev_event); }
+bool LoadedModule::has_allocate() const { return DEVPLUG_OPTIONAL(allocate); }
+bool LoadedModule::has_preferred_allocation() const {
+  return DEVPLUG_OPTIONAL(preferred_allocation);
+}
+bool LoadedModule::has_pre_start() const { return DEVPLUG_OPTIONAL(pre_start); }
+#undef DEVPLUG_OPTIONAL
+
+uint32_t LoadedModule::KeyType(std::string_view key) const {
+  for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k)
+    if (key == k->name) return k->type;
+  return 0;
+}
+
+Status LoadedModule::CheckKeys(const config::ResourceConfig& r, size_t index) const {
+  std::vector<std::string> errors;
+  auto key_of = [&](std::string_view k) { return StrCat("resource[", index, "].", k); };
+  for (const auto& [key, value] : r.module_keys) {
+    const uint32_t type = KeyType(key);
+    if (type == 0) {
+      std::vector<std::string> known{"name", "module", "socket", "required"};
+      for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k)
+        known.emplace_back(k->name);
+      errors.push_back(StrCat(value.where.file, ":", value.where.line, ": ", key_of(key),
+                                    ": unknown key for module \"", desc_->name,
+                                    "\" (known: ", StrJoin(known, ", "), ")"));
+    } else if (!Matches(value, type)) {
+      errors.push_back(StrCat(value.where.file, ":", value.where.line, ": ", key_of(key),
+                                    ": must be ", TypeName(type)));
+    }
+  }
+  for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k) {
+    if ((k->flags & DEVPLUG_CONFIG_REQUIRED) && !r.module_keys.contains(k->name)) {
+      errors.push_back(StrCat(r.where.file, ":", r.where.line, ": ", key_of(k->name),
+                                    ": missing (required by module \"", desc_->name, "\")"));
+    }
+  }
+  if (errors.empty()) return OkStatus();
+  return InvalidArgumentError(StrJoin(errors, "\n"));
+}
+
+}  // namespace devplug::modules

@@ -1,0 +1,57 @@
+// A module shared object loaded with dlopen and checked against the ABI.
+//
+// Thread safety: immutable after Load(); share freely.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "util/status.h"
+#include "config/config.h"
+#include "devplug/module.h"
+
+namespace devplug::modules {
+
+class LoadedModule {
+ public:
+  // dlopen(RTLD_NOW | RTLD_LOCAL), resolve the entry symbol, negotiate the
+  // version and check the descriptor. The error names the file and reason.
+  static StatusOr<std::shared_ptr<const LoadedModule>> Load(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const devplug_module& descriptor() const { return *desc_; }
+  std::string_view name() const { return desc_->name; }
+  std::string_view version() const { return desc_->version ? desc_->version : ""; }
+
+  // Optional members, checked against the descriptor's struct_size.
+  bool has_on_udev_event() const;
+  bool has_allocate() const;
+  bool has_preferred_allocation() const;
+  bool has_pre_start() const;
+
+  // Checks a [[resource]] table's module keys against the declared keys:
+  // unknown keys, wrong types, missing required keys. Each problem is one
+  // line "file:line: resource[i].key: problem".
+  Status CheckKeys(const config::ResourceConfig& resource, size_t index) const;
+
+  // The declared type of `key`, or 0 if it is not declared.
+  uint32_t KeyType(std::string_view key) const;
+
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  // The shared object stays mapped for the life of the process: instances
+  // may still be finishing module calls when the last reference goes.
+  ~LoadedModule() = default;
+
+ private:
+  LoadedModule() = default;
+  std::string path_;
+  void* handle_ = nullptr;
+  const devplug_module* desc_ = nullptr;
+};
+
+// Resolves a [[resource]] module setting to a file: an absolute path as is,
+// a bare name as <module_dir>/<name>.so.
+std::string ResolveModulePath(const std::string& module, const std::string& module_dir);
+
+}  // namespace devplug::modules

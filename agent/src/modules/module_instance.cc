@@ -1,0 +1,563 @@
+#include "modules/module_instance.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+
+namespace devplug::modules {
+namespace {
+
+// Kubelet API comment: device IDs are at most 63 characters.
+constexpr size_t kMaxDeviceIdLength = 63;
+
+bool Empty(const char* s) { return s == nullptr || s[0] == '\0'; }
+
+// ---- devplug_recipe backed by a Recipe --------------------------------------
+
+struct RecipeSink {
+  devplug_recipe c{};
+  Recipe* target = nullptr;
+
+  explicit RecipeSink(Recipe* r) : target(r) {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_device_node = &AddDeviceNode;
+    c.add_mount = &AddMount;
+    c.add_env = &AddEnv;
+    c.add_annotation = &AddAnnotation;
+    c.add_cdi_device = &AddCdi;
+  }
+  static Recipe& R(devplug_recipe* r) { return *static_cast<RecipeSink*>(r->agent_data)->target; }
+
+  static int AddDeviceNode(devplug_recipe* r, const char* host, const char* container,
+                           const char* perms) {
+    if (r == nullptr || Empty(host)) return -EINVAL;
+    try {
+      R(r).device_nodes.push_back(
+          {host, Empty(container) ? host : container, Empty(perms) ? "rw" : perms});
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+  static int AddMount(devplug_recipe* r, const char* host, const char* container, int32_t ro) {
+    if (r == nullptr || Empty(host) || Empty(container)) return -EINVAL;
+    try {
+      R(r).mounts.push_back({host, container, ro != 0});
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+  static int AddEnv(devplug_recipe* r, const char* key, const char* value) {
+    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
+    try {
+      R(r).envs.emplace_back(key, value);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+  static int AddAnnotation(devplug_recipe* r, const char* key, const char* value) {
+    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
+    try {
+      R(r).annotations.emplace_back(key, value);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+  static int AddCdi(devplug_recipe* r, const char* name) {
+    if (r == nullptr || Empty(name)) return -EINVAL;
+    try {
+      R(r).cdi_devices.emplace_back(name);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+};
+
+// ---- devplug_device_sink collecting a DeviceList ----------------------------
+
+struct DeviceSink {
+  devplug_device_sink c{};
+  DeviceList list;
+  std::set<std::string, std::less<>> ids;
+  std::vector<std::string> problems;
+  Recipe scratch;  // target of rejected devices' recipes
+  std::unique_ptr<RecipeSink> recipe;
+
+  DeviceSink() {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_device = &AddDevice;
+  }
+
+  static int AddDevice(devplug_device_sink* s, const char* id, int32_t health, int32_t numa,
+                       devplug_recipe** ret_recipe) {
+    if (s == nullptr) return -EINVAL;
+    auto* self = static_cast<DeviceSink*>(s->agent_data);
+    try {
+      int rc = 0;
+      if (Empty(id)) {
+        self->problems.push_back("a device with an empty ID");
+        rc = -EINVAL;
+      } else if (std::strlen(id) > kMaxDeviceIdLength) {
+        self->problems.push_back(StrCat("device ID \"", id, "\" is longer than ",
+                                              kMaxDeviceIdLength, " characters"));
+        rc = -EINVAL;
+      } else if (health != DEVPLUG_HEALTHY && health != DEVPLUG_UNHEALTHY) {
+        self->problems.push_back(StrCat("device \"", id, "\" has health value ", health));
+        rc = -EINVAL;
+      } else if (self->ids.contains(id)) {
+        self->problems.push_back(StrCat("duplicate device ID \"", id, "\""));
+        rc = -EEXIST;
+      }
+      if (rc < 0) {
+        // Give the module somewhere harmless to write; the device is dropped.
+        self->scratch = {};
+        self->recipe = std::make_unique<RecipeSink>(&self->scratch);
+        if (ret_recipe) *ret_recipe = &self->recipe->c;
+        return rc;
+      }
+      self->ids.emplace(id);
+      Device& d = self->list.emplace_back();
+      d.id = id;
+      d.healthy = health == DEVPLUG_HEALTHY;
+      d.numa_node = numa < 0 ? -1 : numa;
+      // list may reallocate on the next add; the recipe pointer is valid only
+      // until then, as the ABI says.
+      self->recipe = std::make_unique<RecipeSink>(&d.recipe);
+      if (ret_recipe) *ret_recipe = &self->recipe->c;
+      return 0;
+    } catch (...) {
+      return -ENOMEM;
+    }
+  }
+};
+
+struct IdSink {
+  devplug_id_sink c{};
+  std::vector<std::string> ids;
+  IdSink() {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_id = &AddId;
+  }
+  static int AddId(devplug_id_sink* s, const char* id) {
+    if (s == nullptr || id == nullptr) return -EINVAL;
+    try {
+      static_cast<IdSink*>(s->agent_data)->ids.emplace_back(id);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+};
+
+std::vector<const char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<const char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
+spdlog::level::level_enum SpdLevel(int32_t level) {
+  switch (level) {
+    case DEVPLUG_LOG_ERROR: return spdlog::level::err;
+    case DEVPLUG_LOG_WARN: return spdlog::level::warn;
+    case DEVPLUG_LOG_INFO: return spdlog::level::info;
+    case DEVPLUG_LOG_DEBUG: return spdlog::level::debug;
+    default: return spdlog::level::trace;
+  }
+}
+
+}  // namespace
+
+// ---- Recipe -------------------------------------------------------------------
+
+void Recipe::Merge(const Recipe& other) {
+  for (const DeviceNode& n : other.device_nodes) {
+    if (std::none_of(device_nodes.begin(), device_nodes.end(),
+                     [&](const DeviceNode& x) { return x.container_path == n.container_path; }))
+      device_nodes.push_back(n);
+  }
+  for (const MountSpec& m : other.mounts) {
+    if (std::none_of(mounts.begin(), mounts.end(),
+                     [&](const MountSpec& x) { return x.container_path == m.container_path; }))
+      mounts.push_back(m);
+  }
+  for (const auto& [key, value] : other.envs) {
+    auto it = std::find_if(envs.begin(), envs.end(), [&](const auto& e) { return e.first == key; });
+    if (it == envs.end()) {
+      envs.emplace_back(key, value);
+      continue;
+    }
+    // Join, skipping a value already present in the list.
+    bool present = false;
+    for (std::string_view rest = it->second; !present;) {
+      const size_t comma = rest.find(',');
+      present = rest.substr(0, comma) == value;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (!present) StrAppend(&it->second, ",", value);
+  }
+  for (const auto& [key, value] : other.annotations) {
+    auto it = std::find_if(annotations.begin(), annotations.end(),
+                           [&](const auto& e) { return e.first == key; });
+    if (it == annotations.end()) annotations.emplace_back(key, value);
+    else it->second = value;
+  }
+  for (const std::string& cdi : other.cdi_devices) {
+    if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())
+      cdi_devices.push_back(cdi);
+  }
+}
+
+Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids) {
+  Recipe out;
+  for (const std::string& id : ids) {
+    auto it = std::lower_bound(devices.begin(), devices.end(), id,
+                               [](const Device& d, const std::string& v) { return d.id < v; });
+    if (it != devices.end() && it->id == id) out.Merge(it->recipe);
+  }
+  return out;
+}
+
+// ---- ModuleInstance -------------------------------------------------------------
+
+ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
+                               config::ResourceConfig resource, Options options)
+    : module_(std::move(module)), resource_(std::move(resource)), options_(std::move(options)) {
+  host_.struct_size = sizeof(host_);
+  host_.abi_minor = DEVPLUG_MODULE_ABI_MINOR;
+  host_.agent_data = this;
+  host_.resource_name = resource_.name.c_str();
+  host_.host_root = options_.host_root.c_str();
+  host_.log = &HostLog;
+  host_.devices_changed = &HostDevicesChanged;
+  host_.set_error = &HostSetError;
+  host_.config_error = &HostConfigError;
+  host_.config_string = &HostString;
+  host_.config_int = &HostInt;
+  host_.config_bool = &HostBool;
+  host_.config_string_array = &HostStringArray;
+  for (const auto& [key, value] : resource_.module_keys) {
+    if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
+      auto& arr = string_arrays_[key];
+      for (const std::string& s : *v) arr.push_back(s.c_str());
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
+    std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
+    Options options) {
+  std::unique_ptr<ModuleInstance> self(
+      new ModuleInstance(std::move(module), resource, std::move(options)));
+  self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
+
+  std::promise<Status> created;
+  self->Post([p = self.get(), &created] {
+    p->last_error_.clear();
+    devplug_instance* inst = nullptr;
+    const int rc = p->module_->descriptor().create(&p->host_, &inst);
+    if (rc < 0 || inst == nullptr) {
+      std::string why;
+      if (!p->config_errors_.empty()) {
+        why = StrJoin(p->config_errors_, "\n");
+      } else {
+        why = StrCat("resource \"", p->resource_.name, "\" (", p->resource_.where.file,
+                           ":", p->resource_.where.line, "): module \"", p->module_->name(),
+                           "\" create failed: ",
+                           p->last_error_.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
+                                                  : p->last_error_);
+        if (rc >= 0) why += " (no instance returned)";
+      }
+      created.set_value(FailedPreconditionError(why));
+      return;
+    }
+    p->inst_ = inst;
+    p->ScanOnWorker();
+    created.set_value(OkStatus());
+  });
+  Status st = created.get_future().get();
+  if (!st.ok()) return st;  // the destructor stops the worker
+  return self;
+}
+
+ModuleInstance::~ModuleInstance() {
+  if (worker_.joinable()) {
+    Post([this] {
+      if (inst_ != nullptr) module_->descriptor().destroy(inst_);
+      inst_ = nullptr;
+    });
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    worker_.join();
+  }
+}
+
+void ModuleInstance::Post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ModuleInstance::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+DeviceListPtr ModuleInstance::devices() const {
+  std::lock_guard lock(devices_mu_);
+  return devices_;
+}
+
+void ModuleInstance::RequestRescan() {
+  if (rescan_queued_.exchange(true)) return;
+  Post([this] {
+    rescan_queued_.store(false);
+    ScanOnWorker();
+  });
+}
+
+void ModuleInstance::ScanOnWorker() {
+  if (inst_ == nullptr) return;
+  DeviceSink sink;
+  last_error_.clear();
+  const int rc = module_->descriptor().list_devices(inst_, &sink.c);
+  scans_.fetch_add(1);
+  if (rc < 0) {
+    spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
+                 resource_.name, last_error_.empty() ? std::strerror(-rc) : last_error_);
+    return;
+  }
+  for (const std::string& p : sink.problems)
+    spdlog::warn("{}: module \"{}\" reported {}, ignoring that device", resource_.name,
+                 module_->name(), p);
+  std::sort(sink.list.begin(), sink.list.end(),
+            [](const Device& a, const Device& b) { return a.id < b.id; });
+  DeviceListPtr next = std::make_shared<const DeviceList>(std::move(sink.list));
+  {
+    std::lock_guard lock(devices_mu_);
+    if (devices_ && *devices_ == *next) return;
+    devices_ = next;
+  }
+  const size_t healthy =
+      std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
+  spdlog::info("{}: {} devices, {} healthy", resource_.name, next->size(), healthy);
+  if (options_.on_change) options_.on_change(next);
+}
+
+Status ModuleInstance::ModuleError(std::string_view call, int rc) {
+  std::string why = last_error_.empty() ? std::strerror(-rc) : last_error_;
+  return Status(rc == -EINVAL ? StatusCode::kInvalidArgument
+                                    : StatusCode::kInternal,
+                      StrCat(resource_.name, ": ", call, ": ", why));
+}
+
+void ModuleInstance::Allocate(std::vector<std::string> ids,
+                              std::function<void(StatusOr<Recipe>)> done) {
+  Post([this, ids = std::move(ids), done = std::move(done)]() mutable {
+    DeviceListPtr list = devices();
+    std::vector<std::string> unique;
+    for (const std::string& id : ids) {
+      auto it = std::lower_bound(list->begin(), list->end(), id,
+                                 [](const Device& d, const std::string& v) { return d.id < v; });
+      if (it == list->end() || it->id != id) {
+        done(InvalidArgumentError(
+            StrCat(resource_.name, ": unknown device ID \"", id, "\"")));
+        return;
+      }
+      if (!it->healthy) {
+        done(InvalidArgumentError(
+            StrCat(resource_.name, ": device \"", id, "\" is unhealthy")));
+        return;
+      }
+      if (std::find(unique.begin(), unique.end(), id) == unique.end()) unique.push_back(id);
+    }
+    if (unique.empty()) {
+      done(InvalidArgumentError(StrCat(resource_.name, ": no device IDs requested")));
+      return;
+    }
+    if (module_->has_allocate() && inst_ != nullptr) {
+      Recipe built;
+      RecipeSink sink(&built);
+      auto cids = CStrings(unique);
+      last_error_.clear();
+      const int rc = module_->descriptor().allocate(inst_, cids.data(), unique.size(), &sink.c);
+      if (rc < 0) {
+        done(ModuleError("allocate", rc));
+        return;
+      }
+      if (rc != DEVPLUG_ALLOCATE_DEFAULT) {
+        Recipe normalized;
+        normalized.Merge(built);
+        done(std::move(normalized));
+        return;
+      }
+    }
+    done(DefaultRecipe(*list, unique));
+  });
+}
+
+void ModuleInstance::PreferredAllocation(
+    std::vector<std::string> available, std::vector<std::string> must_include, int32_t size,
+    std::function<void(StatusOr<std::vector<std::string>>)> done) {
+  Post([this, available = std::move(available), must = std::move(must_include), size,
+        done = std::move(done)] {
+    if (!module_->has_preferred_allocation() || inst_ == nullptr) {
+      done(UnimplementedError(
+          StrCat(resource_.name, ": module has no preferred allocation")));
+      return;
+    }
+    IdSink sink;
+    auto a = CStrings(available);
+    auto m = CStrings(must);
+    last_error_.clear();
+    const int rc = module_->descriptor().preferred_allocation(
+        inst_, a.data(), available.size(), m.data(), must.size(), size, &sink.c);
+    if (rc < 0) {
+      done(ModuleError("preferred_allocation", rc));
+      return;
+    }
+    done(std::move(sink.ids));
+  });
+}
+
+void ModuleInstance::PreStart(std::vector<std::string> ids,
+                              std::function<void(Status)> done) {
+  Post([this, ids = std::move(ids), done = std::move(done)] {
+    if (!module_->has_pre_start() || inst_ == nullptr) {
+      done(OkStatus());
+      return;
+    }
+    auto c = CStrings(ids);
+    last_error_.clear();
+    const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
+    done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
+  });
+}
+
+// ---- host services ------------------------------------------------------------------
+
+ModuleInstance* ModuleInstance::Self(const devplug_host* h) {
+  return static_cast<ModuleInstance*>(h->agent_data);
+}
+
+void ModuleInstance::HostLog(const devplug_host* h, int32_t level, const char* msg) {
+  if (h == nullptr || msg == nullptr) return;
+  try {
+    ModuleInstance* self = Self(h);
+    spdlog::log(SpdLevel(level), "{} [{}]: {}", self->resource_.name, self->module_->name(), msg);
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
+  if (h == nullptr) return;
+  try {
+    Self(h)->RequestRescan();
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
+  if (h == nullptr) return;
+  try {
+    Self(h)->last_error_ = msg ? msg : "";
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, const char* msg) {
+  if (h == nullptr) return;
+  try {
+    ModuleInstance* self = Self(h);
+    const config::ResourceConfig& r = self->resource_;
+    config::SourceLocation where = r.where;
+    std::string k = key ? key : "";
+    if (auto it = r.module_keys.find(k); it != r.module_keys.end()) where = it->second.where;
+    self->config_errors_.push_back(StrCat(where.file, ":", where.line, ": resource[",
+                                                self->options_.index, "].", k, ": ",
+                                                msg ? msg : "invalid value"));
+  } catch (...) {
+  }
+}
+
+namespace {
+template <typename T>
+int Get(const config::ResourceConfig& r, const LoadedModule& m, const char* key, uint32_t type,
+        const T** out) {
+  if (key == nullptr || m.KeyType(key) != type) return -EINVAL;
+  auto it = r.module_keys.find(key);
+  if (it == r.module_keys.end()) return -ENOENT;
+  const T* v = std::get_if<T>(&it->second.value);
+  if (v == nullptr) return -EINVAL;
+  *out = v;
+  return 0;
+}
+}  // namespace
+
+int ModuleInstance::HostString(const devplug_host* h, const char* key, const char** ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const std::string* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_STRING, &v);
+  if (rc == 0) *ret = v->c_str();
+  return rc;
+}
+
+int ModuleInstance::HostInt(const devplug_host* h, const char* key, int64_t* ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const int64_t* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_INT, &v);
+  if (rc == 0) *ret = *v;
+  return rc;
+}
+
+int ModuleInstance::HostBool(const devplug_host* h, const char* key, int32_t* ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const bool* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
+  if (rc == 0) *ret = *v ? 1 : 0;
+  return rc;
+}
+
+int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
+                                    const char* const** ret, size_t* ret_n) {
+  if (h == nullptr || ret == nullptr || ret_n == nullptr) return -EINVAL;
+  ModuleInstance* self = Self(h);
+  const std::vector<std::string>* v = nullptr;
+  const int rc = Get(self->resource_, *self->module_, key, DEVPLUG_CONFIG_STRING_ARRAY, &v);
+  if (rc != 0) return rc;
+  auto it = self->string_arrays_.find(std::string_view(key));
+  static const char* const kEmpty[] = {nullptr};
+  *ret = (it == self->string_arrays_.end() || it->second.empty()) ? kEmpty : it->second.data();
+  *ret_n = v->size();
+  return 0;
+}
+
+}  // namespace devplug::modules

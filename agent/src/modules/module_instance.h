@@ -1,0 +1,125 @@
+// One module instance serving one [[resource]]: the module's create() result,
+// its worker thread, and its current device list.
+//
+// Thread safety: every public method may be called from any thread. All calls
+// into the module run on the instance's worker thread, one at a time, in the
+// order they were requested. Completion callbacks run on the worker thread
+// and must not block.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "util/status.h"
+#include "config/config.h"
+#include "devplug/module.h"
+#include "modules/device.h"
+#include "modules/loaded_module.h"
+
+namespace devplug::modules {
+
+class ModuleInstance {
+ public:
+  // Called on the worker thread with every new device list that differs from
+  // the previous one.
+  using ChangeListener = std::function<void(DeviceListPtr)>;
+
+  struct Options {
+    std::string host_root = "/";
+    // Index of the [[resource]] table, for error messages.
+    size_t index = 0;
+    ChangeListener on_change;
+  };
+
+  // Starts the worker, calls create() and the first list_devices() on it and
+  // waits for both. The error names the resource and, for configuration
+  // problems, the file, line and key.
+  static StatusOr<std::unique_ptr<ModuleInstance>> Create(
+      std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
+      Options options);
+
+  // Calls destroy() on the worker and joins it.
+  ~ModuleInstance();
+
+  ModuleInstance(const ModuleInstance&) = delete;
+  ModuleInstance& operator=(const ModuleInstance&) = delete;
+
+  const config::ResourceConfig& resource() const { return resource_; }
+  const LoadedModule& module() const { return *module_; }
+
+  // The latest device list (never null after Create succeeded).
+  DeviceListPtr devices() const;
+
+  // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
+  void RequestRescan();
+
+  // Allocate for one container. Unknown or unhealthy IDs fail with
+  // INVALID_ARGUMENT; otherwise the module's allocate() or the devices'
+  // default recipes build the answer.
+  void Allocate(std::vector<std::string> ids,
+                std::function<void(StatusOr<Recipe>)> done);
+  void PreferredAllocation(std::vector<std::string> available,
+                           std::vector<std::string> must_include, int32_t size,
+                           std::function<void(StatusOr<std::vector<std::string>>)> done);
+  void PreStart(std::vector<std::string> ids, std::function<void(Status)> done);
+
+  // Number of completed list_devices() calls (for tests and benchmarks).
+  uint64_t scans() const { return scans_.load(); }
+
+ private:
+  ModuleInstance(std::shared_ptr<const LoadedModule> module, config::ResourceConfig resource,
+                 Options options);
+
+  void Post(std::function<void()> task);
+  void WorkerLoop();
+  void ScanOnWorker();
+  Status ModuleError(std::string_view call, int rc);
+
+  // Host services (C callbacks).
+  static void HostLog(const devplug_host* h, int32_t level, const char* msg);
+  static void HostDevicesChanged(const devplug_host* h);
+  static void HostSetError(const devplug_host* h, const char* msg);
+  static void HostConfigError(const devplug_host* h, const char* key, const char* msg);
+  static int HostString(const devplug_host* h, const char* key, const char** ret);
+  static int HostInt(const devplug_host* h, const char* key, int64_t* ret);
+  static int HostBool(const devplug_host* h, const char* key, int32_t* ret);
+  static int HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
+                             size_t* ret_n);
+  static ModuleInstance* Self(const devplug_host* h);
+
+  const std::shared_ptr<const LoadedModule> module_;
+  const config::ResourceConfig resource_;
+  const Options options_;
+  devplug_host host_{};
+  // C views of string arrays in the module's keys.
+  std::map<std::string, std::vector<const char*>, std::less<>> string_arrays_;
+
+  devplug_instance* inst_ = nullptr;  // worker thread only
+  std::string last_error_;            // worker thread only
+  std::vector<std::string> config_errors_;  // worker thread only
+
+  mutable std::mutex devices_mu_;
+  DeviceListPtr devices_;  // guarded by devices_mu_
+
+  std::atomic<bool> rescan_queued_{false};
+  std::atomic<uint64_t> scans_{0};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  std::thread worker_;
+};
+
+// Merges the default recipes of `ids` from `devices` (all must exist).
+Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids);
+
+}  // namespace devplug::modules
