@@ -1,0 +1,382 @@
+#include "agent.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <map>
+
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+
+#include "modules/loaded_module.h"
+
+namespace devplug {
+namespace {
+
+using std::chrono::milliseconds;
+
+// After the kubelet ends a stream without restarting, wait this long before
+// re-registering: a restart's kubelet.sock creation usually arrives first, and
+// a kubelet that is still shutting the old connection down must not see the
+// new registration before the old stream's end.
+constexpr milliseconds kStreamLostDelay{1000};
+constexpr milliseconds kMinBackoff{500};
+constexpr milliseconds kMaxBackoff{30'000};
+// How long a server may take to end its calls when it is stopped.
+constexpr milliseconds kServerStopGrace{2000};
+
+// True if something accepts connections on the Unix socket at `path`.
+bool SocketIsLive(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return live;
+}
+
+std::string_view StateName(int s) {
+  static constexpr std::string_view kNames[] = {"idle", "waiting for kubelet", "registering",
+                                                "registered", "retrying"};
+  return kNames[s];
+}
+
+}  // namespace
+
+Agent::Agent(config::AgentConfig config) : config_(std::move(config)) {
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+Agent::~Agent() {
+  Shutdown();
+  if (event_fd_ >= 0) close(event_fd_);
+}
+
+std::string Agent::KubeletSocketPath() const {
+  return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
+}
+
+bool Agent::KubeletSocketExists() const {
+  struct stat st;
+  return stat(KubeletSocketPath().c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+Status Agent::Start() {
+  if (event_fd_ < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
+  // Watch before the first registration so a kubelet that starts meanwhile
+  // is not missed.
+  if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
+
+  std::map<std::string, std::shared_ptr<const modules::LoadedModule>> loaded;
+  for (size_t i = 0; i < config_.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = config_.resources[i];
+    auto r = std::make_unique<Resource>();
+    r->cfg = cfg;
+    r->socket_path = StrCat(config_.plugin_dir, "/", cfg.socket);
+    resources_.push_back(std::move(r));
+
+    Status st = StartResource(i);
+    if (!st.ok()) {
+      if (cfg.required) {
+        return FailedPreconditionError(
+            StrCat("required resource \"", cfg.name, "\" failed: ", st.message()));
+      }
+      spdlog::error("resource \"{}\" left out: {}", cfg.name, st.message());
+    }
+  }
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    if (resources_[i]->state != State::kIdle) Register(i);
+  }
+  UpdateStatus();
+  sd_notify(0, "READY=1");
+  return OkStatus();
+}
+
+Status Agent::StartResource(size_t index) {
+  Resource& r = *resources_[index];
+  const std::string path = modules::ResolveModulePath(r.cfg.module, config_.module_dir);
+  auto module = modules::LoadedModule::Load(path);
+  if (!module.ok()) return module.status();
+  if (Status st = (*module)->CheckKeys(r.cfg, index); !st.ok()) return st;
+
+  r.hub = std::make_unique<kubelet::StreamHub>([this, index](bool by_agent, uint64_t gen) {
+    if (!by_agent) Post({Event::kStreamEnded, index, gen, grpc::Status::OK});
+  });
+  modules::ModuleInstance::Options opts;
+  opts.host_root = config_.host_root;
+  opts.index = index;
+  opts.on_change = [hub = r.hub.get()](modules::DeviceListPtr list) {
+    hub->Publish(kubelet::MakeSnapshot(*list));
+  };
+  auto instance = modules::ModuleInstance::Create(*module, r.cfg, std::move(opts));
+  if (!instance.ok()) return instance.status();
+  r.instance = std::move(*instance);
+  spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, (*module)->name(),
+               (*module)->version(), path);
+
+  if (SocketIsLive(r.socket_path)) {
+    r.instance.reset();
+    return FailedPreconditionError(StrCat(
+        "socket ", r.socket_path, " is served by another process (a second devplugd?)"));
+  }
+  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get());
+  if (Status st = StartServer(r); !st.ok()) {
+    r.instance.reset();
+    return st;
+  }
+  return OkStatus();
+}
+
+Status Agent::StartServer(Resource& r) {
+  StopServer(r);
+  ++r.generation;
+  r.hub->set_generation(r.generation);
+  // gRPC removes a stale file at the path before it binds.
+  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get());
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.RegisterService(r.service.get());
+  r.server = builder.BuildAndStart();
+  if (!r.server) {
+    r.state = State::kIdle;
+    return UnavailableError(StrCat("cannot serve on ", r.socket_path,
+                                               " (is the directory writable?)"));
+  }
+  r.state = State::kWaitingKubelet;
+  spdlog::debug("resource \"{}\": serving on {}", r.cfg.name, r.socket_path);
+  return OkStatus();
+}
+
+void Agent::StopServer(Resource& r) {
+  if (r.pending) {
+    r.pending->Cancel();
+    r.pending.reset();
+  }
+  if (!r.server) return;
+  // End our streams first so the kubelet sees a clean end, then stop the
+  // server; Shutdown waits for calls in flight up to the deadline.
+  r.hub->CloseAll();
+  r.server->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
+  r.server.reset();
+  r.service.reset();
+}
+
+void Agent::Register(size_t index) {
+  Resource& r = *resources_[index];
+  r.retry_at.reset();
+  if (!KubeletSocketExists()) {
+    spdlog::info("resource \"{}\": waiting for {} to appear", r.cfg.name, KubeletSocketPath());
+    r.state = State::kWaitingKubelet;
+    return;
+  }
+  v1beta1::RegisterRequest req;
+  req.set_version("v1beta1");
+  req.set_endpoint(r.cfg.socket);
+  req.set_resource_name(r.cfg.name);
+  *req.mutable_options() = kubelet::OptionsFor(r.instance->module());
+  r.state = State::kRegistering;
+  const uint64_t gen = r.generation;
+  {
+    std::lock_guard lock(register_mu_);
+    ++registers_in_flight_;
+  }
+  r.pending = kubelet::StartRegister(KubeletSocketPath(), req, kubelet::kRegisterDeadline,
+                                     [this, index, gen](const grpc::Status& st) {
+                                       Post({Event::kRegisterDone, index, gen, st});
+                                       std::lock_guard lock(register_mu_);
+                                       if (--registers_in_flight_ == 0)
+                                         register_cv_.notify_all();
+                                     });
+}
+
+void Agent::ScheduleRetry(Resource& r, milliseconds min_delay) {
+  r.backoff = std::clamp(r.backoff * 2, kMinBackoff, kMaxBackoff);
+  r.state = State::kRetryWait;
+  r.retry_at = Clock::now() + std::max(min_delay, r.backoff);
+}
+
+void Agent::OnKubeletRestart() {
+  spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    Resource& r = *resources_[i];
+    if (!r.instance) continue;
+    r.backoff = milliseconds(0);
+    if (Status st = StartServer(r); !st.ok()) {
+      spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
+      ScheduleRetry(r, milliseconds(0));
+      continue;
+    }
+    Register(i);
+  }
+}
+
+void Agent::HandleEvent(const Event& ev) {
+  Resource& r = *resources_[ev.resource];
+  if (ev.generation != r.generation || !r.instance) return;  // stale
+  switch (ev.kind) {
+    case Event::kRegisterDone:
+      r.pending.reset();
+      if (r.state != State::kRegistering) return;
+      if (ev.status.ok()) {
+        r.state = State::kRegistered;
+        r.backoff = milliseconds(0);
+        ++r.registrations;
+        spdlog::info("resource \"{}\": registered with the kubelet (socket {})", r.cfg.name,
+                     r.cfg.socket);
+      } else {
+        ScheduleRetry(r, milliseconds(0));
+        spdlog::warn("resource \"{}\": Register failed ({}: {}); retrying in {} ms", r.cfg.name,
+                     static_cast<int>(ev.status.error_code()), ev.status.error_message(),
+                     r.backoff.count());
+      }
+      break;
+    case Event::kStreamEnded:
+      // The kubelet never reopens ListAndWatch: without a new registration
+      // this resource is gone from the node after its grace period.
+      if (r.state != State::kRegistered && r.state != State::kRegistering) return;
+      ScheduleRetry(r, kStreamLostDelay);
+      spdlog::warn("resource \"{}\": the kubelet closed ListAndWatch; registering again in {} ms",
+                   r.cfg.name,
+                   std::chrono::duration_cast<milliseconds>(*r.retry_at - Clock::now()).count());
+      break;
+  }
+  UpdateStatus();
+}
+
+void Agent::FireTimers() {
+  const auto now = Clock::now();
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    Resource& r = *resources_[i];
+    if (!r.retry_at || *r.retry_at > now) continue;
+    r.retry_at.reset();
+    if (!r.instance) continue;
+    if (Status st = StartServer(r); !st.ok()) {
+      spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
+      ScheduleRetry(r, milliseconds(0));
+      continue;
+    }
+    Register(i);
+  }
+  UpdateStatus();
+}
+
+void Agent::Post(Event ev) {
+  {
+    std::lock_guard lock(events_mu_);
+    events_.push_back(std::move(ev));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof(one));
+}
+
+void Agent::UpdateStatus() {
+  size_t registered = 0, serving = 0;
+  for (const auto& r : resources_) {
+    if (r->state == State::kRegistered) ++registered;
+    if (r->instance) ++serving;
+  }
+  std::string status = StrCat("registered ", registered, "/", resources_.size(),
+                                    " resources");
+  if (serving < resources_.size()) StrAppend(&status, "; ", resources_.size() - serving, " failed");
+  if (registered < serving && !KubeletSocketExists()) StrAppend(&status, "; waiting for kubelet");
+  if (status != last_status_) {
+    last_status_ = status;
+    sd_notifyf(0, "STATUS=%s", status.c_str());
+    spdlog::debug("status: {}", status);
+    for (const auto& r : resources_)
+      spdlog::trace("  {}: {}", r->cfg.name, StateName(static_cast<int>(r->state)));
+  }
+}
+
+void Agent::Run(int signal_fd) {
+  for (;;) {
+    int timeout_ms = -1;
+    for (const auto& r : resources_) {
+      if (!r->retry_at) continue;
+      const auto left =
+          std::chrono::ceil<milliseconds>(*r->retry_at - Clock::now()).count();
+      const int ms = static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
+      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+    }
+    pollfd fds[3] = {{signal_fd, POLLIN, 0}, {watch_.fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
+    const int n = poll(fds, 3, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("poll: {}", std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo si;
+      if (read(signal_fd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+          spdlog::info("{}: stopping", strsignal(static_cast<int>(si.ssi_signo)));
+          break;
+        }
+        if (si.ssi_signo == SIGHUP)
+          spdlog::warn("SIGHUP: configuration reload is not supported yet, ignoring");
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      kubelet::PluginDirWatch::Events ev = watch_.Drain();
+      if (ev.dir_gone) {
+        spdlog::warn("{} was removed; recreating it and waiting for the kubelet",
+                     config_.plugin_dir);
+        if (Status st = watch_.Start(config_.plugin_dir); !st.ok())
+          spdlog::error("{}", st.message());
+        ev.kubelet_socket_created = KubeletSocketExists();
+      }
+      if (ev.kubelet_socket_created) OnKubeletRestart();
+      for (const std::string& name : ev.removed) {
+        for (const auto& r : resources_)
+          if (name == r->cfg.socket)
+            spdlog::debug("resource \"{}\": socket {} removed", r->cfg.name, name);
+      }
+    }
+    if (fds[2].revents & POLLIN) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t rd = read(event_fd_, &count, sizeof(count));
+      std::vector<Event> events;
+      {
+        std::lock_guard lock(events_mu_);
+        events.swap(events_);
+      }
+      for (const Event& e : events) HandleEvent(e);
+    }
+    FireTimers();
+  }
+  Shutdown();
+}
+
+void Agent::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  sd_notify(0, "STOPPING=1");
+  for (auto& r : resources_) {
+    StopServer(*r);
+    if (r->instance) unlink(r->socket_path.c_str());
+  }
+  // Destroy module instances after every server is down: no call can reach
+  // them any more.
+  for (auto& r : resources_) r->instance.reset();
+  {
+    // Cancelled above; their callbacks still reference this agent.
+    std::unique_lock lock(register_mu_);
+    register_cv_.wait(lock, [&] { return registers_in_flight_ == 0; });
+  }
+  // Stream-end callbacks may have posted events; nothing reads them now.
+  spdlog::info("stopped");
+}
+
+}  // namespace devplug

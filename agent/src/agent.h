@@ -1,0 +1,111 @@
+// devplugd's orchestrator: loads modules, runs one module instance, one gRPC
+// server and one kubelet registration per [[resource]], and follows the
+// kubelet through restarts.
+//
+// Thread safety: Start(), Run() and the destructor are called from the main
+// thread. Other threads (gRPC, module workers) only reach the agent through
+// its event queue.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "config/config.h"
+#include "util/status.h"
+#include "kubelet/device_plugin_service.h"
+#include "kubelet/plugin_dir_watch.h"
+#include "kubelet/registration.h"
+#include "kubelet/stream_hub.h"
+#include "modules/module_instance.h"
+
+namespace devplug {
+
+class Agent {
+ public:
+  explicit Agent(config::AgentConfig config);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Loads modules, creates instances, starts every resource's server and
+  // the first registrations. Fails only when a `required` resource fails or
+  // the plugin directory cannot be watched; other resource failures are
+  // logged and that resource is left out.
+  Status Start();
+
+  // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), then
+  // stops serving and removes the sockets.
+  void Run(int signal_fd);
+
+  // Stops every resource (idempotent; also done by the destructor).
+  void Shutdown();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  enum class State {
+    kIdle,            // not serving (failed, or stopped)
+    kWaitingKubelet,  // serving; kubelet.sock absent
+    kRegistering,     // Register in flight
+    kRegistered,      // kubelet accepted us
+    kRetryWait,       // waiting for retry_at
+  };
+
+  struct Resource {
+    config::ResourceConfig cfg;
+    std::string socket_path;
+    // The hub outlives the instance that publishes into it.
+    std::unique_ptr<kubelet::StreamHub> hub;
+    std::unique_ptr<modules::ModuleInstance> instance;
+    std::unique_ptr<kubelet::DevicePluginService> service;
+    std::unique_ptr<grpc::Server> server;
+    std::shared_ptr<kubelet::PendingRegister> pending;
+    uint64_t generation = 0;  // bumped on every server start
+    State state = State::kIdle;
+    std::optional<Clock::time_point> retry_at;
+    std::chrono::milliseconds backoff{0};
+    uint64_t registrations = 0;
+  };
+
+  struct Event {
+    enum Kind { kRegisterDone, kStreamEnded } kind;
+    size_t resource;
+    uint64_t generation;
+    grpc::Status status;
+  };
+
+  Status StartResource(size_t index);
+  Status StartServer(Resource& r);
+  void StopServer(Resource& r);
+  void Register(size_t index);
+  void ScheduleRetry(Resource& r, std::chrono::milliseconds min_delay);
+  void OnKubeletRestart();
+  void HandleEvent(const Event& ev);
+  void Post(Event ev);
+  void FireTimers();
+  void UpdateStatus();
+  bool KubeletSocketExists() const;
+  std::string KubeletSocketPath() const;
+
+  const config::AgentConfig config_;
+  std::vector<std::unique_ptr<Resource>> resources_;
+  kubelet::PluginDirWatch watch_;
+  int event_fd_ = -1;
+  std::mutex events_mu_;
+  std::vector<Event> events_;  // guarded by events_mu_
+  // Register calls whose callback has not run yet; Shutdown waits for them.
+  std::mutex register_mu_;
+  std::condition_variable register_cv_;
+  int registers_in_flight_ = 0;  // guarded by register_mu_
+  bool shut_down_ = false;
+  std::string last_status_;
+};
+
+}  // namespace devplug

@@ -1,0 +1,63 @@
+#include "kubelet/plugin_dir_watch.h"
+
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+
+namespace devplug::kubelet {
+
+PluginDirWatch::~PluginDirWatch() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status PluginDirWatch::Start(const std::string& dir) {
+  dir_ = dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return FailedPreconditionError(
+        StrCat("cannot create plugin directory ", dir, ": ", ec.message()));
+  if (fd_ < 0) {
+    fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd_ < 0)
+      return InternalError(StrCat("inotify_init1: ", std::strerror(errno)));
+  }
+  wd_ = inotify_add_watch(fd_, dir.c_str(),
+                          IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF |
+                              IN_ONLYDIR);
+  if (wd_ < 0)
+    return FailedPreconditionError(
+        StrCat("cannot watch plugin directory ", dir, ": ", std::strerror(errno)));
+  return OkStatus();
+}
+
+PluginDirWatch::Events PluginDirWatch::Drain() {
+  Events out;
+  alignas(inotify_event) char buf[16384];
+  for (;;) {
+    const ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n <= 0) break;  // EAGAIN: drained
+    for (char* p = buf; p < buf + n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(p);
+      p += sizeof(inotify_event) + ev->len;
+      if (ev->wd != wd_) continue;
+      if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+        out.dir_gone = true;
+        continue;
+      }
+      if (ev->len == 0) continue;
+      const std::string_view name(ev->name);
+      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && name == kKubeletSocketName)
+        out.kubelet_socket_created = true;
+      else if (ev->mask & IN_DELETE)
+        out.removed.emplace_back(name);
+    }
+  }
+  return out;
+}
+
+}  // namespace devplug::kubelet

@@ -1,0 +1,47 @@
+// inotify watch on the kubelet's device-plugins directory.
+//
+// The only signal that matters is the creation of kubelet.sock by its exact
+// name: the kubelet creates it after wiping the directory on start, so it
+// means "serve again and register again". The kubelet's checkpoint file is
+// written through a dot-prefixed temp file and a rename; those events are
+// ignored.
+//
+// Thread safety: not thread-safe; owned by the agent's main loop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+
+namespace devplug::kubelet {
+
+inline constexpr char kKubeletSocketName[] = "kubelet.sock";
+
+class PluginDirWatch {
+ public:
+  struct Events {
+    bool kubelet_socket_created = false;
+    bool dir_gone = false;            // the directory was removed or moved
+    std::vector<std::string> removed;  // names of removed entries
+  };
+
+  PluginDirWatch() = default;
+  ~PluginDirWatch();
+  PluginDirWatch(const PluginDirWatch&) = delete;
+  PluginDirWatch& operator=(const PluginDirWatch&) = delete;
+
+  // Creates the directory if missing and starts watching it.
+  Status Start(const std::string& dir);
+  int fd() const { return fd_; }
+  // Reads every pending event (non-blocking).
+  Events Drain();
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+  int wd_ = -1;
+};
+
+}  // namespace devplug::kubelet

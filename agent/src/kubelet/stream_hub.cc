@@ -1,0 +1,152 @@
+#include "kubelet/stream_hub.h"
+
+#include <spdlog/spdlog.h>
+
+namespace devplug::kubelet {
+
+SnapshotPtr MakeSnapshot(const modules::DeviceList& devices) {
+  auto msg = std::make_shared<v1beta1::ListAndWatchResponse>();
+  msg->mutable_devices()->Reserve(static_cast<int>(devices.size()));
+  for (const modules::Device& d : devices) {
+    v1beta1::Device* out = msg->add_devices();
+    out->set_id(d.id);
+    out->set_health(d.healthy ? "Healthy" : "Unhealthy");
+    if (d.numa_node >= 0) out->mutable_topology()->add_nodes()->set_id(d.numa_node);
+  }
+  return msg;
+}
+
+class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
+ public:
+  Stream(StreamHub* hub, uint64_t generation) : hub_(hub), generation_(generation) {}
+
+  // Hub lock held.
+  void Offer(SnapshotPtr snapshot) {
+    std::lock_guard lock(mu_);
+    if (finishing_) return;
+    if (writing_) {
+      pending_ = std::move(snapshot);
+      return;
+    }
+    StartWriteLocked(std::move(snapshot));
+  }
+
+  // Hub lock held.
+  void Close() {
+    std::lock_guard lock(mu_);
+    by_agent_ = true;
+    FinishLocked(grpc::Status::OK);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mu_);
+    writing_ = false;
+    current_.reset();
+    if (!ok) {
+      // The kubelet went away mid-write.
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    if (finish_after_write_) {
+      Finish(finish_status_);
+      return;
+    }
+    if (pending_) StartWriteLocked(std::move(pending_));
+  }
+
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    bool by_agent;
+    {
+      std::lock_guard lock(mu_);
+      by_agent = by_agent_;
+    }
+    hub_->Remove(this, by_agent, generation_);
+    delete this;
+  }
+
+ private:
+  void StartWriteLocked(SnapshotPtr snapshot) {
+    current_ = std::move(snapshot);
+    writing_ = true;
+    StartWrite(current_.get());
+  }
+
+  // Finish exactly once, after any write in flight completes.
+  void FinishLocked(const grpc::Status& status) {
+    if (finishing_) return;
+    finishing_ = true;
+    pending_.reset();
+    if (writing_) {
+      finish_after_write_ = true;
+      finish_status_ = status;
+      return;
+    }
+    Finish(status);
+  }
+
+  StreamHub* const hub_;
+  const uint64_t generation_;
+  std::mutex mu_;
+  SnapshotPtr current_;  // the message being written; kept alive until done
+  SnapshotPtr pending_;  // newest snapshot not yet written
+  bool writing_ = false;
+  bool finishing_ = false;
+  bool finish_after_write_ = false;
+  bool by_agent_ = false;
+  grpc::Status finish_status_;
+};
+
+void StreamHub::Publish(SnapshotPtr snapshot) {
+  std::lock_guard lock(mu_);
+  latest_ = snapshot;
+  for (Stream* s : streams_) s->Offer(snapshot);
+}
+
+SnapshotPtr StreamHub::latest() const {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
+grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream() {
+  std::lock_guard lock(mu_);
+  auto* s = new Stream(this, generation_);
+  streams_.insert(s);
+  ++opened_;
+  if (latest_) s->Offer(latest_);
+  return s;
+}
+
+void StreamHub::CloseAll() {
+  std::lock_guard lock(mu_);
+  for (Stream* s : streams_) s->Close();
+}
+
+void StreamHub::Remove(Stream* s, bool by_agent, uint64_t generation) {
+  {
+    std::lock_guard lock(mu_);
+    streams_.erase(s);
+  }
+  if (on_end_) on_end_(by_agent, generation);
+}
+
+void StreamHub::set_generation(uint64_t g) {
+  std::lock_guard lock(mu_);
+  generation_ = g;
+}
+
+size_t StreamHub::open_streams() const {
+  std::lock_guard lock(mu_);
+  return streams_.size();
+}
+
+uint64_t StreamHub::streams_opened() const {
+  std::lock_guard lock(mu_);
+  return opened_;
+}
+
+}  // namespace devplug::kubelet

@@ -1,0 +1,166 @@
+// devplugd: one node agent serving many Kubernetes device plugin resources.
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "agent.h"
+#include "config/config.h"
+#include "log.h"
+#include "modules/loaded_module.h"
+
+namespace {
+
+// sysexits.h: configuration error.
+constexpr int kExitConfig = 78;
+constexpr int kExitUsage = 64;
+
+// Used with --builtin-config: a resource every Linux host with KVM can serve.
+constexpr char kBuiltinConfig[] = R"(# devplugd built-in configuration
+[agent]
+log_level = "info"
+
+[[resource]]
+name = "devices.kubevirt.io/kvm"
+module = "kvm"
+shares = 110
+)";
+
+struct Flags {
+  std::string config_path = "/etc/devplug/devplug.toml";
+  bool check_config = false;
+  bool builtin_config = false;
+  bool print_builtin = false;
+  std::string plugin_dir, module_dir, host_root, log_level;
+};
+
+void ApplyOverrides(devplug::config::AgentConfig& cfg, const Flags& f) {
+  if (!f.plugin_dir.empty()) cfg.plugin_dir = f.plugin_dir;
+  if (!f.module_dir.empty()) cfg.module_dir = f.module_dir;
+  if (!f.host_root.empty()) cfg.host_root = f.host_root;
+}
+
+// --check-config: loads each module and checks its keys, without creating
+// anything; prints the resolved resources.
+int CheckConfig(const devplug::config::AgentConfig& cfg) {
+  int failures = 0;
+  std::printf("files:");
+  for (const auto& f : cfg.files) std::printf(" %s", f.c_str());
+  std::printf("\nplugin_dir: %s\nmodule_dir: %s\nhost_root: %s\nlog_level: %s\n"
+              "resync_interval: %lldms\nudev_source: %s\nresources: %zu\n",
+              cfg.plugin_dir.c_str(), cfg.module_dir.c_str(), cfg.host_root.c_str(),
+              std::string(devplug::config::LogLevelName(cfg.log_level)).c_str(),
+              static_cast<long long>(cfg.resync_interval.count()),
+              std::string(devplug::config::UdevSourceName(cfg.udev_source)).c_str(),
+              cfg.resources.size());
+  for (size_t i = 0; i < cfg.resources.size(); ++i) {
+    const auto& r = cfg.resources[i];
+    const std::string path = devplug::modules::ResolveModulePath(r.module, cfg.module_dir);
+    std::printf("- %s\n    defined: %s:%d\n    module: %s\n    socket: %s/%s\n    required: %s\n",
+                r.name.c_str(), r.where.file.c_str(), r.where.line, path.c_str(),
+                cfg.plugin_dir.c_str(), r.socket.c_str(), r.required ? "true" : "false");
+    auto m = devplug::modules::LoadedModule::Load(path);
+    devplug::Status st = m.ok() ? (*m)->CheckKeys(r, i) : m.status();
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      ++failures;
+    } else {
+      std::printf("    module ok: %s %s\n", std::string((*m)->name()).c_str(),
+                  std::string((*m)->version()).c_str());
+    }
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "configuration has %d problem(s)\n", failures);
+    return kExitConfig;
+  }
+  std::printf("configuration ok\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"devplugd: serves node hardware to the kubelet as device plugin resources"};
+  Flags f;
+  app.add_option("-c,--config", f.config_path,
+                 "Main configuration file; drop-ins are read from conf.d/ beside it")
+      ->capture_default_str();
+  app.add_flag("--check-config", f.check_config,
+               "Validate the configuration and modules, print the resolved resources, exit");
+  app.add_flag("--builtin-config", f.builtin_config,
+               "Use the built-in configuration (one kvm resource) instead of a file");
+  app.add_flag("--print-builtin-config", f.print_builtin, "Print the built-in configuration");
+  app.add_option("--plugin-dir", f.plugin_dir, "Override agent.plugin_dir");
+  app.add_option("--module-dir", f.module_dir, "Override agent.module_dir");
+  app.add_option("--host-root", f.host_root, "Override agent.host_root");
+  app.add_option("--log-level", f.log_level, "Override agent.log_level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.set_version_flag("-V,--version", std::string("devplugd ") + DEVPLUG_VERSION);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  if (f.print_builtin) {
+    std::fputs(kBuiltinConfig, stdout);
+    return 0;
+  }
+
+  devplug::SetupLogging("devplugd");
+
+  devplug::config::LoadOptions load_opts;
+  load_opts.default_module_dir = DEVPLUG_MODULE_DIR;
+  auto cfg = f.builtin_config
+                 ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
+                 : devplug::config::LoadFile(f.config_path, load_opts);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "devplugd: configuration error:\n%s\n",
+                 std::string(cfg.status().message()).c_str());
+    return kExitConfig;
+  }
+  ApplyOverrides(*cfg, f);
+  if (!f.log_level.empty()) devplug::config::ParseLogLevel(f.log_level, &cfg->log_level);
+  if (f.check_config) return CheckConfig(*cfg);
+  devplug::SetLogLevel(cfg->log_level);
+
+  // Signals arrive through a signalfd; block them before any thread starts
+  // so no gRPC or module thread receives them.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  if (sfd < 0) {
+    spdlog::error("signalfd: {}", std::strerror(errno));
+    return 1;
+  }
+
+  spdlog::info("devplugd {} starting: {} resource(s), plugin_dir {}", DEVPLUG_VERSION,
+               cfg->resources.size(), cfg->plugin_dir);
+  int rc = 0;
+  {
+    devplug::Agent agent(*cfg);
+    if (devplug::Status st = agent.Start(); !st.ok()) {
+      spdlog::error("{}", st.message());
+      rc = 1;
+    } else {
+      agent.Run(sfd);
+    }
+  }
+  close(sfd);
+  return rc;
+}
