@@ -1,0 +1,262 @@
+// devplugctl: operator tools for devplug.
+//
+//   devplugctl simulate-kubelet  run the kubelet's side of the device plugin
+//                                protocol in a directory and print what
+//                                plugins register and report
+//   devplugctl demo              run devplugd against a simulated kubelet in a
+//                                temporary directory, end to end
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <set>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <google/protobuf/util/json_util.h>
+
+#include "kubelet_sim.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using devplug::sim::KubeletSim;
+using devplug::sim::ResourceView;
+namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+void PrintLine(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+void PrintResources(const KubeletSim& sim) {
+  std::printf("\n%-32s %-44s %8s %8s\n", "RESOURCE", "SOCKET", "DEVICES", "HEALTHY");
+  for (const std::string& name : sim.resource_names()) {
+    auto r = sim.resource(name);
+    std::printf("%-32s %-44s %8zu %8zu\n", name.c_str(), r->endpoint.c_str(), r->devices.size(),
+                r->healthy());
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// Allocates `count` healthy devices of one resource, like the kubelet does for
+// one container, and prints the answer. Returns false if Allocate failed.
+bool AllocateOne(KubeletSim& sim, const std::string& name, int count) {
+  auto r = sim.resource(name);
+  std::vector<std::string> ids;
+  for (const auto& d : r->devices)
+    if (d.health() == "Healthy" && static_cast<int>(ids.size()) < count) ids.push_back(d.id());
+  if (ids.empty()) {
+    std::printf("%s: no healthy device to allocate\n", name.c_str());
+    return true;
+  }
+  v1beta1::ContainerAllocateResponse resp;
+  grpc::Status st = sim.Allocate(name, ids, &resp);
+  std::string joined;
+  for (const auto& id : ids) joined += (joined.empty() ? "" : ",") + id;
+  if (!st.ok()) {
+    std::printf("Allocate %s [%s] failed: %s\n", name.c_str(), joined.c_str(),
+                st.error_message().c_str());
+  } else {
+    std::printf("Allocate %s [%s] ->\n%s\n", name.c_str(), joined.c_str(), ToJson(resp).c_str());
+  }
+  std::fflush(stdout);
+  return st.ok();
+}
+
+int SimulateKubelet(const std::string& dir, int allocate, double duration_s, bool quiet) {
+  KubeletSim::Options o;
+  o.dir = dir;
+  o.strict = true;
+  if (!quiet) o.on_event = PrintLine;
+  KubeletSim sim(o);
+  if (devplug::Status st = sim.Start(); !st.ok()) {
+    std::fprintf(stderr, "devplugctl: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("simulated kubelet serving %s/kubelet.sock; Ctrl-C to stop\n", dir.c_str());
+  std::fflush(stdout);
+  std::set<std::string> allocated;
+  const auto end = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(duration_s * 1000));
+  while (!g_stop && (duration_s <= 0 || std::chrono::steady_clock::now() < end)) {
+    std::this_thread::sleep_for(100ms);
+    if (allocate <= 0) continue;
+    for (const std::string& name : sim.resource_names()) {
+      auto r = sim.resource(name);
+      if (allocated.count(name) || !r->connected || r->stream_snapshots == 0) continue;
+      allocated.insert(name);
+      AllocateOne(sim, name, allocate);
+    }
+  }
+  sim.Stop();
+  for (const std::string& v : sim.violations()) std::printf("violation: %s\n", v.c_str());
+  return sim.violations().empty() ? 0 : 2;
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+int Demo(std::string agent, std::string module_dir, const std::string& config) {
+  const std::string self = SelfDir();
+  if (agent.empty()) agent = self + "/devplugd";
+  if (module_dir.empty()) {
+    // In a build tree the modules sit beside the agent/ folder.
+    module_dir = fs::exists(self + "/../modules/kvm.so") ? fs::canonical(self + "/../modules").string()
+                                                         : std::string(DEVPLUG_MODULE_DIR);
+  }
+  char tmpl[] = "/tmp/devplug-demo.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+
+  std::printf("== devplug demo: devplugd against a simulated kubelet in %s\n", dir.c_str());
+  KubeletSim::Options o;
+  o.dir = dir;
+  o.on_event = PrintLine;
+  KubeletSim sim(o);
+  if (devplug::Status st = sim.Start(); !st.ok()) {
+    std::fprintf(stderr, "devplugctl: %s\n", st.message().c_str());
+    return 1;
+  }
+
+  std::vector<std::string> args{agent, "--plugin-dir", dir, "--module-dir", module_dir};
+  if (config.empty()) args.push_back("--builtin-config");
+  else args.insert(args.end(), {"--config", config});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::printf("== starting:");
+  for (const auto& a : args) std::printf(" %s", a.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t pid;
+  if (int rc = posix_spawn(&pid, agent.c_str(), nullptr, nullptr, argv.data(), environ); rc != 0) {
+    std::fprintf(stderr, "devplugctl: cannot start %s: %s\n", agent.c_str(), std::strerror(rc));
+    return 1;
+  }
+  int failures = 0;
+  auto all_registered = [&](uint64_t n) {
+    return sim.WaitUntil(
+        [&](const auto& rs) {
+          if (rs.empty()) return false;
+          for (const auto& [name, r] : rs)
+            if (r.registrations < n || !r.connected || r.stream_snapshots == 0) return false;
+          return true;
+        },
+        15s);
+  };
+  if (!all_registered(1)) {
+    std::printf("== no resource registered within 15 s\n");
+    ++failures;
+  } else {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0);
+    std::this_thread::sleep_for(300ms);  // let any further resources arrive
+    std::printf("== registered within %lld ms of start:\n", static_cast<long long>(ms.count()));
+    PrintResources(sim);
+    for (const std::string& name : sim.resource_names())
+      if (!AllocateOne(sim, name, 1)) ++failures;
+
+    std::printf("\n== restarting the simulated kubelet (it wipes the sockets)\n");
+    std::fflush(stdout);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (devplug::Status st = sim.Restart(200ms); !st.ok()) {
+      std::printf("restart failed: %s\n", st.message().c_str());
+      ++failures;
+    } else if (!all_registered(2)) {
+      std::printf("== resources did not register again\n");
+      ++failures;
+    } else {
+      const auto ms2 = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - t1);
+      std::printf("== every resource registered again (%lld ms incl. 200 ms kubelet downtime)\n",
+                  static_cast<long long>(ms2.count()));
+      PrintResources(sim);
+    }
+  }
+
+  std::printf("== stopping devplugd (SIGTERM)\n");
+  std::fflush(stdout);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  std::printf("== devplugd exited %s\n", clean ? "cleanly (status 0)" : "with an error");
+  if (!clean) ++failures;
+  sim.Stop();
+  for (const std::string& v : sim.violations()) {
+    std::printf("protocol violation: %s\n", v.c_str());
+    ++failures;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  std::printf("== demo %s\n", failures == 0 ? "OK" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"devplugctl: operator tools for devplug"};
+  app.require_subcommand(1);
+  app.set_version_flag("-V,--version", std::string("devplugctl ") + DEVPLUG_VERSION);
+
+  auto* sim = app.add_subcommand("simulate-kubelet",
+                                 "Serve kubelet.sock in a directory like the kubelet does and "
+                                 "print every registration and device list");
+  std::string dir = "/var/lib/kubelet/device-plugins";
+  int allocate = 0;
+  double duration = 0;
+  bool quiet = false;
+  sim->add_option("--dir", dir, "Device plugin directory")->capture_default_str();
+  sim->add_option("--allocate", allocate,
+                  "After a resource's first device list, Allocate this many healthy devices "
+                  "and print the answer");
+  sim->add_option("--duration", duration, "Stop after this many seconds (default: until Ctrl-C)");
+  sim->add_flag("-q,--quiet", quiet, "Print only violations");
+
+  auto* demo = app.add_subcommand("demo",
+                                  "Run devplugd (built-in kvm configuration) against a simulated "
+                                  "kubelet in a temporary directory and show what the kubelet sees");
+  std::string agent, module_dir, config;
+  demo->add_option("--agent", agent, "devplugd binary (default: beside devplugctl)");
+  demo->add_option("--module-dir", module_dir, "Module directory (default: the build tree's)");
+  demo->add_option("--config", config, "Use this configuration instead of the built-in one");
+
+  CLI11_PARSE(app, argc, argv);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  if (*sim) return SimulateKubelet(dir, allocate, duration, quiet);
+  return Demo(agent, module_dir, config);
+}

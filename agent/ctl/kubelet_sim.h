@@ -1,0 +1,129 @@
+// A kubelet simulator: the kubelet's side of the device plugin protocol over
+// real Unix sockets, for operators without a cluster (devplugctl
+// simulate-kubelet, devplugctl demo) and for devplug's own tests.
+//
+// What it reproduces of the real kubelet (v1beta1, 1.25+):
+//  - serves v1beta1.Registration on <dir>/kubelet.sock, created after it
+//    removes every socket in <dir> (as the kubelet does at start);
+//  - Register: checks version and resource name, joins the endpoint with
+//    <dir> unchecked, dials it (blocking, 10 s), calls GetDevicePluginOptions,
+//    answers, then opens exactly one ListAndWatch and never reopens it;
+//  - every ListAndWatch message is a full snapshot; "Healthy" exactly is
+//    healthy; a stream end of any kind is a disconnect: devices become
+//    unhealthy and calls fail with "endpoint ... has been stopped";
+//  - a new Register for a resource replaces its endpoint;
+//  - rewrites kubelet_internal_checkpoint through a dot-prefixed temp file
+//    and a rename on every update (inotify noise a plugin must ignore);
+//  - Allocate with one ContainerAllocateRequest, using container_responses[0].
+// In strict mode it also records contract violations (see violations()).
+//
+// Thread safety: all public methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "util/status.h"
+
+namespace devplug::sim {
+
+struct ResourceView {
+  std::string name;
+  std::string endpoint;                 // as sent in RegisterRequest
+  v1beta1::DevicePluginOptions options;  // from GetDevicePluginOptions
+  std::vector<v1beta1::Device> devices;  // latest snapshot
+  uint64_t snapshots = 0;                // ListAndWatch messages received
+  uint64_t stream_snapshots = 0;         // ... on the current stream
+  uint64_t registrations = 0;            // successful Register calls
+  uint64_t stream_ends = 0;              // ListAndWatch streams that ended
+  bool connected = false;                // ListAndWatch open
+  size_t healthy() const;
+};
+
+class KubeletSim {
+ public:
+  struct Options {
+    std::string dir = "/var/lib/kubelet/device-plugins";
+    std::chrono::milliseconds dial_timeout{10'000};
+    bool checkpoint_noise = true;
+    bool strict = true;
+    // Called with a one-line description of everything that happens.
+    std::function<void(const std::string&)> on_event;
+  };
+
+  explicit KubeletSim(Options options);
+  ~KubeletSim();
+  KubeletSim(const KubeletSim&) = delete;
+  KubeletSim& operator=(const KubeletSim&) = delete;
+
+  // Removes every socket in the directory, then serves kubelet.sock.
+  Status Start();
+  // The kubelet goes away: kubelet.sock stops answering (and is removed) and
+  // every plugin connection is closed.
+  void Stop();
+  // Stop, wait `down`, Start: a kubelet restart.
+  Status Restart(std::chrono::milliseconds down);
+
+  std::vector<std::string> resource_names() const;
+  std::optional<ResourceView> resource(const std::string& name) const;
+  uint64_t total_registrations() const;
+  // Contract violations seen in strict mode, one line each.
+  std::vector<std::string> violations() const;
+
+  // Waits until pred(resources) holds; pred runs under the simulator's lock
+  // after every change. False on timeout.
+  bool WaitUntil(const std::function<bool(const std::map<std::string, ResourceView>&)>& pred,
+                 std::chrono::milliseconds timeout) const;
+  // Waits for `name` to have at least `registrations` registrations and a
+  // snapshot received on an open stream after the last one.
+  bool WaitForResource(const std::string& name, uint64_t registrations,
+                       std::chrono::milliseconds timeout) const;
+
+  // Kubelet-side calls on the resource's current connection.
+  grpc::Status Allocate(const std::string& name, const std::vector<std::string>& ids,
+                        v1beta1::ContainerAllocateResponse* out);
+  grpc::Status GetPreferredAllocation(const std::string& name,
+                                      const std::vector<std::string>& available,
+                                      const std::vector<std::string>& must_include, int32_t size,
+                                      std::vector<std::string>* out);
+  grpc::Status PreStartContainer(const std::string& name, const std::vector<std::string>& ids);
+
+ private:
+  class RegistrationService;
+  struct Endpoint;
+
+  grpc::Status HandleRegister(const v1beta1::RegisterRequest& req);
+  void RunStream(std::shared_ptr<Endpoint> ep);
+  void CheckSnapshot(const std::string& name, const v1beta1::ListAndWatchResponse& msg);
+  void WriteCheckpoint();
+  void Event(const std::string& line) const;
+  void Violation(const std::string& line);
+  std::shared_ptr<Endpoint> Current(const std::string& name, grpc::Status* err) const;
+
+  const Options options_;
+  std::unique_ptr<RegistrationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<std::string, ResourceView> resources_;                // guarded by mu_
+  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;   // guarded by mu_
+  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;         // guarded by mu_
+  std::vector<std::string> violations_;                          // guarded by mu_
+  uint64_t total_registrations_ = 0;                             // guarded by mu_
+  uint64_t checkpoint_seq_ = 0;                                  // guarded by mu_
+  bool serving_ = false;                                         // guarded by mu_
+};
+
+}  // namespace devplug::sim
