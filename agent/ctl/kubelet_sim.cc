@@ -134,6 +134,16 @@ void KubeletSim::Stop() {
   cv_.notify_all();
 }
 
+void KubeletSim::DropConnections() {
+  std::vector<std::shared_ptr<Endpoint>> eps;
+  {
+    std::lock_guard lock(mu_);
+    eps = all_endpoints_;
+  }
+  for (auto& ep : eps) ep->stream_ctx.TryCancel();
+  Event("kubelet: dropped every plugin connection");
+}
+
 Status KubeletSim::Restart(std::chrono::milliseconds down) {
   Stop();
   std::this_thread::sleep_for(down);

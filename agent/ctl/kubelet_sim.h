@@ -72,6 +72,9 @@ class KubeletSim {
   // The kubelet goes away: kubelet.sock stops answering (and is removed) and
   // every plugin connection is closed.
   void Stop();
+  // Closes every plugin connection while kubelet.sock keeps serving (what a
+  // plugin sees when the kubelet drops a stream without restarting).
+  void DropConnections();
   // Stop, wait `down`, Start: a kubelet restart.
   Status Restart(std::chrono::milliseconds down);
 

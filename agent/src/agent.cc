@@ -88,6 +88,9 @@ Status Agent::Start() {
 
     Status st = StartResource(i);
     if (!st.ok()) {
+      // A configuration mistake is fatal at start (like a TOML error): the
+      // operator sees it at once instead of a silently missing resource.
+      if (st.code() == StatusCode::kInvalidArgument) return st;
       if (cfg.required) {
         return FailedPreconditionError(
             StrCat("required resource \"", cfg.name, "\" failed: ", st.message()));
@@ -98,6 +101,7 @@ Status Agent::Start() {
   for (size_t i = 0; i < resources_.size(); ++i) {
     if (resources_[i]->state != State::kIdle) Register(i);
   }
+  if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   UpdateStatus();
   sd_notify(0, "READY=1");
   return OkStatus();
@@ -256,8 +260,22 @@ void Agent::HandleEvent(const Event& ev) {
   UpdateStatus();
 }
 
+int Agent::NextTimeoutMs() const {
+  std::optional<Clock::time_point> next = next_resync_;
+  for (const auto& r : resources_)
+    if (r->retry_at && (!next || *r->retry_at < *next)) next = r->retry_at;
+  if (!next) return -1;
+  const auto left = std::chrono::ceil<milliseconds>(*next - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
+}
+
 void Agent::FireTimers() {
   const auto now = Clock::now();
+  if (next_resync_ && *next_resync_ <= now) {
+    next_resync_ = now + config_.resync_interval;
+    for (const auto& r : resources_)
+      if (r->instance) r->instance->RequestRescan();
+  }
   for (size_t i = 0; i < resources_.size(); ++i) {
     Resource& r = *resources_[i];
     if (!r.retry_at || *r.retry_at > now) continue;
@@ -303,14 +321,7 @@ void Agent::UpdateStatus() {
 
 void Agent::Run(int signal_fd) {
   for (;;) {
-    int timeout_ms = -1;
-    for (const auto& r : resources_) {
-      if (!r->retry_at) continue;
-      const auto left =
-          std::chrono::ceil<milliseconds>(*r->retry_at - Clock::now()).count();
-      const int ms = static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
-      timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
-    }
+    const int timeout_ms = NextTimeoutMs();
     pollfd fds[3] = {{signal_fd, POLLIN, 0}, {watch_.fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
     const int n = poll(fds, 3, timeout_ms);
     if (n < 0 && errno != EINTR) {

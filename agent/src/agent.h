@@ -35,8 +35,10 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
 
   // Loads modules, creates instances, starts every resource's server and
-  // the first registrations. Fails only when a `required` resource fails or
-  // the plugin directory cannot be watched; other resource failures are
+  // the first registrations. Fails with INVALID_ARGUMENT for a configuration
+  // mistake in a resource's module keys, and otherwise only when a
+  // `required` resource fails or the plugin directory cannot be watched;
+  // other resource failures (a module that cannot be loaded or created) are
   // logged and that resource is left out.
   Status Start();
 
@@ -90,6 +92,8 @@ class Agent {
   void HandleEvent(const Event& ev);
   void Post(Event ev);
   void FireTimers();
+  // Milliseconds until the nearest timer, or -1 for none.
+  int NextTimeoutMs() const;
   void UpdateStatus();
   bool KubeletSocketExists() const;
   std::string KubeletSocketPath() const;
@@ -106,6 +110,8 @@ class Agent {
   int registers_in_flight_ = 0;  // guarded by register_mu_
   bool shut_down_ = false;
   std::string last_status_;
+  // Next safety rescan of every resource (resync_interval); unset if 0.
+  std::optional<Clock::time_point> next_resync_;
 };
 
 }  // namespace devplug

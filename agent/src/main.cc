@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "log.h"
 #include "modules/loaded_module.h"
+#include "modules/module_instance.h"
 
 namespace {
 
@@ -67,6 +68,21 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
                 cfg.plugin_dir.c_str(), r.socket.c_str(), r.required ? "true" : "false");
     auto m = devplug::modules::LoadedModule::Load(path);
     devplug::Status st = m.ok() ? (*m)->CheckKeys(r, i) : m.status();
+    if (st.ok()) {
+      // create() validates the values; the first scan shows what it finds.
+      devplug::modules::ModuleInstance::Options o;
+      o.host_root = cfg.host_root;
+      o.index = i;
+      auto inst = devplug::modules::ModuleInstance::Create(*m, r, std::move(o));
+      if (!inst.ok()) {
+        st = inst.status();
+      } else {
+        const auto devices = (*inst)->devices();
+        size_t healthy = 0;
+        for (const auto& d : *devices) healthy += d.healthy ? 1 : 0;
+        std::printf("    devices: %zu (%zu healthy)\n", devices->size(), healthy);
+      }
+    }
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
       ++failures;
@@ -131,7 +147,10 @@ int main(int argc, char** argv) {
   }
   ApplyOverrides(*cfg, f);
   if (!f.log_level.empty()) devplug::config::ParseLogLevel(f.log_level, &cfg->log_level);
-  if (f.check_config) return CheckConfig(*cfg);
+  if (f.check_config) {
+    devplug::SetLogLevel(devplug::config::LogLevel::kWarn);
+    return CheckConfig(*cfg);
+  }
   devplug::SetLogLevel(cfg->log_level);
 
   // Signals arrive through a signalfd; block them before any thread starts
@@ -155,8 +174,13 @@ int main(int argc, char** argv) {
   {
     devplug::Agent agent(*cfg);
     if (devplug::Status st = agent.Start(); !st.ok()) {
-      spdlog::error("{}", st.message());
-      rc = 1;
+      if (st.code() == devplug::StatusCode::kInvalidArgument) {
+        std::fprintf(stderr, "devplugd: configuration error:\n%s\n", st.message().c_str());
+        rc = kExitConfig;
+      } else {
+        spdlog::error("{}", st.message());
+        rc = 1;
+      }
     } else {
       agent.Run(sfd);
     }

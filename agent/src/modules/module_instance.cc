@@ -282,7 +282,9 @@ StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
                                                   : p->last_error_);
         if (rc >= 0) why += " (no instance returned)";
       }
-      created.set_value(FailedPreconditionError(why));
+      // Configuration problems are the operator's to fix: say so by code.
+      created.set_value(p->config_errors_.empty() ? FailedPreconditionError(why)
+                                                  : InvalidArgumentError(why));
       return;
     }
     p->inst_ = inst;

@@ -72,7 +72,10 @@ class [[nodiscard]] StatusOr {
   StatusOr(U&& v) : v_(T(std::forward<U>(v))) {}      // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
-  Status status() const { return ok() ? OkStatus() : std::get<Status>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }

@@ -1,0 +1,193 @@
+/*
+ * A configurable module for tests, built into several .so variants from this
+ * one source (see tests/CMakeLists.txt):
+ *
+ *   fake_full        every optional hook; behaviour set by config keys
+ *   fake_minimal     only the required members
+ *   fake_noentry     no entry symbol
+ *   fake_major2      descriptor claims ABI major 2
+ *   fake_short       descriptor shorter than the required members
+ *   fake_createfail  create() fails with a reason
+ *
+ * Keys (fake_full, fake_minimal):
+ *   count (int, default 4)       devices fake-0 .. fake-<count-1>
+ *   unhealthy (string array)     IDs reported Unhealthy
+ *   numa (int, default -1)       NUMA node of every device
+ *   bad_ids (bool)               also report an empty, a duplicate and a
+ *                                64-character ID
+ *   fail_pre_start (string)      pre_start fails when given this ID
+ *   env_prefix (string)          allocate() sets <prefix>_DEVICES
+ *   default_for (string)         allocate() returns DEVPLUG_ALLOCATE_DEFAULT
+ *                                when asked for exactly this ID
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devplug/module.h"
+
+struct devplug_instance {
+  const struct devplug_host *host;
+  int64_t count;
+  int64_t numa;
+  const char *const *unhealthy;
+  size_t n_unhealthy;
+  int32_t bad_ids;
+  const char *fail_pre_start;
+  const char *env_prefix;
+  const char *default_for;
+};
+
+static int fake_create(const struct devplug_host *host, struct devplug_instance **ret) {
+#ifdef FAKE_CREATE_FAILS
+  host->set_error(host, "the fake hardware is on fire");
+  (void)ret;
+  return -EIO;
+#else
+  struct devplug_instance *inst = calloc(1, sizeof(*inst));
+  if (inst == NULL) return -ENOMEM;
+  inst->host = host;
+  inst->count = 4;
+  inst->numa = -1;
+  host->config_int(host, "count", &inst->count);
+  host->config_int(host, "numa", &inst->numa);
+  host->config_string_array(host, "unhealthy", &inst->unhealthy, &inst->n_unhealthy);
+  host->config_bool(host, "bad_ids", &inst->bad_ids);
+  host->config_string(host, "fail_pre_start", &inst->fail_pre_start);
+  host->config_string(host, "env_prefix", &inst->env_prefix);
+  host->config_string(host, "default_for", &inst->default_for);
+  if (inst->count < 0 || inst->count > 100000) {
+    host->config_error(host, "count", "must be between 0 and 100000");
+    free(inst);
+    return -EINVAL;
+  }
+  *ret = inst;
+  return 0;
+#endif
+}
+
+static void fake_destroy(struct devplug_instance *inst) { free(inst); }
+
+static int is_unhealthy(const struct devplug_instance *inst, const char *id) {
+  for (size_t i = 0; i < inst->n_unhealthy; i++)
+    if (strcmp(inst->unhealthy[i], id) == 0) return 1;
+  return 0;
+}
+
+static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *sink) {
+  for (int64_t i = 0; i < inst->count; i++) {
+    char id[32], node[64];
+    struct devplug_recipe *r = NULL;
+    snprintf(id, sizeof(id), "fake-%lld", (long long)i);
+    snprintf(node, sizeof(node), "/dev/fake%lld", (long long)i);
+    int rc = sink->add_device(sink, id, is_unhealthy(inst, id) ? DEVPLUG_UNHEALTHY : DEVPLUG_HEALTHY,
+                              (int32_t)inst->numa, &r);
+    if (rc < 0) return rc;
+    r->add_device_node(r, node, NULL, NULL);
+    r->add_env(r, "FAKE_VISIBLE", id);
+  }
+  if (inst->bad_ids) {
+    char long_id[65];
+    memset(long_id, 'x', 64);
+    long_id[64] = '\0';
+    sink->add_device(sink, "", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "fake-0", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, long_id, DEVPLUG_HEALTHY, -1, NULL);
+  }
+  return 0;
+}
+
+#ifndef FAKE_MINIMAL
+static int fake_allocate(struct devplug_instance *inst, const char *const *ids, size_t n,
+                         struct devplug_recipe *resp) {
+  if (inst->default_for && n == 1 && strcmp(ids[0], inst->default_for) == 0)
+    return DEVPLUG_ALLOCATE_DEFAULT;
+  char key[128];
+  snprintf(key, sizeof(key), "%s_DEVICES", inst->env_prefix ? inst->env_prefix : "FAKE");
+  for (size_t i = 0; i < n; i++) resp->add_env(resp, key, ids[i]);
+  resp->add_mount(resp, "/var/lib/fake", "/fake", 1);
+  resp->add_annotation(resp, "fake.example/count", n == 1 ? "1" : "many");
+  resp->add_cdi_device(resp, "fake.example/dev=all");
+  return 0;
+}
+
+/* Must-include first, then the rest in order, up to size. */
+static int fake_preferred(struct devplug_instance *inst, const char *const *available,
+                          size_t n_available, const char *const *must, size_t n_must,
+                          int32_t size, struct devplug_id_sink *ret) {
+  (void)inst;
+  int32_t taken = 0;
+  for (size_t i = 0; i < n_must && taken < size; i++, taken++) ret->add_id(ret, must[i]);
+  for (size_t i = 0; i < n_available && taken < size; i++) {
+    int dup = 0;
+    for (size_t j = 0; j < n_must; j++)
+      if (strcmp(available[i], must[j]) == 0) dup = 1;
+    if (!dup) {
+      ret->add_id(ret, available[i]);
+      taken++;
+    }
+  }
+  return 0;
+}
+
+static int fake_pre_start(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (inst->fail_pre_start && strcmp(ids[i], inst->fail_pre_start) == 0) {
+      inst->host->set_error(inst->host, "device refused to reset");
+      return -EIO;
+    }
+  }
+  return 0;
+}
+#endif
+
+static const struct devplug_config_key fake_keys[] = {
+    {"count", DEVPLUG_CONFIG_INT, 0, "number of devices"},
+    {"numa", DEVPLUG_CONFIG_INT, 0, "NUMA node"},
+    {"unhealthy", DEVPLUG_CONFIG_STRING_ARRAY, 0, "unhealthy IDs"},
+    {"bad_ids", DEVPLUG_CONFIG_BOOL, 0, "report invalid IDs too"},
+    {"fail_pre_start", DEVPLUG_CONFIG_STRING, 0, "pre_start fails for this ID"},
+    {"env_prefix", DEVPLUG_CONFIG_STRING, 0, "env prefix of allocate()"},
+    {"default_for", DEVPLUG_CONFIG_STRING, 0, "allocate() defers for this ID"},
+    {NULL, 0, 0, NULL},
+};
+
+static const struct devplug_module fake_module = {
+#ifdef FAKE_SHORT
+    .struct_size = offsetof(struct devplug_module, destroy),
+#else
+    .struct_size = sizeof(struct devplug_module),
+#endif
+#ifdef FAKE_MAJOR2
+    .abi_major = 2,
+#else
+    .abi_major = DEVPLUG_MODULE_ABI_MAJOR,
+#endif
+    .abi_minor = DEVPLUG_MODULE_ABI_MINOR,
+    .name = "fake",
+    .version = "0.0.1",
+    .description = "test module",
+    .config_keys = fake_keys,
+    .udev_subsystems = NULL,
+    .create = fake_create,
+    .destroy = fake_destroy,
+    .list_devices = fake_list,
+#ifndef FAKE_MINIMAL
+    .allocate = fake_allocate,
+    .preferred_allocation = fake_preferred,
+    .pre_start = fake_pre_start,
+#endif
+};
+
+#ifndef FAKE_NO_ENTRY
+DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_abi_minor,
+                                                  const struct devplug_module **ret) {
+  (void)agent_abi_minor;
+  *ret = &fake_module;
+  return 0;
+}
+#else
+/* Exports something, but not the entry point. */
+DEVPLUG_MODULE_EXPORT int devplug_module_entry_v0(void) { return (int)fake_module.abi_major; }
+#endif

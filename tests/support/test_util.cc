@@ -1,0 +1,158 @@
+#include "test_util.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace devplug::testing {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "devplug-test.XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::trunc | std::ios::binary);
+  out << content;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor) {
+  fs::create_directories(fs::path(path).parent_path());
+  return mknod(path.c_str(), S_IFCHR | 0600, makedev(major, minor)) == 0;
+}
+
+bool IsRoot() { return geteuid() == 0; }
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::string DevplugdPath() { return DEVPLUG_TEST_DEVPLUGD; }
+std::string ModuleDir() { return DEVPLUG_TEST_MODULE_DIR; }
+std::string FakeModuleDir() { return DEVPLUG_TEST_FAKE_MODULE_DIR; }
+
+namespace {
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path, bool both) {
+  std::vector<std::string> argv_s{DevplugdPath()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (both) posix_spawn_file_actions_adddup2(&fa, 2, 1);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      *exited = true;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return std::nullopt;
+    }
+    if (std::chrono::steady_clock::now() > end) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+}  // namespace
+
+AgentProcess::AgentProcess(const std::vector<std::string>& args) {
+  char tmpl[] = "/tmp/devplugd-log.XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd >= 0) close(fd);
+  log_path_ = tmpl;
+  pid_ = Spawn(args, log_path_, false);
+  if (pid_ < 0) throw std::runtime_error("cannot start " + DevplugdPath());
+}
+
+AgentProcess::~AgentProcess() {
+  if (!exited_) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+  unlink(log_path_.c_str());
+}
+
+std::optional<int> AgentProcess::Stop(int sig, std::chrono::milliseconds timeout) {
+  if (exited_) return std::nullopt;
+  kill(pid_, sig);
+  auto rc = WaitPid(pid_, timeout, &exited_);
+  if (!exited_) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+    exited_ = true;
+  }
+  return rc;
+}
+
+std::optional<int> AgentProcess::Wait(std::chrono::milliseconds timeout) {
+  if (exited_) return std::nullopt;
+  return WaitPid(pid_, timeout, &exited_);
+}
+
+std::string AgentProcess::Log() const { return ReadFile(log_path_); }
+
+bool AgentProcess::WaitForLog(const std::string& needle, std::chrono::milliseconds timeout) const {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (Log().find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Log().find(needle) != std::string::npos;
+}
+
+RunResult RunDevplugd(const std::vector<std::string>& args) {
+  char tmpl[] = "/tmp/devplugd-out.XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd >= 0) close(fd);
+  RunResult res;
+  const pid_t pid = Spawn(args, tmpl, true);
+  if (pid < 0) return res;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.output = ReadFile(tmpl);
+  unlink(tmpl);
+  return res;
+}
+
+}  // namespace devplug::testing

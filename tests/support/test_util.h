@@ -1,0 +1,71 @@
+// Test helpers: temporary trees, device nodes, and a devplugd child process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace devplug::testing {
+
+// A temporary directory removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `content` to `path`, creating parent directories.
+void WriteFile(const std::string& path, const std::string& content);
+std::string ReadFile(const std::string& path);
+// Creates a character device node (needs CAP_MKNOD); false if not allowed.
+bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor);
+bool IsRoot();
+bool FileExists(const std::string& path);
+
+// Paths baked in by CMake.
+std::string DevplugdPath();
+std::string ModuleDir();      // in-tree modules (kvm.so, ...)
+std::string FakeModuleDir();  // tests/support/fake_module.c variants
+
+// devplugd as a child process with stderr captured to a file.
+class AgentProcess {
+ public:
+  // Starts devplugd with `args` (after the binary name).
+  explicit AgentProcess(const std::vector<std::string>& args);
+  ~AgentProcess();
+  AgentProcess(const AgentProcess&) = delete;
+  AgentProcess& operator=(const AgentProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `sig` and waits up to `timeout` for the exit; the exit code, or
+  // nullopt if it did not exit (then it is killed) or died by a signal.
+  std::optional<int> Stop(int sig, std::chrono::milliseconds timeout);
+  // Waits for the process to exit by itself.
+  std::optional<int> Wait(std::chrono::milliseconds timeout);
+  std::string Log() const;
+  bool WaitForLog(const std::string& needle, std::chrono::milliseconds timeout) const;
+
+ private:
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::string log_path_;
+};
+
+// Runs devplugd to completion (for --check-config and config errors).
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout + stderr
+};
+RunResult RunDevplugd(const std::vector<std::string>& args);
+
+}  // namespace devplug::testing

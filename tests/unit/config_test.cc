@@ -1,0 +1,254 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace devplug::config {
+namespace {
+
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+
+LoadOptions Opts() {
+  LoadOptions o;
+  o.default_module_dir = "/usr/lib/devplug/modules";
+  return o;
+}
+
+TEST(ConfigTest, FullFileParsesIntoTypedStructs) {
+  auto cfg = LoadString(R"(
+[agent]
+plugin_dir = "/tmp/dp/"
+module_dir = "/opt/devplug/modules"
+host_root = "/host"
+log_level = "debug"
+resync_interval = "1m30s"
+udev_source = "kernel"
+
+[[resource]]
+name = "devices.kubevirt.io/kvm"
+module = "kvm"
+shares = 10
+
+[[resource]]
+name = "example.com/fpga"
+module = "/opt/mods/fake.so"
+socket = "fpga.sock"
+required = true
+vendors = ["0x8086", "10ee"]
+enabled = true
+)",
+                        "devplug.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->plugin_dir, "/tmp/dp");
+  EXPECT_EQ(cfg->module_dir, "/opt/devplug/modules");
+  EXPECT_EQ(cfg->host_root, "/host");
+  EXPECT_EQ(cfg->log_level, LogLevel::kDebug);
+  EXPECT_EQ(cfg->resync_interval, std::chrono::seconds(90));
+  EXPECT_EQ(cfg->udev_source, UdevSource::kKernel);
+  ASSERT_EQ(cfg->resources.size(), 2u);
+  const ResourceConfig& kvm = cfg->resources[0];
+  EXPECT_EQ(kvm.name, "devices.kubevirt.io/kvm");
+  EXPECT_EQ(kvm.socket, "devplug-devices.kubevirt.io_kvm.sock");
+  EXPECT_FALSE(kvm.required);
+  EXPECT_EQ(kvm.where.line, 10);
+  ASSERT_TRUE(kvm.module_keys.contains("shares"));
+  EXPECT_EQ(std::get<int64_t>(kvm.module_keys.at("shares").value), 10);
+  EXPECT_EQ(kvm.module_keys.at("shares").where.line, 13);
+  const ResourceConfig& fpga = cfg->resources[1];
+  EXPECT_EQ(fpga.socket, "fpga.sock");
+  EXPECT_TRUE(fpga.required);
+  EXPECT_EQ(std::get<std::vector<std::string>>(fpga.module_keys.at("vendors").value),
+            (std::vector<std::string>{"0x8086", "10ee"}));
+  EXPECT_TRUE(std::get<bool>(fpga.module_keys.at("enabled").value));
+}
+
+TEST(ConfigTest, DefaultsApplyWhenAgentTableIsAbsent) {
+  auto cfg = LoadString("", "empty.toml", Opts());
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ(cfg->plugin_dir, "/var/lib/kubelet/device-plugins");
+  EXPECT_EQ(cfg->module_dir, "/usr/lib/devplug/modules");
+  EXPECT_EQ(cfg->host_root, "/");
+  EXPECT_EQ(cfg->log_level, LogLevel::kInfo);
+  EXPECT_EQ(cfg->resync_interval, std::chrono::seconds(60));
+  EXPECT_EQ(cfg->udev_source, UdevSource::kAuto);
+  EXPECT_TRUE(cfg->resources.empty());
+}
+
+struct BadCase {
+  const char* name;
+  const char* toml;
+  const char* expect;  // substring of the error, including file:line: key
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
+class ConfigErrorTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ConfigErrorTest, NamesFileLineAndKey) {
+  auto cfg = LoadString(GetParam().toml, "/etc/devplug/devplug.toml", Opts());
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find(GetParam().expect), std::string::npos)
+      << "error was:\n" << cfg.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ConfigErrorTest,
+    ::testing::Values(
+        BadCase{"syntax", "[agent\nlog_level = 1\n",
+                "/etc/devplug/devplug.toml:1: TOML syntax error"},
+        BadCase{"unknown_agent_key", "[agent]\nplugin_dri = \"/x\"\n",
+                "devplug.toml:2: agent.plugin_dri: unknown key"},
+        BadCase{"bad_level", "[agent]\n\nlog_level = \"verbose\"\n",
+                "devplug.toml:3: agent.log_level: unknown level \"verbose\""},
+        BadCase{"level_type", "[agent]\nlog_level = 3\n",
+                "devplug.toml:2: agent.log_level: must be a string, not an integer"},
+        BadCase{"relative_dir", "[agent]\nplugin_dir = \"var/lib\"\n",
+                "devplug.toml:2: agent.plugin_dir: must be an absolute path"},
+        BadCase{"bad_duration", "[agent]\nresync_interval = \"10\"\n",
+                "devplug.toml:2: agent.resync_interval: duration \"10\" needs a unit"},
+        BadCase{"bad_source", "[agent]\nudev_source = \"netlink\"\n",
+                "devplug.toml:2: agent.udev_source: unknown source"},
+        BadCase{"top_level", "plugin_dir = \"/x\"\n", "devplug.toml:1: plugin_dir: unknown key"},
+        BadCase{"resource_as_table", "[resource]\nname = \"a.b/c\"\n",
+                "devplug.toml:1: resource: must be written as [[resource]] tables"},
+        BadCase{"missing_name", "[[resource]]\nmodule = \"kvm\"\n",
+                "devplug.toml:1: resource[0].name: missing"},
+        BadCase{"missing_module", "[[resource]]\nname = \"a.example/b\"\n",
+                "devplug.toml:1: resource[0].module: missing"},
+        BadCase{"no_prefix", "[[resource]]\nname = \"kvm\"\nmodule = \"kvm\"\n",
+                "devplug.toml:2: resource[0].name: \"kvm\" is not a valid extended resource "
+                "name: it needs a domain prefix"},
+        BadCase{"native_prefix", "[[resource]]\nname = \"kubernetes.io/kvm\"\nmodule = \"kvm\"\n",
+                "resource[0].name: \"kubernetes.io/kvm\" is not a valid"},
+        BadCase{"relative_module", "[[resource]]\nname = \"a.example/b\"\nmodule = \"mods/kvm\"\n",
+                "devplug.toml:3: resource[0].module: \"mods/kvm\" must be a bare module name"},
+        BadCase{"socket_path",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"../x.sock\"\n",
+                "devplug.toml:4: resource[0].socket: \"../x.sock\": must be a bare file name"},
+        BadCase{"socket_kubelet",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"kubelet.sock\"\n",
+                "resource[0].socket: \"kubelet.sock\": is a name the kubelet uses itself"},
+        BadCase{"socket_too_long",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = "
+                "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock\"\n",
+                "a Unix socket path holds at most 107"},
+        BadCase{"required_type",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nrequired = \"yes\"\n",
+                "devplug.toml:4: resource[0].required: must be a boolean, not a string"},
+        BadCase{"duplicate_name",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\n"
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"other.sock\"\n",
+                "devplug.toml:4: resource[1].name: duplicate resource name \"a.example/b\" (first "
+                "defined at /etc/devplug/devplug.toml:1)"},
+        BadCase{"duplicate_socket",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"s.sock\"\n"
+                "[[resource]]\nname = \"a.example/c\"\nmodule = \"kvm\"\nsocket = \"s.sock\"\n",
+                "devplug.toml:8: resource[1].socket: socket \"s.sock\" is already used by resource "
+                "\"a.example/b\""}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ConfigTest, ReportsEveryProblemAtOnce) {
+  auto cfg = LoadString(
+      "[agent]\nlog_level = \"loud\"\nudev_source = 4\n[[resource]]\nname = \"x\"\n", "f.toml",
+      Opts());
+  ASSERT_FALSE(cfg.ok());
+  const std::string& m = cfg.status().message();
+  EXPECT_NE(m.find("f.toml:2: agent.log_level"), std::string::npos) << m;
+  EXPECT_NE(m.find("f.toml:3: agent.udev_source"), std::string::npos) << m;
+  EXPECT_NE(m.find("f.toml:5: resource[0].name"), std::string::npos) << m;
+  EXPECT_NE(m.find("f.toml:4: resource[0].module: missing"), std::string::npos) << m;
+}
+
+TEST(ConfigTest, ResourceNamesFollowTheKubeletRules) {
+  struct Case {
+    const char* name;
+    bool valid;
+  } cases[] = {
+      {"devices.kubevirt.io/kvm", true},
+      {"nvidia.com/gpu", true},
+      {"intel.com/qat_vf", true},
+      {"example.com/Upper-Case_ok.1", true},
+      {"a/b", true},
+      {"kvm", false},
+      {"kubernetes.io/gpu", false},
+      {"foo.kubernetes.io/gpu", false},
+      {"requests.example.com/gpu", false},
+      {"Example.com/gpu", false},
+      {"example.com/", false},
+      {"/gpu", false},
+      {"example.com/gpu/x", false},
+      {"example.com/-gpu", false},
+      {"example.com/gpu-", false},
+      {"example..com/gpu", false},
+      {"exa_mple.com/gpu", false},
+      {"example.com/g pu", false},
+  };
+  for (const Case& c : cases)
+    EXPECT_EQ(CheckResourceName(c.name).empty(), c.valid) << c.name << ": " << CheckResourceName(c.name);
+  // Name part: at most 63 characters; prefix: "requests." + prefix <= 253.
+  EXPECT_TRUE(CheckResourceName("example.com/" + std::string(63, 'a')).empty());
+  EXPECT_FALSE(CheckResourceName("example.com/" + std::string(64, 'a')).empty());
+  const std::string label(61, 'a');
+  std::string prefix = label + "." + label + "." + label + "." + label.substr(0, 58);  // 244
+  EXPECT_EQ(prefix.size(), 244u);
+  EXPECT_TRUE(CheckResourceName(prefix + "/x").empty());
+  EXPECT_FALSE(CheckResourceName(prefix + "a/x").empty());
+}
+
+TEST(ConfigTest, DurationsNeedUnits) {
+  EXPECT_EQ(*ParseDuration("500ms"), std::chrono::milliseconds(500));
+  EXPECT_EQ(*ParseDuration("60s"), std::chrono::seconds(60));
+  EXPECT_EQ(*ParseDuration("5m"), std::chrono::minutes(5));
+  EXPECT_EQ(*ParseDuration("1h30m"), std::chrono::minutes(90));
+  EXPECT_EQ(*ParseDuration("0s"), std::chrono::milliseconds(0));
+  EXPECT_EQ(*ParseDuration("0"), std::chrono::milliseconds(0));
+  for (const char* bad : {"", "s", "10", "1.5s", "5 m", "-1s", "1d"})
+    EXPECT_FALSE(ParseDuration(bad).ok()) << bad;
+}
+
+TEST(ConfigTest, DropInsAddResourcesInLexicalOrder) {
+  TempDir dir;
+  WriteFile(dir / "devplug.toml",
+            "[agent]\nplugin_dir = \"/tmp/p\"\n[[resource]]\nname = \"a.example/main\"\nmodule = "
+            "\"kvm\"\n");
+  WriteFile(dir / "conf.d/20-second.toml", "[[resource]]\nname = \"a.example/two\"\nmodule = \"kvm\"\n");
+  WriteFile(dir / "conf.d/10-first.toml",
+            "[agent]\nlog_level = \"warn\"\n[[resource]]\nname = \"a.example/one\"\nmodule = \"kvm\"\n");
+  WriteFile(dir / "conf.d/README", "not toml");
+  WriteFile(dir / "conf.d/.hidden.toml", "garbage [[[");
+  auto cfg = LoadFile(dir / "devplug.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  ASSERT_EQ(cfg->resources.size(), 3u);
+  EXPECT_EQ(cfg->resources[0].name, "a.example/main");
+  EXPECT_EQ(cfg->resources[1].name, "a.example/one");
+  EXPECT_EQ(cfg->resources[1].where.file, dir / "conf.d/10-first.toml");
+  EXPECT_EQ(cfg->resources[2].name, "a.example/two");
+  EXPECT_EQ(cfg->log_level, LogLevel::kWarn);
+  EXPECT_EQ(cfg->files.size(), 3u);
+}
+
+TEST(ConfigTest, DuplicateAcrossDropInNamesBothFiles) {
+  TempDir dir;
+  WriteFile(dir / "devplug.toml", "[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\n");
+  WriteFile(dir / "conf.d/50-dup.toml",
+            "\n[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\nsocket = \"y.sock\"\n");
+  auto cfg = LoadFile(dir / "devplug.toml", Opts());
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find(dir / "conf.d/50-dup.toml:2: resource[1].name: duplicate "
+                                               "resource name \"a.example/x\" (first defined at " +
+                                               dir / "devplug.toml:1)"),
+            std::string::npos)
+      << cfg.status().message();
+}
+
+TEST(ConfigTest, MissingFileIsAnError) {
+  auto cfg = LoadFile("/nonexistent/devplug.toml", Opts());
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("/nonexistent/devplug.toml: cannot open"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace devplug::config

@@ -1,0 +1,152 @@
+// The kvm module, loaded through the ABI, on fixture trees under a temporary
+// host_root and on the real /dev/kvm when this machine has one.
+#include <sys/stat.h>
+
+#include <future>
+
+#include <gtest/gtest.h>
+
+#include "modules/loaded_module.h"
+#include "modules/module_instance.h"
+#include "test_util.h"
+
+namespace devplug::modules {
+namespace {
+
+using devplug::testing::MakeCharDevice;
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+
+constexpr unsigned kKvmMajor = 10, kKvmMinor = 232;  // misc device 10:232
+
+config::ResourceConfig KvmResource(const std::string& body) {
+  auto cfg = config::LoadString(
+      "[[resource]]\nname = \"devices.kubevirt.io/kvm\"\nmodule = \"kvm\"\n" + body, "kvm.toml", {});
+  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
+  return cfg->resources.at(0);
+}
+
+StatusOr<std::unique_ptr<ModuleInstance>> Kvm(const std::string& host_root,
+                                              const std::string& body = "") {
+  auto m = LoadedModule::Load(devplug::testing::ModuleDir() + "/kvm.so");
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  config::ResourceConfig r = KvmResource(body);
+  if (Status st = (*m)->CheckKeys(r, 0); !st.ok()) return st;
+  ModuleInstance::Options o;
+  o.host_root = host_root;
+  return ModuleInstance::Create(*m, r, std::move(o));
+}
+
+StatusOr<Recipe> AllocateSync(ModuleInstance& inst, std::vector<std::string> ids) {
+  std::promise<StatusOr<Recipe>> p;
+  inst.Allocate(std::move(ids), [&](StatusOr<Recipe> r) { p.set_value(std::move(r)); });
+  return p.get_future().get();
+}
+
+void Rescan(ModuleInstance& inst) {
+  const uint64_t before = inst.scans();
+  inst.RequestRescan();
+  std::promise<void> done;
+  inst.PreStart({}, [&](Status) { done.set_value(); });  // queued after the rescan
+  done.get_future().get();
+  ASSERT_GT(inst.scans(), before);
+}
+
+TEST(KvmModuleTest, CharacterDeviceMeansAllSharesHealthy) {
+  if (!devplug::testing::IsRoot()) GTEST_SKIP() << "mknod needs root";
+  TempDir root;
+  ASSERT_TRUE(MakeCharDevice(root / "dev/kvm", kKvmMajor, kKvmMinor));
+  auto inst = Kvm(root.path());
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  DeviceListPtr list = (*inst)->devices();
+  ASSERT_EQ(list->size(), 110u);  // the default shares
+  for (const Device& d : *list) {
+    EXPECT_TRUE(d.healthy) << d.id;
+    EXPECT_EQ(d.numa_node, -1);
+  }
+  EXPECT_EQ(list->front().id, "kvm-0");
+  // Sorted by ID as strings.
+  EXPECT_EQ(list->back().id, "kvm-99");
+
+  auto r = AllocateSync(**inst, {"kvm-7", "kvm-42"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->device_nodes.size(), 1u);
+  // host_root never reaches the kubelet.
+  EXPECT_EQ(r->device_nodes[0].host_path, "/dev/kvm");
+  EXPECT_EQ(r->device_nodes[0].container_path, "/dev/kvm");
+  EXPECT_EQ(r->device_nodes[0].permissions, "rw");
+  EXPECT_TRUE(r->envs.empty());
+  EXPECT_TRUE(r->mounts.empty());
+}
+
+TEST(KvmModuleTest, MissingOrWrongNodeMeansAllUnhealthyAndBack) {
+  TempDir root;
+  auto inst = Kvm(root.path(), "shares = 3\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  DeviceListPtr list = (*inst)->devices();
+  ASSERT_EQ(list->size(), 3u);
+  for (const Device& d : *list) EXPECT_FALSE(d.healthy);
+  auto r = AllocateSync(**inst, {"kvm-0"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+
+  // A regular file where the node should be is not a device.
+  WriteFile(root / "dev/kvm", "");
+  Rescan(**inst);
+  for (const Device& d : *(*inst)->devices()) EXPECT_FALSE(d.healthy);
+
+  if (!devplug::testing::IsRoot()) GTEST_SKIP() << "mknod needs root for the recovery half";
+  std::remove((root / "dev/kvm").c_str());
+  ASSERT_TRUE(MakeCharDevice(root / "dev/kvm", kKvmMajor, kKvmMinor));
+  Rescan(**inst);
+  for (const Device& d : *(*inst)->devices()) EXPECT_TRUE(d.healthy) << d.id;
+}
+
+TEST(KvmModuleTest, CustomDevicePath) {
+  if (!devplug::testing::IsRoot()) GTEST_SKIP() << "mknod needs root";
+  TempDir root;
+  ASSERT_TRUE(MakeCharDevice(root / "dev/kvm-alt", kKvmMajor, kKvmMinor));
+  auto inst = Kvm(root.path(), "shares = 2\ndevice = \"/dev/kvm-alt\"\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_EQ((*inst)->devices()->size(), 2u);
+  EXPECT_TRUE((*inst)->devices()->at(0).healthy);
+  auto r = AllocateSync(**inst, {"kvm-1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->device_nodes[0].host_path, "/dev/kvm-alt");
+}
+
+TEST(KvmModuleTest, BadKeysNameFileLineAndKey) {
+  TempDir root;
+  struct Case {
+    const char* body;
+    const char* error;
+  } cases[] = {
+      {"shares = 0\n", "kvm.toml:4: resource[0].shares: must be between 1 and 100000"},
+      {"\nshares = 100001\n", "kvm.toml:5: resource[0].shares: must be between 1 and 100000"},
+      {"device = \"dev/kvm\"\n", "kvm.toml:4: resource[0].device: must be an absolute path"},
+      {"shares = \"many\"\n", "kvm.toml:4: resource[0].shares: must be an integer"},
+      {"share = 3\n", "kvm.toml:4: resource[0].share: unknown key for module \"kvm\""},
+  };
+  for (const Case& c : cases) {
+    auto inst = Kvm(root.path(), c.body);
+    ASSERT_FALSE(inst.ok()) << c.body;
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
+        << inst.status().message();
+  }
+}
+
+TEST(KvmModuleTest, RealDevKvm) {
+  struct stat st;
+  if (stat("/dev/kvm", &st) != 0 || !S_ISCHR(st.st_mode))
+    GTEST_SKIP() << "this machine has no /dev/kvm";
+  auto inst = Kvm("/", "shares = 4\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_EQ((*inst)->devices()->size(), 4u);
+  for (const Device& d : *(*inst)->devices()) EXPECT_TRUE(d.healthy);
+  auto r = AllocateSync(**inst, {"kvm-3"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->device_nodes[0].host_path, "/dev/kvm");
+}
+
+}  // namespace
+}  // namespace devplug::modules
