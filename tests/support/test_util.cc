@@ -124,6 +124,11 @@ std::optional<int> AgentProcess::Stop(int sig, std::chrono::milliseconds timeout
   return rc;
 }
 
+bool AgentProcess::Running() {
+  if (!exited_) WaitPid(pid_, std::chrono::milliseconds(0), &exited_);
+  return !exited_;
+}
+
 std::optional<int> AgentProcess::Wait(std::chrono::milliseconds timeout) {
   if (exited_) return std::nullopt;
   return WaitPid(pid_, timeout, &exited_);

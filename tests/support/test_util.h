@@ -50,6 +50,8 @@ class AgentProcess {
   // Sends `sig` and waits up to `timeout` for the exit; the exit code, or
   // nullopt if it did not exit (then it is killed) or died by a signal.
   std::optional<int> Stop(int sig, std::chrono::milliseconds timeout);
+  // True until the process has exited (reaps it if it just did).
+  bool Running();
   // Waits for the process to exit by itself.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
   std::string Log() const;

@@ -1,0 +1,253 @@
+// devplugd benchmark: start-up to "all registered", Allocate latency next to
+// a bare gRPC server answering the same RPC over a Unix socket in the same
+// run, and the agent's memory. Prints a table; exits 0 whatever the numbers
+// (the table says which targets were met).
+//
+//   devplug_agent_bench [--resources 6] [--calls 10000] [--starts 5]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kubelet_sim.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// ---- the bare server: Allocate answers a fixed one-device response ----------
+
+class EchoService final : public v1beta1::DevicePlugin::CallbackService {
+  grpc::ServerUnaryReactor* Allocate(grpc::CallbackServerContext* ctx,
+                                     const v1beta1::AllocateRequest* req,
+                                     v1beta1::AllocateResponse* resp) override {
+    for (int i = 0; i < req->container_requests_size(); ++i) {
+      auto* d = resp->add_container_responses()->add_devices();
+      d->set_host_path("/dev/kvm");
+      d->set_container_path("/dev/kvm");
+      d->set_permissions("rw");
+    }
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+};
+
+int RunEchoServer(const std::string& socket) {
+  EchoService service;
+  grpc::ServerBuilder b;
+  b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  b.RegisterService(&service);
+  auto server = b.BuildAndStart();
+  if (!server) return 1;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  int sig;
+  sigwait(&set, &sig);
+  server->Shutdown();
+  return 0;
+}
+
+// ---- helpers ---------------------------------------------------------------------------
+
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+void StopChild(pid_t pid) {
+  kill(pid, SIGTERM);
+  int st;
+  waitpid(pid, &st, 0);
+}
+
+long StatusKb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  return -1;
+}
+
+struct Latency {
+  double p50_us = 0, p99_us = 0, max_us = 0;
+  double calls_per_s = 0;
+};
+
+Latency MeasureAllocate(const std::string& socket, const std::string& id, int calls) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto ch = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
+  ch->WaitForConnected(std::chrono::system_clock::now() + 10s);
+  auto stub = v1beta1::DevicePlugin::NewStub(ch);
+  v1beta1::AllocateRequest req;
+  req.add_container_requests()->add_devices_ids(id);
+  std::vector<double> us;
+  us.reserve(calls);
+  auto call = [&] {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateResponse resp;
+    return stub->Allocate(&ctx, req, &resp).ok() && resp.container_responses_size() == 1;
+  };
+  for (int i = 0; i < 200; ++i) call();  // warm-up
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) {
+    const auto t = Clock::now();
+    if (!call()) {
+      std::fprintf(stderr, "Allocate on %s failed\n", socket.c_str());
+      break;
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+  }
+  const double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  Latency l;
+  if (us.empty()) return l;
+  std::sort(us.begin(), us.end());
+  l.p50_us = us[us.size() / 2];
+  l.p99_us = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  l.max_us = us.back();
+  l.calls_per_s = us.size() / total_s;
+  return l;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"devplugd benchmark"};
+  int resources = 6, calls = 10000, starts = 5;
+  std::string echo_socket;
+  app.add_option("--resources", resources, "kvm resources to serve")->capture_default_str();
+  app.add_option("--calls", calls, "Allocate calls per measurement")->capture_default_str();
+  app.add_option("--starts", starts, "agent starts to time")->capture_default_str();
+  app.add_option("--echo-server", echo_socket, "(internal) run the bare server on SOCKET");
+  CLI11_PARSE(app, argc, argv);
+  if (!echo_socket.empty()) return RunEchoServer(echo_socket);
+
+  char tmpl[] = "/tmp/devplug-bench.XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string plugins = dir + "/p";
+  // A fixture /dev/kvm (as root), else the host's own.
+  std::string host_root = "/";
+  fs::create_directories(dir + "/host/dev");
+  if (mknod((dir + "/host/dev/kvm").c_str(), S_IFCHR | 0600, makedev(10, 232)) == 0)
+    host_root = dir + "/host";
+
+  std::string cfg = "[agent]\nplugin_dir = \"" + plugins + "\"\nmodule_dir = \"" +
+                    DEVPLUG_BENCH_MODULE_DIR + "\"\nhost_root = \"" + host_root +
+                    "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n";
+  for (int i = 0; i < resources; ++i)
+    cfg += "[[resource]]\nname = \"bench.example/kvm" + std::to_string(i) +
+           "\"\nmodule = \"kvm\"\nshares = 110\n";
+  const std::string cfg_path = dir + "/devplug.toml";
+  std::ofstream(cfg_path) << cfg;
+
+  devplug::sim::KubeletSim::Options o;
+  o.dir = plugins;
+  devplug::sim::KubeletSim sim(o);
+  if (!sim.Start().ok()) return 1;
+
+  // 1. start -> every resource registered with its first device list.
+  std::vector<double> start_ms;
+  pid_t agent = -1;
+  for (int s = 0; s < starts; ++s) {
+    const uint64_t want = s + 1;
+    const auto t0 = Clock::now();
+    agent = Spawn({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg_path}, dir + "/agent.log");
+    const bool ok = sim.WaitUntil(
+        [&](const auto& rs) {
+          if (static_cast<int>(rs.size()) < resources) return false;
+          for (const auto& [n, r] : rs)
+            if (r.registrations < want || !r.connected || r.stream_snapshots == 0) return false;
+          return true;
+        },
+        30s);
+    start_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (!ok) {
+      std::fprintf(stderr, "resources did not register; see %s/agent.log\n", dir.c_str());
+      return 1;
+    }
+    if (s + 1 < starts) StopChild(agent);
+  }
+
+  // 2. Allocate latency on the agent, then on the bare server, same client.
+  const std::string agent_socket = plugins + "/devplug-bench.example_kvm0.sock";
+  const Latency agent_lat = MeasureAllocate(agent_socket, "kvm-0", calls);
+  const long rss_kb = StatusKb(agent, "VmRSS");
+  const long hwm_kb = StatusKb(agent, "VmHWM");
+  const long threads = StatusKb(agent, "Threads");
+
+  const std::string echo_sock = dir + "/echo.sock";
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  pid_t echo = Spawn({self, "--echo-server", echo_sock}, dir + "/echo.log");
+  for (int i = 0; i < 500 && !fs::exists(echo_sock); ++i) std::this_thread::sleep_for(10ms);
+  const Latency echo_lat = MeasureAllocate(echo_sock, "kvm-0", calls);
+  const long echo_rss_kb = StatusKb(echo, "VmRSS");
+  StopChild(echo);
+  StopChild(agent);
+  sim.Stop();
+  fs::remove_all(dir);
+
+  const double start_med = Median(start_ms);
+  const double start_max = *std::max_element(start_ms.begin(), start_ms.end());
+  const double ratio = echo_lat.p50_us > 0 ? agent_lat.p50_us / echo_lat.p50_us : 0;
+  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  std::printf("devplugd benchmark: %d kvm resources x 110 devices, %d Allocate calls, %u cores\n\n",
+              resources, calls, std::thread::hardware_concurrency());
+  std::printf("| measurement                              | value        | target        | \n");
+  std::printf("|------------------------------------------|--------------|---------------|--------\n");
+  std::printf("| start -> all registered, median of %-2d    | %8.1f ms  | <= 100 ms     | %s\n",
+              starts, start_med, mark(start_med <= 100));
+  std::printf("| start -> all registered, worst            | %8.1f ms  |               |\n", start_max);
+  std::printf("| Allocate p50, devplugd                    | %8.1f us  |               |\n", agent_lat.p50_us);
+  std::printf("| Allocate p50, bare gRPC server            | %8.1f us  |               |\n", echo_lat.p50_us);
+  std::printf("| Allocate p50 ratio devplugd / bare        | %8.2f x   | <= 1.5 x      | %s\n", ratio,
+              mark(ratio <= 1.5));
+  std::printf("| Allocate p99, devplugd                    | %8.1f us  | <= 2000 us    | %s\n",
+              agent_lat.p99_us, mark(agent_lat.p99_us <= 2000));
+  std::printf("| Allocate p99, bare gRPC server            | %8.1f us  |               |\n", echo_lat.p99_us);
+  std::printf("| Allocate max, devplugd / bare             | %5.0f / %-5.0f us |            |\n",
+              agent_lat.max_us, echo_lat.max_us);
+  std::printf("| Allocate throughput, devplugd / bare      | %5.0f / %-5.0f /s |            |\n",
+              agent_lat.calls_per_s, echo_lat.calls_per_s);
+  std::printf("| devplugd RSS after the run (peak)         | %5.1f (%4.1f) MiB | <= 25 MiB | %s\n",
+              rss_kb / 1024.0, hwm_kb / 1024.0, mark(rss_kb / 1024.0 <= 25));
+  std::printf("| bare server RSS                           | %8.1f MiB |               |\n",
+              echo_rss_kb / 1024.0);
+  std::printf("| devplugd threads                          | %8ld     |               |\n", threads);
+  return 0;
+}
