@@ -3,9 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "modules/loaded_module.h"
+#include "util/unix_socket.h"
 
 namespace devplug {
 namespace {
@@ -33,18 +32,6 @@ constexpr milliseconds kMinBackoff{500};
 constexpr milliseconds kMaxBackoff{30'000};
 // How long a server may take to end its calls when it is stopped.
 constexpr milliseconds kServerStopGrace{2000};
-
-// True if something accepts connections on the Unix socket at `path`.
-bool SocketIsLive(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return live;
-}
 
 std::string_view StateName(int s) {
   static constexpr std::string_view kNames[] = {"idle", "waiting for kubelet", "registering",
@@ -67,9 +54,13 @@ std::string Agent::KubeletSocketPath() const {
   return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
 }
 
-bool Agent::KubeletSocketExists() const {
+bool Agent::KubeletSocketExists() const { return KubeletSocketIdentity().has_value(); }
+
+std::optional<std::pair<uint64_t, int64_t>> Agent::KubeletSocketIdentity() const {
   struct stat st;
-  return stat(KubeletSocketPath().c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  return std::make_pair(static_cast<uint64_t>(st.st_ino),
+                        static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
 }
 
 Status Agent::Start() {
@@ -78,14 +69,27 @@ Status Agent::Start() {
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
 
-  std::map<std::string, std::shared_ptr<const modules::LoadedModule>> loaded;
   for (size_t i = 0; i < config_.resources.size(); ++i) {
-    const config::ResourceConfig& cfg = config_.resources[i];
     auto r = std::make_unique<Resource>();
-    r->cfg = cfg;
-    r->socket_path = StrCat(config_.plugin_dir, "/", cfg.socket);
+    r->cfg = config_.resources[i];
+    r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
     resources_.push_back(std::move(r));
-
+  }
+  // Load every module first: their subsystems make up the udev filter, and
+  // the monitor must listen before the first scans so no event is lost.
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    if (Status st = LoadResource(i); !st.ok()) {
+      if (st.code() == StatusCode::kInvalidArgument) return st;
+      if (resources_[i]->cfg.required)
+        return FailedPreconditionError(StrCat("required resource \"", resources_[i]->cfg.name,
+                                              "\" failed: ", st.message()));
+      spdlog::error("resource \"{}\" left out: {}", resources_[i]->cfg.name, st.message());
+    }
+  }
+  StartUdevMonitor();
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    const config::ResourceConfig& cfg = resources_[i]->cfg;
+    if (!resources_[i]->module) continue;
     Status st = StartResource(i);
     if (!st.ok()) {
       // A configuration mistake is fatal at start (like a TOML error): the
@@ -107,13 +111,61 @@ Status Agent::Start() {
   return OkStatus();
 }
 
-Status Agent::StartResource(size_t index) {
+Status Agent::LoadResource(size_t index) {
   Resource& r = *resources_[index];
   const std::string path = modules::ResolveModulePath(r.cfg.module, config_.module_dir);
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
   if (Status st = (*module)->CheckKeys(r.cfg, index); !st.ok()) return st;
+  r.module = *module;
+  return OkStatus();
+}
 
+void Agent::StartUdevMonitor() {
+  udev_subscribers_.clear();
+  for (size_t i = 0; i < resources_.size(); ++i) {
+    const auto& m = resources_[i]->module;
+    if (!m || m->descriptor().udev_subsystems == nullptr) continue;
+    for (const char* const* s = m->descriptor().udev_subsystems; *s; ++s)
+      if (**s) udev_subscribers_[*s].push_back(i);
+  }
+  if (udev_subscribers_.empty()) return;
+  std::vector<std::string> subsystems;
+  for (const auto& [s, _] : udev_subscribers_) subsystems.push_back(s);
+  const config::UdevSource source = udev::ResolveSource(config_.udev_source);
+  auto monitor = udev::Monitor::Create(source, subsystems);
+  if (!monitor.ok()) {
+    spdlog::warn("no hotplug events ({}); devices are rescanned every {} ms only",
+                 monitor.status().message(), config_.resync_interval.count());
+    return;
+  }
+  udev_ = std::move(*monitor);
+  spdlog::info("listening for {} events on subsystems {}{}", config::UdevSourceName(source),
+               StrJoin(subsystems, ","),
+               config_.udev_source == config::UdevSource::kAuto ? " (udev_source auto)" : "");
+}
+
+void Agent::DispatchUdevEvents() {
+  bool overflowed = false;
+  std::vector<udev::Event> events = udev_->Drain(&overflowed);
+  std::map<size_t, std::vector<udev::Event>> batches;
+  for (udev::Event& e : events) {
+    spdlog::trace("uevent {} {} {}", e.action, e.subsystem, e.syspath);
+    auto it = udev_subscribers_.find(e.subsystem);
+    if (it == udev_subscribers_.end()) continue;
+    for (size_t i : it->second) batches[i].push_back(e);
+  }
+  for (auto& [i, batch] : batches)
+    if (resources_[i]->instance) resources_[i]->instance->OnUdevEvents(std::move(batch));
+  if (overflowed) {
+    spdlog::warn("uevent queue overflowed; rescanning every resource");
+    for (auto& r : resources_)
+      if (r->instance) r->instance->RequestRescan();
+  }
+}
+
+Status Agent::StartResource(size_t index) {
+  Resource& r = *resources_[index];
   r.hub = std::make_unique<kubelet::StreamHub>([this, index](bool by_agent, uint64_t gen) {
     if (!by_agent) Post({Event::kStreamEnded, index, gen, grpc::Status::OK});
   });
@@ -123,18 +175,17 @@ Status Agent::StartResource(size_t index) {
   opts.on_change = [hub = r.hub.get()](modules::DeviceListPtr list) {
     hub->Publish(kubelet::MakeSnapshot(*list));
   };
-  auto instance = modules::ModuleInstance::Create(*module, r.cfg, std::move(opts));
+  auto instance = modules::ModuleInstance::Create(r.module, r.cfg, std::move(opts));
   if (!instance.ok()) return instance.status();
   r.instance = std::move(*instance);
-  spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, (*module)->name(),
-               (*module)->version(), path);
+  spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, r.module->name(),
+               r.module->version(), r.module->path());
 
-  if (SocketIsLive(r.socket_path)) {
+  if (UnixSocketIsLive(r.socket_path)) {
     r.instance.reset();
     return FailedPreconditionError(StrCat(
         "socket ", r.socket_path, " is served by another process (a second devplugd?)"));
   }
-  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get());
   if (Status st = StartServer(r); !st.ok()) {
     r.instance.reset();
     return st;
@@ -181,7 +232,8 @@ void Agent::StopServer(Resource& r) {
 void Agent::Register(size_t index) {
   Resource& r = *resources_[index];
   r.retry_at.reset();
-  if (!KubeletSocketExists()) {
+  r.pending_kubelet = KubeletSocketIdentity();
+  if (!r.pending_kubelet) {
     spdlog::info("resource \"{}\": waiting for {} to appear", r.cfg.name, KubeletSocketPath());
     r.state = State::kWaitingKubelet;
     return;
@@ -213,10 +265,14 @@ void Agent::ScheduleRetry(Resource& r, milliseconds min_delay) {
 }
 
 void Agent::OnKubeletRestart() {
+  const auto kubelet = KubeletSocketIdentity();
+  if (!kubelet) return;  // already gone again; its successor will tell us
   spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
   for (size_t i = 0; i < resources_.size(); ++i) {
     Resource& r = *resources_[i];
     if (!r.instance) continue;
+    // A retry may have registered with this very kubelet already.
+    if (r.state == State::kRegistered && r.registered_kubelet == kubelet) continue;
     r.backoff = milliseconds(0);
     if (Status st = StartServer(r); !st.ok()) {
       spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
@@ -236,6 +292,7 @@ void Agent::HandleEvent(const Event& ev) {
       if (r.state != State::kRegistering) return;
       if (ev.status.ok()) {
         r.state = State::kRegistered;
+        r.registered_kubelet = r.pending_kubelet;
         r.backoff = milliseconds(0);
         ++r.registrations;
         spdlog::info("resource \"{}\": registered with the kubelet (socket {})", r.cfg.name,
@@ -322,8 +379,11 @@ void Agent::UpdateStatus() {
 void Agent::Run(int signal_fd) {
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[3] = {{signal_fd, POLLIN, 0}, {watch_.fd(), POLLIN, 0}, {event_fd_, POLLIN, 0}};
-    const int n = poll(fds, 3, timeout_ms);
+    pollfd fds[4] = {{signal_fd, POLLIN, 0},
+                     {watch_.fd(), POLLIN, 0},
+                     {event_fd_, POLLIN, 0},
+                     {udev_ ? udev_->fd() : -1, POLLIN, 0}};
+    const int n = poll(fds, 4, timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
@@ -355,6 +415,7 @@ void Agent::Run(int signal_fd) {
             spdlog::debug("resource \"{}\": socket {} removed", r->cfg.name, name);
       }
     }
+    if (fds[3].revents & POLLIN) DispatchUdevEvents();
     if (fds[2].revents & POLLIN) {
       uint64_t count;
       [[maybe_unused]] ssize_t rd = read(event_fd_, &count, sizeof(count));

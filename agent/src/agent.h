@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
+#include "udev/udev_monitor.h"
 
 namespace devplug {
 
@@ -63,6 +65,7 @@ class Agent {
   struct Resource {
     config::ResourceConfig cfg;
     std::string socket_path;
+    std::shared_ptr<const modules::LoadedModule> module;  // null: failed to load
     // The hub outlives the instance that publishes into it.
     std::unique_ptr<kubelet::StreamHub> hub;
     std::unique_ptr<modules::ModuleInstance> instance;
@@ -74,6 +77,11 @@ class Agent {
     std::optional<Clock::time_point> retry_at;
     std::chrono::milliseconds backoff{0};
     uint64_t registrations = 0;
+    // Which kubelet.sock (inode and change time) the pending and the
+    // accepted registration went to: a kubelet.sock creation event for the
+    // instance we are already registered with changes nothing.
+    std::optional<std::pair<uint64_t, int64_t>> pending_kubelet;
+    std::optional<std::pair<uint64_t, int64_t>> registered_kubelet;
   };
 
   struct Event {
@@ -83,7 +91,10 @@ class Agent {
     grpc::Status status;
   };
 
+  Status LoadResource(size_t index);
   Status StartResource(size_t index);
+  void StartUdevMonitor();
+  void DispatchUdevEvents();
   Status StartServer(Resource& r);
   void StopServer(Resource& r);
   void Register(size_t index);
@@ -96,11 +107,16 @@ class Agent {
   int NextTimeoutMs() const;
   void UpdateStatus();
   bool KubeletSocketExists() const;
+  // (inode, ctime in ns) of the current kubelet.sock, if it is a socket.
+  std::optional<std::pair<uint64_t, int64_t>> KubeletSocketIdentity() const;
   std::string KubeletSocketPath() const;
 
   const config::AgentConfig config_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
+  std::unique_ptr<udev::Monitor> udev_;
+  // Subsystem -> indices of the resources whose module declared it.
+  std::map<std::string, std::vector<size_t>, std::less<>> udev_subscribers_;
   int event_fd_ = -1;
   std::mutex events_mu_;
   std::vector<Event> events_;  // guarded by events_mu_

@@ -6,6 +6,8 @@
  * Devices: "kvm-0" ... "kvm-<shares-1>", all Healthy while the node exists
  * and is a character device, all Unhealthy otherwise.
  * Allocate: the device node at the same path inside the container ("rw").
+ * Events: misc-subsystem uevents for the node (module load/unload, a
+ * "change" written to /sys/class/misc/kvm/uevent) trigger a rescan.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -98,6 +100,16 @@ static int kvm_list_devices(struct devplug_instance *inst, struct devplug_device
   return 0;
 }
 
+/* Only events for our own node matter: its misc device's name is the node's
+ * file name ("kvm" for /dev/kvm). */
+static int kvm_on_udev_event(struct devplug_instance *inst, const struct devplug_udev_event *ev) {
+  const char *base = strrchr(inst->device, '/');
+  base = base ? base + 1 : inst->device;
+  if (ev->sysname != NULL && strcmp(ev->sysname, base) == 0) return 1;
+  if (ev->devnode != NULL && strcmp(ev->devnode, inst->device) == 0) return 1;
+  return 0;
+}
+
 static const struct devplug_config_key kvm_keys[] = {
     {"shares", DEVPLUG_CONFIG_INT, 0, "pods that may use the device at once (default 110)"},
     {"device", DEVPLUG_CONFIG_STRING, 0, "device node (default /dev/kvm)"},
@@ -118,6 +130,7 @@ static const struct devplug_module kvm_module = {
     .create = kvm_create,
     .destroy = kvm_destroy,
     .list_devices = kvm_list_devices,
+    .on_udev_event = kvm_on_udev_event,
 };
 
 DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_abi_minor,

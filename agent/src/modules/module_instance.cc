@@ -324,12 +324,79 @@ void ModuleInstance::WorkerLoop() {
     std::function<void()> task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and drained
+      auto ready = [&] { return stopping_ || !queue_.empty(); };
+      if (deferred_scan_at_) {
+        // deferred_scan_at_ is worker-only state, read here on the worker.
+        cv_.wait_until(lock, *deferred_scan_at_, ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
+      if (queue_.empty()) {
+        if (stopping_) return;  // stopping and drained
+        // The rate-limit window of a deferred event scan is over.
+        lock.unlock();
+        if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
+          deferred_scan_at_.reset();
+          last_event_scan_ = std::chrono::steady_clock::now();
+          ScanOnWorker();
+        }
+        continue;
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
     }
     task();
+  }
+}
+
+void ModuleInstance::OnUdevEvents(std::vector<udev::Event> events) {
+  if (events.empty()) return;
+  {
+    std::lock_guard lock(events_mu_);
+    if (pending_events_.empty()) pending_events_ = std::move(events);
+    else
+      pending_events_.insert(pending_events_.end(), std::make_move_iterator(events.begin()),
+                             std::make_move_iterator(events.end()));
+    if (events_queued_) return;
+    events_queued_ = true;
+  }
+  Post([this] { ProcessEventsOnWorker(); });
+}
+
+void ModuleInstance::ProcessEventsOnWorker() {
+  std::vector<udev::Event> events;
+  {
+    std::lock_guard lock(events_mu_);
+    events.swap(pending_events_);
+    events_queued_ = false;
+  }
+  if (inst_ == nullptr) return;
+  bool scan = !module_->has_on_udev_event();
+  if (!scan) {
+    for (const udev::Event& e : events) {
+      devplug_udev_event ev{};
+      ev.struct_size = sizeof(ev);
+      ev.action = e.action.c_str();
+      ev.subsystem = e.subsystem.c_str();
+      ev.devtype = e.devtype.empty() ? nullptr : e.devtype.c_str();
+      ev.syspath = e.syspath.c_str();
+      ev.sysname = e.sysname.c_str();
+      ev.devnode = e.devnode.empty() ? nullptr : e.devnode.c_str();
+      last_error_.clear();
+      const int rc = module_->descriptor().on_udev_event(inst_, &ev);
+      if (rc < 0)
+        spdlog::debug("{}: on_udev_event({} {}): {}; rescanning", resource_.name, e.action,
+                      e.syspath, last_error_.empty() ? std::strerror(-rc) : last_error_);
+      if (rc != 0) scan = true;
+    }
+  }
+  if (!scan || deferred_scan_at_) return;  // a deferred scan will cover it
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_event_scan_ >= kMinEventScanInterval) {
+    last_event_scan_ = now;
+    ScanOnWorker();
+  } else {
+    deferred_scan_at_ = last_event_scan_ + kMinEventScanInterval;
   }
 }
 

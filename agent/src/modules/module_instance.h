@@ -8,12 +8,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "devplug/module.h"
 #include "modules/device.h"
 #include "modules/loaded_module.h"
+#include "udev/udev_monitor.h"
 
 namespace devplug::modules {
 
@@ -61,6 +64,15 @@ class ModuleInstance {
   // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
   void RequestRescan();
 
+  // Hands udev events (already matched to the module's subsystems) to the
+  // worker: each goes to on_udev_event() when the module has it, and the
+  // device list is rescanned when a hook says so (or for every event without
+  // the hook). Event-driven rescans are rate-limited: the first runs at once,
+  // further ones at most every kMinEventScanInterval, so a storm of events
+  // costs a bounded number of scans and still ends in the right state.
+  void OnUdevEvents(std::vector<udev::Event> events);
+  static constexpr std::chrono::milliseconds kMinEventScanInterval{5};
+
   // Allocate for one container. Unknown or unhealthy IDs fail with
   // INVALID_ARGUMENT; otherwise the module's allocate() or the devices'
   // default recipes build the answer.
@@ -81,6 +93,7 @@ class ModuleInstance {
   void Post(std::function<void()> task);
   void WorkerLoop();
   void ScanOnWorker();
+  void ProcessEventsOnWorker();
   Status ModuleError(std::string_view call, int rc);
 
   // Host services (C callbacks).
@@ -110,6 +123,13 @@ class ModuleInstance {
   DeviceListPtr devices_;  // guarded by devices_mu_
 
   std::atomic<bool> rescan_queued_{false};
+
+  std::mutex events_mu_;
+  std::vector<udev::Event> pending_events_;  // guarded by events_mu_
+  bool events_queued_ = false;               // guarded by events_mu_
+  // Worker thread only: rate limit of event-driven scans.
+  std::chrono::steady_clock::time_point last_event_scan_{};
+  std::optional<std::chrono::steady_clock::time_point> deferred_scan_at_;
   std::atomic<uint64_t> scans_{0};
 
   std::mutex mu_;

@@ -1,0 +1,111 @@
+// The integration fixture: the real devplugd as a child process, the kubelet
+// simulator in this process, real Unix sockets in a temporary directory.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "kubelet_sim.h"
+#include "test_util.h"
+
+namespace devplug {
+
+using namespace std::chrono_literals;
+using sim::KubeletSim;
+using testing::AgentProcess;
+using testing::FileExists;
+using testing::TempDir;
+using testing::WriteFile;
+
+// Generous: CI machines are small and busy. Nothing here measures speed.
+inline constexpr auto kWait = 20s;
+
+inline constexpr char kKvm[] = "devices.kubevirt.io/kvm";
+inline constexpr char kFull[] = "fake.example/full";
+inline constexpr char kMinimal[] = "fake.example/minimal";
+
+inline std::string FakeModule(const std::string& name) {
+  return testing::FakeModuleDir() + "/" + name + ".so";
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  std::string plugin_dir() const { return dir_ / "p"; }
+  std::string host_root() const { return dir_ / "host"; }
+  std::string config_path() const { return dir_ / "etc/devplug.toml"; }
+
+  void SetUp() override { std::filesystem::create_directories(host_root()); }
+
+  void TearDown() override {
+    if (agent_ && agent_->Running()) {
+      // Every test ends with a clean shutdown (under the sanitizers this is
+      // also where leaks and errors at exit surface).
+      KeepLog();
+      EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+    }
+    agent_.reset();
+    if (sim_) {
+      sim_->Stop();
+      EXPECT_TRUE(sim_->violations().empty()) << Violations();
+    }
+    if (HasFailure() && agent_log_.empty() == false) std::fprintf(stderr, "agent log:\n%s", agent_log_.c_str());
+  }
+
+  std::string Violations() const {
+    std::string out;
+    for (const auto& v : sim_->violations()) out += v + "\n";
+    return out;
+  }
+
+  void StartSim() {
+    KubeletSim::Options o;
+    o.dir = plugin_dir();
+    sim_ = std::make_unique<KubeletSim>(o);
+    ASSERT_TRUE(sim_->Start().ok());
+  }
+
+  // Seven lines of [agent] table (the seventh is `extra`, one agent key or
+  // nothing), then the resources from line 8 on.
+  std::string Config(const std::string& resources, const std::string& resync = "0s",
+                     const std::string& extra = "") const {
+    return "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
+           testing::ModuleDir() + "\"\nhost_root = \"" + host_root() +
+           "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync + "\"\n" + extra + "\n" +
+           resources;
+  }
+
+  void StartAgent(const std::string& resources, const std::string& resync = "0s",
+                  const std::string& extra = "") {
+    WriteFile(config_path(), Config(resources, resync, extra));
+    agent_ = std::make_unique<AgentProcess>(std::vector<std::string>{"--config", config_path()});
+  }
+
+  void KeepLog() {
+    if (agent_) agent_log_ = agent_->Log();
+  }
+
+  bool Registered(const std::string& name, uint64_t n = 1) {
+    const bool ok = sim_->WaitForResource(name, n, kWait);
+    if (!ok) KeepLog();
+    return ok;
+  }
+
+  static std::string Resource(const std::string& name, const std::string& module,
+                              const std::string& extra = "") {
+    return "[[resource]]\nname = \"" + name + "\"\nmodule = \"" + module + "\"\n" + extra + "\n";
+  }
+
+  TempDir dir_;
+  std::unique_ptr<KubeletSim> sim_;
+  std::unique_ptr<AgentProcess> agent_;
+  std::string agent_log_;
+};
+
+}  // namespace devplug

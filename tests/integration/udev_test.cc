@@ -1,0 +1,234 @@
+// Hotplug end to end with real kernel uevents: a fixture-tree change plus a
+// real event must reach the kubelet's view without any polling (every agent
+// here runs with resync_interval = "0s").
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "agent_fixture.h"
+
+namespace devplug {
+namespace {
+
+constexpr char kKvmUevent[] = "/sys/class/misc/kvm/uevent";
+constexpr char kDir[] = "test.example/dir";
+
+// Writes an action to a sysfs uevent file: the kernel emits that uevent.
+bool Trigger(const std::string& uevent_file, const char* action = "change") {
+  std::ofstream out(uevent_file);
+  out << action;
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+bool CanTrigger(const std::string& uevent_file) {
+  return testing::IsRoot() && access(uevent_file.c_str(), W_OK) == 0;
+}
+
+int Sh(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+class UdevTest : public AgentTest {
+ protected:
+  bool HealthyIs(const std::string& name, size_t total, size_t healthy) {
+    const bool ok = sim_->WaitUntil(
+        [&](const auto& rs) {
+          auto it = rs.find(name);
+          return it != rs.end() && it->second.connected && it->second.devices.size() == total &&
+                 it->second.healthy() == healthy;
+        },
+        kWait);
+    if (!ok) KeepLog();
+    return ok;
+  }
+
+  std::vector<std::string> Ids(const std::string& name) {
+    std::vector<std::string> ids;
+    const auto r = sim_->resource(name);
+    for (const auto& d : r->devices) ids.push_back(d.id());
+    return ids;
+  }
+};
+
+TEST_F(UdevTest, KvmNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
+  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  StartSim();
+  StartAgent(Resource(kKvm, "kvm", "shares = 3"), "0s", "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kKvm));
+  ASSERT_TRUE(HealthyIs(kKvm, 3, 3));
+  ASSERT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems misc", kWait));
+
+  // Without an event nothing looks: the change stays unseen.
+  std::remove((host_root() + "/dev/kvm").c_str());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(sim_->resource(kKvm)->healthy(), 3u) << "the agent polled";
+
+  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(HealthyIs(kKvm, 3, 0));
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(HealthyIs(kKvm, 3, 3));
+  // Health changes are new snapshots on the same stream.
+  EXPECT_EQ(sim_->resource(kKvm)->registrations, 1u);
+}
+
+TEST_F(UdevTest, EventStormEndsInTheRightState) {
+  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  StartSim();
+  StartAgent(Resource(kKvm, "kvm", "shares = 2"), "0s", "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kKvm));
+  ASSERT_TRUE(HealthyIs(kKvm, 2, 2));
+  for (int i = 0; i < 1000; ++i) {
+    if (i == 500) std::remove((host_root() + "/dev/kvm").c_str());
+    ASSERT_TRUE(Trigger(kKvmUevent));
+  }
+  ASSERT_TRUE(HealthyIs(kKvm, 2, 0));
+  // Far fewer snapshots than events: only changes are pushed.
+  EXPECT_LE(sim_->resource(kKvm)->snapshots, 3u);
+}
+
+TEST_F(UdevTest, VethPairsAppearAndLeaveOnRealNetEvents) {
+  if (!testing::IsRoot() || Sh("command -v ip >/dev/null") != 0)
+    GTEST_SKIP() << "needs root and iproute2";
+  // Interface names: at most 15 characters, unique per run.
+  const std::string tag = "dpv" + std::to_string(std::random_device{}() % 100000);
+  const std::string a = tag + "a", b = tag + "b";
+  if (Sh("ip link add " + a + " type veth peer name " + b + " 2>/dev/null") != 0)
+    GTEST_SKIP() << "cannot create veth pairs here";
+  Sh("ip link del " + a + " 2>/dev/null");
+
+  StartSim();
+  // host_root "/" for this resource: the module reads the real /sys/class/net.
+  WriteFile(config_path(),
+            "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
+                testing::ModuleDir() +
+                "\"\nlog_level = \"debug\"\nresync_interval = \"0s\"\nudev_source = \"kernel\"\n" +
+                Resource(kDir, FakeModule("fake_dir"),
+                         "dir = \"/sys/class/net\"\nprefix = \"" + tag + "\""));
+  agent_ = std::make_unique<AgentProcess>(std::vector<std::string>{"--config", config_path()});
+  ASSERT_TRUE(Registered(kDir));
+  EXPECT_TRUE(sim_->resource(kDir)->devices.empty());
+  ASSERT_TRUE(agent_->WaitForLog("listening for kernel events", kWait));
+
+  ASSERT_EQ(Sh("ip link add " + a + " type veth peer name " + b), 0);
+  const bool appeared = HealthyIs(kDir, 2, 2);
+  const std::vector<std::string> ids = appeared ? Ids(kDir) : std::vector<std::string>{};
+  Sh("ip link del " + a + " 2>/dev/null");
+  ASSERT_TRUE(appeared);
+  EXPECT_EQ(ids, (std::vector<std::string>{a, b}));
+  ASSERT_TRUE(HealthyIs(kDir, 0, 0));
+}
+
+TEST_F(UdevTest, FixtureChangePlusRealPciEvent) {
+  std::string pci_uevent;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
+    pci_uevent = e.path().string() + "/uevent";
+    break;
+  }
+  if (pci_uevent.empty() || !CanTrigger(pci_uevent))
+    GTEST_SKIP() << "needs root and a PCI device";
+  std::filesystem::create_directories(host_root() + "/fixture");
+  StartSim();
+  StartAgent(Resource(kDir, FakeModule("fake_dir"), "dir = \"/fixture\""), "0s",
+             "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kDir));
+  ASSERT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems net,pci", kWait));
+
+  WriteFile(host_root() + "/fixture/vf0", "ok");
+  WriteFile(host_root() + "/fixture/vf1", "bad");
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kDir, 2, 1));
+  WriteFile(host_root() + "/fixture/vf1", "ok");
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kDir, 2, 2));  // recovery
+  std::remove((host_root() + "/fixture/vf0").c_str());
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kDir, 1, 1));
+  EXPECT_EQ(Ids(kDir), std::vector<std::string>{"vf1"});
+}
+
+TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
+  if (!testing::IsRoot()) GTEST_SKIP() << "needs root";
+  if (access("/run/udev/control", F_OK) == 0) GTEST_SKIP() << "a udevd runs on this host";
+  StartSim();
+  StartAgent(Resource(kKvm, "kvm", "shares = 1"), "0s", "udev_source = \"auto\"");
+  ASSERT_TRUE(Registered(kKvm));
+  EXPECT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems misc (udev_source auto)",
+                                 kWait))
+      << agent_->Log();
+}
+
+// systemd-udevd in a private mount namespace with no rules at all: it only
+// relays events, and touches nothing on this machine.
+class Udevd {
+ public:
+  Udevd() {
+    const char* bin = "/lib/systemd/systemd-udevd";
+    if (!testing::IsRoot() || access(bin, X_OK) != 0 || Sh("command -v unshare >/dev/null") != 0)
+      return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/usr/bin/unshare", "unshare", "-m", "--propagation", "private", "sh", "-c",
+            "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /lib/udev/rules.d && "
+            "mount -t tmpfs tmpfs /etc/udev/rules.d && exec /lib/systemd/systemd-udevd "
+            "--resolve-names=never 2>/dev/null",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Ready when its control socket exists inside its namespace.
+    for (int i = 0; i < 500; ++i) {
+      if (ControlSocketVisible()) {
+        ready_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  ~Udevd() {
+    if (pid_ > 0) {
+      Sh("pkill -TERM -P " + std::to_string(pid_) + " 2>/dev/null");
+      kill(pid_, SIGTERM);
+      int st;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  bool ready() const { return ready_; }
+
+ private:
+  bool ControlSocketVisible() const {
+    // unshare execs sh, which execs udevd: same pid.
+    return access(("/proc/" + std::to_string(pid_) + "/root/run/udev/control").c_str(), F_OK) == 0;
+  }
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+TEST_F(UdevTest, UdevSourceThroughSystemdUdevd) {
+  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
+  Udevd udevd;
+  if (!udevd.ready()) GTEST_SKIP() << "systemd-udevd could not be started here";
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  StartSim();
+  StartAgent(Resource(kKvm, "kvm", "shares = 2"), "0s", "udev_source = \"udev\"");
+  ASSERT_TRUE(Registered(kKvm));
+  ASSERT_TRUE(agent_->WaitForLog("listening for udev events on subsystems misc", kWait));
+  std::remove((host_root() + "/dev/kvm").c_str());
+  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(HealthyIs(kKvm, 2, 0));
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(HealthyIs(kKvm, 2, 2));
+}
+
+}  // namespace
+}  // namespace devplug
