@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
+#include "udevd.h"
 
 namespace devplug {
 namespace {
@@ -168,54 +169,9 @@ TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
       << agent_->Log();
 }
 
-// systemd-udevd in a private mount namespace with no rules at all: it only
-// relays events, and touches nothing on this machine.
-class Udevd {
- public:
-  Udevd() {
-    const char* bin = "/lib/systemd/systemd-udevd";
-    if (!testing::IsRoot() || access(bin, X_OK) != 0 || Sh("command -v unshare >/dev/null") != 0)
-      return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      execl("/usr/bin/unshare", "unshare", "-m", "--propagation", "private", "sh", "-c",
-            "mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /lib/udev/rules.d && "
-            "mount -t tmpfs tmpfs /etc/udev/rules.d && exec /lib/systemd/systemd-udevd "
-            "--resolve-names=never 2>/dev/null",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    // Ready when its control socket exists inside its namespace.
-    for (int i = 0; i < 500; ++i) {
-      if (ControlSocketVisible()) {
-        ready_ = true;
-        return;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-  ~Udevd() {
-    if (pid_ > 0) {
-      Sh("pkill -TERM -P " + std::to_string(pid_) + " 2>/dev/null");
-      kill(pid_, SIGTERM);
-      int st;
-      waitpid(pid_, &st, 0);
-    }
-  }
-  bool ready() const { return ready_; }
-
- private:
-  bool ControlSocketVisible() const {
-    // unshare execs sh, which execs udevd: same pid.
-    return access(("/proc/" + std::to_string(pid_) + "/root/run/udev/control").c_str(), F_OK) == 0;
-  }
-  pid_t pid_ = -1;
-  bool ready_ = false;
-};
-
 TEST_F(UdevTest, UdevSourceThroughSystemdUdevd) {
   if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
-  Udevd udevd;
+  testing::Udevd udevd;
   if (!udevd.ready()) GTEST_SKIP() << "systemd-udevd could not be started here";
   ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
   StartSim();
