@@ -81,8 +81,22 @@ Stats Summarize(std::vector<double> ms, size_t timeouts) {
   return s;
 }
 
-// Starts an agent on `source`, flips the node `events` times.
-Stats Measure(const std::string& dir, const std::string& source, int events, pid_t* agent_out) {
+struct ThreadTicks {
+  std::string name;
+  long switches = 0;
+};
+std::map<int, ThreadTicks> Threads(pid_t pid);
+double CpuSeconds(pid_t pid);
+
+struct Idle {
+  double cpu_s = 0;
+  std::vector<std::pair<std::string, long>> wakeups;  // per thread
+};
+
+// Starts an agent on `source`, flips the node `events` times; then, with the
+// kubelet still there, watches it idle for `idle_s` seconds.
+Stats Measure(const std::string& dir, const std::string& source, int events, int idle_s,
+              Idle* idle) {
   const std::string plugins = dir + "/p-" + source, host = dir + "/host";
   const std::string node = host + "/dev/kvm";
   fs::create_directories(host + "/dev");
@@ -131,16 +145,19 @@ Stats Measure(const std::string& dir, const std::string& source, int events, pid
     // rate limit (one event scan per 5 ms at most).
     std::this_thread::sleep_for(20ms);
   }
-  if (agent_out) *agent_out = agent;
-  else Stop(agent);
+  if (idle != nullptr && idle_s > 0) {
+    std::this_thread::sleep_for(1s);
+    const double cpu0 = CpuSeconds(agent);
+    auto before = Threads(agent);
+    std::this_thread::sleep_for(std::chrono::seconds(idle_s));
+    idle->cpu_s = CpuSeconds(agent) - cpu0;
+    for (const auto& [tid, t] : Threads(agent))
+      idle->wakeups.emplace_back(t.name, t.switches - (before.count(tid) ? before[tid].switches : 0));
+  }
+  Stop(agent);
   sim.Stop();
   return Summarize(ms, timeouts);
 }
-
-struct ThreadTicks {
-  std::string name;
-  long switches = 0;
-};
 
 std::map<int, ThreadTicks> Threads(pid_t pid) {
   std::map<int, ThreadTicks> out;
@@ -189,25 +206,15 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/devplug-udev-bench.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
 
-  const Stats kernel = Measure(dir, "kernel", events, nullptr);
+  Idle quiet;
+  const Stats kernel = Measure(dir, "kernel", events, idle, &quiet);
   Stats udev;
   bool have_udevd = false;
   {
     devplug::testing::Udevd udevd;
     have_udevd = udevd.ready();
-    if (have_udevd) udev = Measure(dir, "udev", events, nullptr);
+    if (have_udevd) udev = Measure(dir, "udev", events, 0, nullptr);
   }
-
-  // Idle: an agent with the resync timer off, nothing happening.
-  pid_t agent = -1;
-  Measure(dir, "kernel", 2, &agent);
-  std::this_thread::sleep_for(1s);
-  const double cpu0 = CpuSeconds(agent);
-  auto before = Threads(agent);
-  std::this_thread::sleep_for(std::chrono::seconds(idle));
-  const double cpu1 = CpuSeconds(agent);
-  auto after = Threads(agent);
-  Stop(agent);
   fs::remove_all(dir);
 
   std::printf("devplugd hotplug benchmark: kvm node flipped %d times per source, real uevents\n\n",
@@ -221,10 +228,9 @@ int main(int argc, char** argv) {
   row("kernel", kernel);
   if (have_udevd) row("udev", udev);
   else std::printf("| udev   | (systemd-udevd not available here)                          |\n");
-  std::printf("\nidle %d s, resync off: CPU %.2f s; wake-ups per thread:\n", idle, cpu1 - cpu0);
-  for (const auto& [tid, t] : after) {
-    const long d = t.switches - (before.count(tid) ? before[tid].switches : 0);
-    std::printf("  %-16s %6ld\n", t.name.c_str(), d);
-  }
+  std::printf("\nidle %d s after the events, kubelet connected, resync off: CPU %.2f s\n", idle,
+              quiet.cpu_s);
+  std::printf("wake-ups (context switches) per thread:\n");
+  for (const auto& [name, n] : quiet.wakeups) std::printf("  %-16s %6ld\n", name.c_str(), n);
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "modules/module_instance.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -320,6 +322,9 @@ void ModuleInstance::Post(std::function<void()> task) {
 }
 
 void ModuleInstance::WorkerLoop() {
+  // "dp:<module>" in top -H, ps -L and gdb (15 characters at most).
+  const std::string name = std::string("dp:").append(module_->name()).substr(0, 15);
+  pthread_setname_np(pthread_self(), name.c_str());
   for (;;) {
     std::function<void()> task;
     {
