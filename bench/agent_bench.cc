@@ -26,8 +26,7 @@
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet_sim.h"
-
-extern char** environ;
+#include "test_util.h"
 
 namespace {
 
@@ -72,24 +71,6 @@ int RunEchoServer(const std::string& socket) {
 
 // ---- helpers ---------------------------------------------------------------------------
 
-pid_t Spawn(std::vector<std::string> args, const std::string& log) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-void StopChild(pid_t pid) {
-  kill(pid, SIGTERM);
-  int st;
-  waitpid(pid, &st, 0);
-}
 
 long StatusKb(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -187,7 +168,7 @@ int main(int argc, char** argv) {
   for (int s = 0; s < starts; ++s) {
     const uint64_t want = s + 1;
     const auto t0 = Clock::now();
-    agent = Spawn({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg_path}, dir + "/agent.log");
+    agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg_path}, dir + "/agent.log");
     const bool ok = sim.WaitUntil(
         [&](const auto& rs) {
           if (static_cast<int>(rs.size()) < resources) return false;
@@ -201,7 +182,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "resources did not register; see %s/agent.log\n", dir.c_str());
       return 1;
     }
-    if (s + 1 < starts) StopChild(agent);
+    if (s + 1 < starts) devplug::testing::StopProcess(agent, SIGTERM);
   }
 
   // 2. Allocate latency on the agent, then on the bare server, same client.
@@ -213,12 +194,12 @@ int main(int argc, char** argv) {
 
   const std::string echo_sock = dir + "/echo.sock";
   std::string self = fs::read_symlink("/proc/self/exe").string();
-  pid_t echo = Spawn({self, "--echo-server", echo_sock}, dir + "/echo.log");
+  pid_t echo = devplug::testing::SpawnProcess({self, "--echo-server", echo_sock}, dir + "/echo.log");
   for (int i = 0; i < 500 && !fs::exists(echo_sock); ++i) std::this_thread::sleep_for(10ms);
   const Latency echo_lat = MeasureAllocate(echo_sock, "kvm-0", calls);
   const long echo_rss_kb = StatusKb(echo, "VmRSS");
-  StopChild(echo);
-  StopChild(agent);
+  devplug::testing::StopProcess(echo, SIGTERM);
+  devplug::testing::StopProcess(agent, SIGTERM);
   sim.Stop();
   fs::remove_all(dir);
 

@@ -32,9 +32,8 @@
 #include <CLI/CLI.hpp>
 
 #include "kubelet_sim.h"
+#include "test_util.h"
 #include "udevd.h"
-
-extern char** environ;
 
 namespace {
 
@@ -45,24 +44,6 @@ namespace fs = std::filesystem;
 constexpr char kUevent[] = "/sys/class/misc/kvm/uevent";
 constexpr char kName[] = "bench.example/kvm";
 
-pid_t Spawn(std::vector<std::string> args, const std::string& log) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-void Stop(pid_t pid) {
-  kill(pid, SIGTERM);
-  int st;
-  waitpid(pid, &st, 0);
-}
 
 struct Stats {
   double p50 = 0, p99 = 0, max = 0;
@@ -113,10 +94,10 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
   o.checkpoint_noise = false;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return {};
-  const pid_t agent = Spawn({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg}, dir + "/" + source + ".log");
+  const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg}, dir + "/" + source + ".log");
   if (!sim.WaitForResource(kName, 1, 30s)) {
     std::fprintf(stderr, "agent did not register; see %s/%s.log\n", dir.c_str(), source.c_str());
-    Stop(agent);
+    devplug::testing::StopProcess(agent, SIGTERM);
     return {};
   }
   std::this_thread::sleep_for(200ms);
@@ -154,7 +135,7 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
     for (const auto& [tid, t] : Threads(agent))
       idle->wakeups.emplace_back(t.name, t.switches - (before.count(tid) ? before[tid].switches : 0));
   }
-  Stop(agent);
+  devplug::testing::StopProcess(agent, SIGTERM);
   sim.Stop();
   return Summarize(ms, timeouts);
 }

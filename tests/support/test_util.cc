@@ -60,21 +60,33 @@ std::string DevplugdPath() { return DEVPLUG_TEST_DEVPLUGD; }
 std::string ModuleDir() { return DEVPLUG_TEST_MODULE_DIR; }
 std::string FakeModuleDir() { return DEVPLUG_TEST_FAKE_MODULE_DIR; }
 
-namespace {
-pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path, bool both) {
-  std::vector<std::string> argv_s{DevplugdPath()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+pid_t SpawnProcess(const std::vector<std::string>& args, const std::string& log_path, bool both) {
+  std::vector<std::string> copy = args;
   std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
+  for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (both) posix_spawn_file_actions_adddup2(&fa, 2, 1);
   pid_t pid = -1;
   if (posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&fa);
   return pid;
+}
+
+int StopProcess(pid_t pid, int sig) {
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+namespace {
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path, bool both) {
+  std::vector<std::string> argv{DevplugdPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return SpawnProcess(argv, out_path, both);
 }
 
 std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited) {

@@ -32,6 +32,13 @@ bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor);
 bool IsRoot();
 bool FileExists(const std::string& path);
 
+// Starts argv[0] with argv; stderr (and stdout too if `both`) to `log_path`.
+// -1 on failure.
+pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log_path,
+                   bool both = false);
+// Sends `sig` and reaps the process; its exit code, or 128 + signal.
+int StopProcess(pid_t pid, int sig);
+
 // Paths baked in by CMake.
 std::string DevplugdPath();
 std::string ModuleDir();      // in-tree modules (kvm.so, ...)
