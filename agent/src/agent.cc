@@ -175,6 +175,7 @@ Status Agent::StartResource(size_t index) {
   opts.on_change = [hub = r.hub.get()](modules::DeviceListPtr list) {
     hub->Publish(kubelet::MakeSnapshot(*list));
   };
+  opts.start_timeout = config_.start_timeout;
   auto instance = modules::ModuleInstance::Create(r.module, r.cfg, std::move(opts));
   if (!instance.ok()) return instance.status();
   r.instance = std::move(*instance);
@@ -198,7 +199,8 @@ Status Agent::StartServer(Resource& r) {
   ++r.generation;
   r.hub->set_generation(r.generation);
   // gRPC removes a stale file at the path before it binds.
-  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get());
+  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get(),
+                                                             &timers_, config_.call_timeout);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials(),
@@ -224,6 +226,7 @@ void Agent::StopServer(Resource& r) {
   // End our streams first so the kubelet sees a clean end, then stop the
   // server; Shutdown waits for calls in flight up to the deadline.
   r.hub->CloseAll();
+  r.service->AbortPending();
   r.server->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   r.server.reset();
   r.service.reset();
@@ -440,8 +443,15 @@ void Agent::Shutdown() {
     if (r->instance) unlink(r->socket_path.c_str());
   }
   // Destroy module instances after every server is down: no call can reach
-  // them any more.
-  for (auto& r : resources_) r->instance.reset();
+  // them any more. A module stuck in a call costs its thread, not shutdown.
+  for (auto& r : resources_) {
+    if (r->instance && !r->instance->Stop(config_.start_timeout)) {
+      spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
+                    r->cfg.name, r->module->name(), config_.start_timeout.count());
+      (void)r->instance.release();  // its thread may still use it
+    }
+    r->instance.reset();
+  }
   {
     // Cancelled above; their callbacks still reference this agent.
     std::unique_lock lock(register_mu_);

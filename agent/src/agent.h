@@ -26,6 +26,7 @@
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
 #include "udev/udev_monitor.h"
+#include "util/timers.h"
 
 namespace devplug {
 
@@ -112,6 +113,8 @@ class Agent {
   std::string KubeletSocketPath() const;
 
   const config::AgentConfig config_;
+  // Call deadlines; declared before the resources so it outlives them.
+  Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
   std::unique_ptr<udev::Monitor> udev_;

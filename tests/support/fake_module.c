@@ -13,22 +13,33 @@
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
  *   unhealthy (string array)     IDs reported Unhealthy
  *   numa (int, default -1)       NUMA node of every device
- *   bad_ids (bool)               also report an empty, a duplicate and a
- *                                64-character ID
+ *   bad_ids (bool)               also report an empty, a duplicate, a
+ *                                64-character, a control-character and a
+ *                                malformed-UTF-8 ID (dropped) and "café"
+ *                                (kept)
  *   fail_pre_start (string)      pre_start fails when given this ID
  *   env_prefix (string)          allocate() sets <prefix>_DEVICES
  *   default_for (string)         allocate() returns DEVPLUG_ALLOCATE_DEFAULT
  *                                when asked for exactly this ID
+ *   hang_create (bool)           create() never returns
+ *   hang_scan_after (int)        list_devices() call number N (1-based) and
+ *                                every later one never return
+ *   allocate_delay_ms (int)      allocate() sleeps this long first
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "devplug/module.h"
 
 struct devplug_instance {
   const struct devplug_host *host;
+  int64_t hang_scan_after;
+  int64_t scans;
+  int64_t allocate_delay_ms;
   int64_t count;
   int64_t numa;
   const char *const *unhealthy;
@@ -38,6 +49,18 @@ struct devplug_instance {
   const char *env_prefix;
   const char *default_for;
 };
+
+static void hang(void) {
+  for (;;) sleep(1000);
+}
+
+#ifndef FAKE_MINIMAL
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+#endif
 
 static int fake_create(const struct devplug_host *host, struct devplug_instance **ret) {
 #ifdef FAKE_CREATE_FAILS
@@ -57,6 +80,11 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string(host, "fail_pre_start", &inst->fail_pre_start);
   host->config_string(host, "env_prefix", &inst->env_prefix);
   host->config_string(host, "default_for", &inst->default_for);
+  host->config_int(host, "hang_scan_after", &inst->hang_scan_after);
+  host->config_int(host, "allocate_delay_ms", &inst->allocate_delay_ms);
+  int32_t hang_create = 0;
+  host->config_bool(host, "hang_create", &hang_create);
+  if (hang_create) hang();
   if (inst->count < 0 || inst->count > 100000) {
     host->config_error(host, "count", "must be between 0 and 100000");
     free(inst);
@@ -76,6 +104,8 @@ static int is_unhealthy(const struct devplug_instance *inst, const char *id) {
 }
 
 static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *sink) {
+  inst->scans++;
+  if (inst->hang_scan_after > 0 && inst->scans >= inst->hang_scan_after) hang();
   for (int64_t i = 0; i < inst->count; i++) {
     char id[32], node[64];
     struct devplug_recipe *r = NULL;
@@ -94,6 +124,9 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
     sink->add_device(sink, "", DEVPLUG_HEALTHY, -1, NULL);
     sink->add_device(sink, "fake-0", DEVPLUG_HEALTHY, -1, NULL);
     sink->add_device(sink, long_id, DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "tab\there", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "bad-\xff-utf8", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "caf\xc3\xa9", DEVPLUG_HEALTHY, -1, NULL); /* valid UTF-8: kept */
   }
   return 0;
 }
@@ -101,6 +134,7 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
 #ifndef FAKE_MINIMAL
 static int fake_allocate(struct devplug_instance *inst, const char *const *ids, size_t n,
                          struct devplug_recipe *resp) {
+  if (inst->allocate_delay_ms > 0) sleep_ms(inst->allocate_delay_ms);
   if (inst->default_for && n == 1 && strcmp(ids[0], inst->default_for) == 0)
     return DEVPLUG_ALLOCATE_DEFAULT;
   char key[128];
@@ -150,6 +184,9 @@ static const struct devplug_config_key fake_keys[] = {
     {"fail_pre_start", DEVPLUG_CONFIG_STRING, 0, "pre_start fails for this ID"},
     {"env_prefix", DEVPLUG_CONFIG_STRING, 0, "env prefix of allocate()"},
     {"default_for", DEVPLUG_CONFIG_STRING, 0, "allocate() defers for this ID"},
+    {"hang_create", DEVPLUG_CONFIG_BOOL, 0, "create() never returns"},
+    {"hang_scan_after", DEVPLUG_CONFIG_INT, 0, "list_devices() call N never returns"},
+    {"allocate_delay_ms", DEVPLUG_CONFIG_INT, 0, "allocate() sleeps first"},
     {NULL, 0, 0, NULL},
 };
 

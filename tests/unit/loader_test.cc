@@ -107,9 +107,10 @@ TEST(ModuleInstanceTest, InvalidIdsAreDroppedAndTheRestKept) {
   auto inst = ModuleInstance::Create(*m, Resource("count = 2\nbad_ids = true\n"), {});
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   DeviceListPtr list = (*inst)->devices();
-  ASSERT_EQ(list->size(), 2u);
-  EXPECT_EQ((*list)[0].id, "fake-0");
-  EXPECT_EQ((*list)[1].id, "fake-1");
+  ASSERT_EQ(list->size(), 3u);
+  EXPECT_EQ((*list)[0].id, "caf\xc3\xa9");
+  EXPECT_EQ((*list)[1].id, "fake-0");
+  EXPECT_EQ((*list)[2].id, "fake-1");
 }
 
 TEST(ModuleInstanceTest, AllocateChecksIdsThenUsesTheHook) {

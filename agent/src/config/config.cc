@@ -140,12 +140,21 @@ class Parser {
         if (!ParseLogLevel(*s, &cfg_.log_level))
           Error(node, key, StrCat("unknown level \"", *s,
                                         "\" (expected trace|debug|info|warn|error)"));
-      } else if (name == "resync_interval") {
+      } else if (name == "resync_interval" || name == "call_timeout" || name == "start_timeout") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         auto d = ParseDuration(*s);
-        if (!d.ok()) Error(node, key, d.status().message());
-        else cfg_.resync_interval = *d;
+        if (!d.ok()) {
+          Error(node, key, d.status().message());
+        } else if (name == "resync_interval") {
+          cfg_.resync_interval = *d;
+        } else if (d->count() == 0) {
+          Error(node, key, "must be longer than 0");
+        } else if (name == "call_timeout") {
+          cfg_.call_timeout = *d;
+        } else {
+          cfg_.start_timeout = *d;
+        }
       } else if (name == "udev_source") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -157,7 +166,8 @@ class Parser {
                                         "\" (expected auto|udev|kernel)"));
       } else {
         Error(node, key, "unknown key (expected plugin_dir, module_dir, host_root, "
-                         "log_level, resync_interval or udev_source)");
+                         "log_level, resync_interval, udev_source, call_timeout or "
+                         "start_timeout)");
       }
     }
   }

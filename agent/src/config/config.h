@@ -64,6 +64,13 @@ struct AgentConfig {
   // Safety rescan besides events; zero disables.
   std::chrono::milliseconds resync_interval{std::chrono::seconds(60)};
   UdevSource udev_source = UdevSource::kAuto;
+  // Longest a module may take to answer Allocate, GetPreferredAllocation or
+  // PreStartContainer; the kubelet then gets DEADLINE_EXCEEDED instead of a
+  // hung pod admission. Well below the kubelet's 30 s PreStartContainer limit.
+  std::chrono::milliseconds call_timeout{std::chrono::seconds(10)};
+  // Longest a module may take to create an instance and finish its first
+  // scan, or to destroy it at shutdown; past it the resource is given up.
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
 
   // ---- [[resource]] tables, main file first, then drop-ins in order ----
   std::vector<ResourceConfig> resources;

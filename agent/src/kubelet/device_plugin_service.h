@@ -2,18 +2,27 @@
 //
 // Reactions never block and never call module code: Allocate,
 // GetPreferredAllocation and PreStartContainer are handed to the module
-// instance's worker thread, which finishes the call.
+// instance's worker thread, which answers the call. Each such call is
+// finished exactly once: by the module's answer, by DEADLINE_EXCEEDED after
+// call_timeout (a slow or hung module must not hang pod admission), or by
+// UNAVAILABLE when the agent stops serving.
 //
 // Thread safety: thread-safe; one object per gRPC server (a service object
 // cannot be registered with two servers), all sharing the resource's hub and
 // module instance, which must outlive the server.
 #pragma once
 
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
+#include "util/timers.h"
 
 namespace devplug::kubelet {
 
@@ -27,10 +36,12 @@ v1beta1::DevicePluginOptions OptionsFor(const modules::LoadedModule& module);
 // Fills one container's Allocate answer from a recipe.
 void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllocateResponse* out);
 
+class PendingCall;
+
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
-  DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub)
-      : instance_(instance), hub_(hub), options_(OptionsFor(instance->module())) {}
+  DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
+                      std::chrono::milliseconds call_timeout);
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx,
                                                    const v1beta1::Empty* req,
@@ -47,10 +58,20 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
                                               const v1beta1::PreStartContainerRequest* req,
                                               v1beta1::PreStartContainerResponse* resp) override;
 
+  // Finishes every call still waiting for the module with UNAVAILABLE.
+  void AbortPending();
+
  private:
+  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, const char* rpc);
+
   modules::ModuleInstance* const instance_;
   StreamHub* const hub_;
+  Timers* const timers_;
+  const std::chrono::milliseconds call_timeout_;
   const v1beta1::DevicePluginOptions options_;
+  std::mutex mu_;
+  std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
+  uint64_t next_call_ = 0;                                   // guarded by mu_
 };
 
 }  // namespace devplug::kubelet

@@ -10,6 +10,13 @@
 
 #include <spdlog/spdlog.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#define DEVPLUG_LEAK_ON_PURPOSE(p) __lsan_ignore_object(p)
+#else
+#define DEVPLUG_LEAK_ON_PURPOSE(p) ((void)(p))
+#endif
+
 
 namespace devplug::modules {
 namespace {
@@ -18,6 +25,22 @@ namespace {
 constexpr size_t kMaxDeviceIdLength = 63;
 
 bool Empty(const char* s) { return s == nullptr || s[0] == '\0'; }
+
+// Device IDs travel in protobuf string fields (which must be UTF-8: a peer
+// that validates drops the whole stream otherwise) and into the kubelet's
+// checkpoint: no control characters, well-formed UTF-8.
+const char* BadIdCharacters(std::string_view id) {
+  for (size_t i = 0; i < id.size();) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (c < 0x20 || c == 0x7f) return "a control character";
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > id.size()) return "malformed UTF-8";
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(id[i + k]) & 0xc0) != 0x80) return "malformed UTF-8";
+    i += len;
+  }
+  return nullptr;
+}
 
 // ---- devplug_recipe backed by a Recipe --------------------------------------
 
@@ -113,6 +136,9 @@ struct DeviceSink {
       } else if (std::strlen(id) > kMaxDeviceIdLength) {
         self->problems.push_back(StrCat("device ID \"", id, "\" is longer than ",
                                               kMaxDeviceIdLength, " characters"));
+        rc = -EINVAL;
+      } else if (const char* bad = BadIdCharacters(id)) {
+        self->problems.push_back(StrCat("a device ID with ", bad));
         rc = -EINVAL;
       } else if (health != DEVPLUG_HEALTHY && health != DEVPLUG_UNHEALTHY) {
         self->problems.push_back(StrCat("device \"", id, "\" has health value ", health));
@@ -267,8 +293,9 @@ StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
       new ModuleInstance(std::move(module), resource, std::move(options)));
   self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
 
-  std::promise<Status> created;
-  self->Post([p = self.get(), &created] {
+  auto created = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = created->get_future();
+  self->Post([p = self.get(), created] {
     p->last_error_.clear();
     devplug_instance* inst = nullptr;
     const int rc = p->module_->descriptor().create(&p->host_, &inst);
@@ -285,32 +312,54 @@ StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
         if (rc >= 0) why += " (no instance returned)";
       }
       // Configuration problems are the operator's to fix: say so by code.
-      created.set_value(p->config_errors_.empty() ? FailedPreconditionError(why)
-                                                  : InvalidArgumentError(why));
+      created->set_value(p->config_errors_.empty() ? FailedPreconditionError(why)
+                                                   : InvalidArgumentError(why));
       return;
     }
     p->inst_ = inst;
     p->ScanOnWorker();
-    created.set_value(OkStatus());
+    created->set_value(OkStatus());
   });
-  Status st = created.get_future().get();
+  if (result.wait_for(self->options_.start_timeout) != std::future_status::ready) {
+    const std::string why =
+        StrCat("resource \"", resource.name, "\": module \"", self->module_->name(),
+               "\" did not finish create() and its first scan within ",
+               self->options_.start_timeout.count(), " ms; giving it up");
+    // The worker is stuck inside the module and may come back at any time:
+    // this object must outlive it, so it is leaked on purpose.
+    if (!self->Stop(std::chrono::milliseconds(0))) self.release();
+    return UnavailableError(why);
+  }
+  Status st = result.get();
   if (!st.ok()) return st;  // the destructor stops the worker
   return self;
 }
 
-ModuleInstance::~ModuleInstance() {
-  if (worker_.joinable()) {
-    Post([this] {
-      if (inst_ != nullptr) module_->descriptor().destroy(inst_);
-      inst_ = nullptr;
-    });
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_one();
-    worker_.join();
+bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
+  if (!worker_.joinable()) return true;
+  Post([this] {
+    if (inst_ != nullptr) module_->descriptor().destroy(inst_);
+    inst_ = nullptr;
+  });
+  std::unique_lock lock(mu_);
+  stopping_ = true;
+  cv_.notify_one();
+  if (!exited_cv_.wait_for(lock, timeout, [&] { return worker_exited_; })) {
+    abandoned_ = true;
+    // The owner leaks this object (the thread may still use it).
+    DEVPLUG_LEAK_ON_PURPOSE(this);
+    lock.unlock();
+    worker_.detach();
+    return false;
   }
+  lock.unlock();
+  worker_.join();
+  return true;
+}
+
+ModuleInstance::~ModuleInstance() {
+  // No deadline: the owner chose not to give this instance up.
+  if (worker_.joinable()) (void)Stop(std::chrono::hours(24 * 365));
 }
 
 void ModuleInstance::Post(std::function<void()> task) {
@@ -337,7 +386,11 @@ void ModuleInstance::WorkerLoop() {
         cv_.wait(lock, ready);
       }
       if (queue_.empty()) {
-        if (stopping_) return;  // stopping and drained
+        if (stopping_) {  // stopping and drained
+          worker_exited_ = true;
+          exited_cv_.notify_all();
+          return;
+        }
         // The rate-limit window of a deferred event scan is over.
         lock.unlock();
         if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
@@ -430,8 +483,8 @@ void ModuleInstance::ScanOnWorker() {
     return;
   }
   for (const std::string& p : sink.problems)
-    spdlog::warn("{}: module \"{}\" reported {}, ignoring that device", resource_.name,
-                 module_->name(), p);
+    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name,
+                 module_->path(), p);
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(sink.list));
@@ -443,7 +496,7 @@ void ModuleInstance::ScanOnWorker() {
   const size_t healthy =
       std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
   spdlog::info("{}: {} devices, {} healthy", resource_.name, next->size(), healthy);
-  if (options_.on_change) options_.on_change(next);
+  if (options_.on_change && !abandoned_) options_.on_change(next);
 }
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {

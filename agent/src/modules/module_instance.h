@@ -40,6 +40,9 @@ class ModuleInstance {
     // Index of the [[resource]] table, for error messages.
     size_t index = 0;
     ChangeListener on_change;
+    // create() plus the first scan must finish within this; otherwise the
+    // instance is given up (its thread abandoned) and Create fails.
+    std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
   };
 
   // Starts the worker, calls create() and the first list_devices() on it and
@@ -49,7 +52,13 @@ class ModuleInstance {
       std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
       Options options);
 
-  // Calls destroy() on the worker and joins it.
+  // Calls destroy() on the worker and waits up to `timeout` for it. False
+  // if the worker is stuck in a module call: the thread is then abandoned
+  // and the caller must leak this object (release() its unique_ptr), since
+  // the thread may still use it.
+  [[nodiscard]] bool Stop(std::chrono::milliseconds timeout);
+
+  // Stops (waiting as long as it takes) unless Stop() already ran.
   ~ModuleInstance();
 
   ModuleInstance(const ModuleInstance&) = delete;
@@ -136,6 +145,10 @@ class ModuleInstance {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
   bool stopping_ = false;                    // guarded by mu_
+  bool worker_exited_ = false;               // guarded by mu_
+  std::condition_variable exited_cv_;
+  // Set when the instance was given up; no more change notifications.
+  std::atomic<bool> abandoned_{false};
   std::thread worker_;
 };
 

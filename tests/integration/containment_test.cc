@@ -1,0 +1,109 @@
+// A slow or hung module costs only its own resource: calls into it answer
+// DEADLINE_EXCEEDED after call_timeout, a stuck create() is given up after
+// start_timeout, other resources and the kubelet protocol carry on, and
+// shutdown still completes.
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "agent_fixture.h"
+
+namespace devplug {
+namespace {
+
+using ContainmentTest = AgentTest;
+
+TEST_F(ContainmentTest, SlowAllocateAnswersDeadlineExceeded) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "allocate_delay_ms = 3000") +
+                 Resource(kMinimal, FakeModule("fake_minimal")),
+             "0s", "call_timeout = \"300ms\"");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  v1beta1::ContainerAllocateResponse resp;
+  grpc::Status st = sim_->Allocate(kFull, {"fake-0"}, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("fake.example/full: Allocate: the module did not answer within "
+                                    "300 ms"),
+            std::string::npos)
+      << st.error_message();
+  // The other resource answers while the slow module still sleeps.
+  EXPECT_TRUE(sim_->Allocate(kMinimal, {"fake-0"}, &resp).ok());
+  EXPECT_TRUE(sim_->resource(kFull)->connected);
+}
+
+TEST_F(ContainmentTest, HungScanCostsOnlyItsResourceAndShutdownStillCompletes) {
+  StartSim();
+  // The second scan (the first resync) never returns.
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "hang_scan_after = 2") +
+                 Resource(kMinimal, FakeModule("fake_minimal")),
+             "200ms", "call_timeout = \"300ms\"\nstart_timeout = \"1s\"");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  std::this_thread::sleep_for(600ms);  // a resync has started and hangs
+  v1beta1::ContainerAllocateResponse resp;
+  EXPECT_EQ(sim_->Allocate(kFull, {"fake-0"}, &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(sim_->Allocate(kMinimal, {"fake-1"}, &resp).ok());
+  // Registration needs no module call: both come back after a kubelet restart.
+  ASSERT_TRUE(sim_->Restart(50ms).ok());
+  ASSERT_TRUE(Registered(kFull, 2));
+  ASSERT_TRUE(Registered(kMinimal, 2));
+  EXPECT_EQ(sim_->resource(kFull)->devices.size(), 4u);  // the last good list
+
+  std::optional<int> rc = agent_->Stop(SIGTERM, 20s);
+  ASSERT_TRUE(rc.has_value()) << "shutdown hung";
+  EXPECT_EQ(*rc, 0);
+  EXPECT_NE(agent_->Log().find("resource \"fake.example/full\": module \"fake\" did not stop "
+                               "within 1000 ms; abandoning it"),
+            std::string::npos)
+      << agent_->Log();
+}
+
+TEST_F(ContainmentTest, HungCreateIsGivenUp) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "hang_create = true") +
+                 Resource(kMinimal, FakeModule("fake_minimal")),
+             "0s", "start_timeout = \"500ms\"");
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("did not finish create() and its first scan within 500 ms",
+                                 kWait))
+      << agent_->Log();
+  EXPECT_EQ(sim_->resource_names(), std::vector<std::string>{kMinimal});
+}
+
+TEST_F(ContainmentTest, HungCreateOfARequiredResourceStopsStartup) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "hang_create = true\nrequired = true"), "0s",
+             "start_timeout = \"300ms\"");
+  std::optional<int> rc = agent_->Wait(kWait);
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_EQ(*rc, 1);
+}
+
+}  // namespace
+}  // namespace devplug
+
+namespace devplug {
+namespace {
+
+TEST_F(ContainmentTest, InvalidDeviceIdsNeverReachTheKubelet) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 2\nbad_ids = true"));
+  ASSERT_TRUE(Registered(kFull));
+  const auto r = sim_->resource(kFull);
+  std::vector<std::string> ids;
+  for (const auto& d : r->devices) ids.push_back(d.id());
+  EXPECT_EQ(ids, (std::vector<std::string>{"caf\xc3\xa9", "fake-0", "fake-1"}));
+  const std::string log = agent_->Log();
+  const std::string who = "fake.example/full: module " + FakeModule("fake_full") + " reported ";
+  for (const char* what : {"a device with an empty ID", "duplicate device ID \"fake-0\"",
+                           "is longer than 63 characters", "a device ID with a control character",
+                           "a device ID with malformed UTF-8"})
+    EXPECT_NE(log.find(what), std::string::npos) << what << "\n" << log;
+  EXPECT_NE(log.find(who), std::string::npos) << log;
+  // The strict simulator saw nothing to complain about (checked in TearDown).
+}
+
+}  // namespace
+}  // namespace devplug
