@@ -1,0 +1,24 @@
+# devplug_add_module(<name> <source>...)
+#
+# Builds a devplug hardware module: a MODULE library named <name>.so (no
+# "lib" prefix, as module = "<name>" expects), compiled against the
+# devplug::module headers with hidden visibility so that the ABI entry point
+# (DEVPLUG_MODULE_EXPORT) is its only exported symbol, linked with
+# --no-undefined so a missing symbol fails the build instead of the load,
+# and installed into DEVPLUG_MODULE_DIR.
+function(devplug_add_module name)
+  if(NOT ARGN)
+    message(FATAL_ERROR "devplug_add_module(${name}): no sources given")
+  endif()
+  add_library(${name} MODULE ${ARGN})
+  target_link_libraries(${name} PRIVATE devplug::module)
+  set_target_properties(${name} PROPERTIES
+    PREFIX ""
+    C_VISIBILITY_PRESET hidden
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  if(DEFINED DEVPLUG_MODULE_DIR)
+    install(TARGETS ${name} LIBRARY DESTINATION "${DEVPLUG_MODULE_DIR}")
+  endif()
+endfunction()
