@@ -5,6 +5,8 @@
 //                                plugins register and report
 //   devplugctl demo              run devplugd against a simulated kubelet in a
 //                                temporary directory, end to end
+//   devplugctl inspect-module    load a module as devplugd does; print what it
+//                                is and the devices it finds
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -23,7 +25,9 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include "inspect_module.h"
 #include "kubelet_sim.h"
+#include "log.h"
 
 extern char** environ;
 
@@ -253,7 +257,19 @@ int main(int argc, char** argv) {
   demo->add_option("--module-dir", module_dir, "Module directory (default: the build tree's)");
   demo->add_option("--config", config, "Use this configuration instead of the built-in one");
 
+  auto* inspect = app.add_subcommand(
+      "inspect-module", "Load a module the way devplugd does, print its name, versions, hooks, "
+                        "keys and subsystems, create it and list the devices it finds");
+  devplug::ctl::InspectOptions io;
+  inspect->add_option("module", io.path, "Module file (.so)")->required();
+  inspect->add_option("settings", io.settings, "key=value settings of its [[resource]] table");
+  inspect->add_option("--host-root", io.host_root, "Host root for /sys, /dev lookups")
+      ->capture_default_str();
+  inspect->add_flag("--all", io.all_devices, "List every device (default: the first 20)");
+
   CLI11_PARSE(app, argc, argv);
+  devplug::SetupLogging("devplugctl");  // module and agent-library logs go to stderr
+  if (*inspect) return devplug::ctl::InspectModule(io);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);

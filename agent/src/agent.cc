@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include "conflicts.h"
 #include "modules/loaded_module.h"
 #include "util/unix_socket.h"
 
@@ -102,6 +103,10 @@ Status Agent::Start() {
       spdlog::error("resource \"{}\" left out: {}", cfg.name, st.message());
     }
   }
+  std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
+  for (const auto& r : resources_)
+    if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
+  for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
   for (size_t i = 0; i < resources_.size(); ++i) {
     if (resources_[i]->state != State::kIdle) Register(i);
   }
@@ -172,8 +177,17 @@ Status Agent::StartResource(size_t index) {
   modules::ModuleInstance::Options opts;
   opts.host_root = config_.host_root;
   opts.index = index;
-  opts.on_change = [hub = r.hub.get()](modules::DeviceListPtr list) {
-    hub->Publish(kubelet::MakeSnapshot(*list));
+  opts.on_change = [hub = r.hub.get(), name = r.cfg.name](modules::DeviceListPtr list) {
+    kubelet::SnapshotPtr snapshot = kubelet::MakeSnapshot(*list);
+    // The kubelet drops a stream whose message exceeds its 4 MiB receive
+    // limit and never reconnects: keep the previous list instead.
+    if (const size_t bytes = snapshot->ByteSizeLong(); bytes > kubelet::kKubeletMaxMessageBytes) {
+      spdlog::error("resource \"{}\": {} devices make a {} byte device list, over the kubelet's "
+                    "4 MiB message limit; not sending it",
+                    name, list->size(), bytes);
+      return;
+    }
+    hub->Publish(std::move(snapshot));
   };
   opts.start_timeout = config_.start_timeout;
   auto instance = modules::ModuleInstance::Create(r.module, r.cfg, std::move(opts));

@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
+#include "conflicts.h"
 #include "config/config.h"
 #include "log.h"
 #include "modules/loaded_module.h"
@@ -51,6 +52,7 @@ void ApplyOverrides(devplug::config::AgentConfig& cfg, const Flags& f) {
 // anything; prints the resolved resources.
 int CheckConfig(const devplug::config::AgentConfig& cfg) {
   int failures = 0;
+  std::vector<std::pair<std::string, devplug::modules::DeviceListPtr>> lists;
   std::printf("files:");
   for (const auto& f : cfg.files) std::printf(" %s", f.c_str());
   std::printf("\nplugin_dir: %s\nmodule_dir: %s\nhost_root: %s\nlog_level: %s\n"
@@ -81,6 +83,7 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
         size_t healthy = 0;
         for (const auto& d : *devices) healthy += d.healthy ? 1 : 0;
         std::printf("    devices: %zu (%zu healthy)\n", devices->size(), healthy);
+        lists.emplace_back(r.name, devices);
       }
     }
     if (!st.ok()) {
@@ -91,6 +94,8 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
                   std::string((*m)->version()).c_str());
     }
   }
+  for (const std::string& w : devplug::FindRecipeConflicts(lists))
+    std::printf("warning: %s\n", w.c_str());
   if (failures > 0) {
     std::fprintf(stderr, "configuration has %d problem(s)\n", failures);
     return kExitConfig;

@@ -8,6 +8,7 @@
  *   fake_major2      descriptor claims ABI major 2
  *   fake_short       descriptor shorter than the required members
  *   fake_createfail  create() fails with a reason
+ *   fake_unresolved  needs a symbol nothing provides (dlopen RTLD_NOW fails)
  *
  * Keys (fake_full, fake_minimal):
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
@@ -62,7 +63,14 @@ static void sleep_ms(int64_t ms) {
 }
 #endif
 
+#ifdef FAKE_UNRESOLVED
+extern int devplug_no_such_function(void);
+#endif
+
 static int fake_create(const struct devplug_host *host, struct devplug_instance **ret) {
+#ifdef FAKE_UNRESOLVED
+  if (devplug_no_such_function() < 0) return -EIO;
+#endif
 #ifdef FAKE_CREATE_FAILS
   host->set_error(host, "the fake hardware is on fire");
   (void)ret;
@@ -85,8 +93,8 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   int32_t hang_create = 0;
   host->config_bool(host, "hang_create", &hang_create);
   if (hang_create) hang();
-  if (inst->count < 0 || inst->count > 100000) {
-    host->config_error(host, "count", "must be between 0 and 100000");
+  if (inst->count < 0 || inst->count > 1000000) {
+    host->config_error(host, "count", "must be between 0 and 1000000");
     free(inst);
     return -EINVAL;
   }

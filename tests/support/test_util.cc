@@ -59,6 +59,7 @@ bool FileExists(const std::string& path) {
 std::string DevplugdPath() { return DEVPLUG_TEST_DEVPLUGD; }
 std::string ModuleDir() { return DEVPLUG_TEST_MODULE_DIR; }
 std::string FakeModuleDir() { return DEVPLUG_TEST_FAKE_MODULE_DIR; }
+std::string DevplugctlPath() { return DEVPLUG_TEST_DEVPLUGCTL; }
 
 pid_t SpawnProcess(const std::vector<std::string>& args, const std::string& log_path, bool both) {
   std::vector<std::string> copy = args;
@@ -157,12 +158,12 @@ bool AgentProcess::WaitForLog(const std::string& needle, std::chrono::millisecon
   return Log().find(needle) != std::string::npos;
 }
 
-RunResult RunDevplugd(const std::vector<std::string>& args) {
-  char tmpl[] = "/tmp/devplugd-out.XXXXXX";
+RunResult RunProcess(const std::vector<std::string>& argv) {
+  char tmpl[] = "/tmp/devplug-out.XXXXXX";
   const int fd = mkstemp(tmpl);
   if (fd >= 0) close(fd);
   RunResult res;
-  const pid_t pid = Spawn(args, tmpl, true);
+  const pid_t pid = SpawnProcess(argv, tmpl, true);
   if (pid < 0) return res;
   int status = 0;
   waitpid(pid, &status, 0);
@@ -170,6 +171,12 @@ RunResult RunDevplugd(const std::vector<std::string>& args) {
   res.output = ReadFile(tmpl);
   unlink(tmpl);
   return res;
+}
+
+RunResult RunDevplugd(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{DevplugdPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv);
 }
 
 }  // namespace devplug::testing

@@ -43,6 +43,7 @@ int StopProcess(pid_t pid, int sig);
 std::string DevplugdPath();
 std::string ModuleDir();      // in-tree modules (kvm.so, ...)
 std::string FakeModuleDir();  // tests/support/fake_module.c variants
+std::string DevplugctlPath();
 
 // devplugd as a child process with stderr captured to a file.
 class AgentProcess {
@@ -76,5 +77,7 @@ struct RunResult {
   std::string output;  // stdout + stderr
 };
 RunResult RunDevplugd(const std::vector<std::string>& args);
+// Runs argv (argv[0] a path) to completion.
+RunResult RunProcess(const std::vector<std::string>& argv);
 
 }  // namespace devplug::testing

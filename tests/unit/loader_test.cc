@@ -35,6 +35,7 @@ TEST(LoaderTest, RefusesBrokenModulesNamingFileAndReason) {
       {"fake_noentry", "no devplug_module_entry_v1 symbol"},
       {"fake_major2", "built for ABI major 2, this agent speaks 1"},
       {"fake_short", "bytes; at least"},
+      {"fake_unresolved", "undefined symbol: devplug_no_such_function"},
   };
   for (const RefusalCase& c : cases) {
     const std::string path = c.file[0] == '/' ? c.file : Fake(c.file);
@@ -98,7 +99,7 @@ TEST(ModuleInstanceTest, ConfigErrorFromModuleNamesFileLineAndKey) {
   ASSERT_TRUE(m.ok());
   auto inst = ModuleInstance::Create(*m, Resource("\ncount = -5\n"), {});
   ASSERT_FALSE(inst.ok());
-  EXPECT_EQ(inst.status().message(), "test.toml:5: resource[0].count: must be between 0 and 100000");
+  EXPECT_EQ(inst.status().message(), "test.toml:5: resource[0].count: must be between 0 and 1000000");
 }
 
 TEST(ModuleInstanceTest, InvalidIdsAreDroppedAndTheRestKept) {

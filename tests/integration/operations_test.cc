@@ -1,0 +1,134 @@
+// What operators see: devplugctl inspect-module, sd_notify readiness and
+// status, warnings about resources that would fight over a container's
+// environment, and a device list too large for the kubelet.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+#include "agent_fixture.h"
+
+namespace devplug {
+namespace {
+
+using OperationsTest = AgentTest;
+
+testing::RunResult Inspect(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{testing::DevplugctlPath(), "inspect-module"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::RunProcess(argv);
+}
+
+TEST(InspectModuleTest, DescribesAModuleAndWhatItFinds) {
+  TempDir root;
+  WriteFile(root / "dev/kvm", "");  // not a character device: Unhealthy
+  auto r = Inspect({testing::ModuleDir() + "/kvm.so", "--host-root", root.path(), "shares=3"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* want : {"name: kvm", "ABI: 1.0", "optional hooks: on_udev_event",
+                           "udev subsystems: misc", "shares", "integer", "devices: 3 (0 healthy)",
+                           "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
+TEST(InspectModuleTest, FailsWithTheReason) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* reason;
+  } cases[] = {
+      {{FakeModule("fake_noentry")}, "no devplug_module_entry_v1 symbol"},
+      {{FakeModule("fake_unresolved")}, "undefined symbol: devplug_no_such_function"},
+      {{FakeModule("fake_createfail")}, "create failed: the fake hardware is on fire"},
+      {{testing::ModuleDir() + "/kvm.so", "shares=0"},
+       "<command line>:4: resource[0].shares: must be between 1 and 100000"},
+      {{testing::ModuleDir() + "/kvm.so", "colour=blue"}, "unknown key for module \"kvm\""},
+      {{"/nonexistent.so"}, "cannot load"},
+  };
+  for (const Case& c : cases) {
+    auto r = Inspect(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args[0] << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.reason), std::string::npos) << c.reason << "\n" << r.output;
+  }
+}
+
+// Listens where sd_notify() sends, as systemd does for Type=notify units.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    timeval tv{0, 100000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~NotifySocket() { close(fd_); }
+  // Collects messages until `needle` appears in one, or the time is up.
+  bool WaitFor(const std::string& needle, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      char buf[4096];
+      const ssize_t n = recv(fd_, buf, sizeof(buf) - 1, 0);
+      if (n <= 0) continue;
+      buf[n] = '\0';
+      all_ += std::string(buf) + "\n";
+      if (all_.find(needle) != std::string::npos) return true;
+    }
+    return all_.find(needle) != std::string::npos;
+  }
+  const std::string& all() const { return all_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string all_;
+};
+
+TEST_F(OperationsTest, SdNotifyReadinessStatusAndStopping) {
+  StartSim();
+  NotifySocket notify(dir_ / "notify.sock");
+  setenv("NOTIFY_SOCKET", (dir_ / "notify.sock").c_str(), 1);
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
+             Resource("bad.example/createfail", FakeModule("fake_createfail")));
+  unsetenv("NOTIFY_SOCKET");
+  EXPECT_TRUE(notify.WaitFor("READY=1", kWait)) << notify.all();
+  ASSERT_TRUE(Registered(kMinimal));
+  EXPECT_TRUE(notify.WaitFor("STATUS=registered 1/2 resources; 1 failed", kWait)) << notify.all();
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0));
+  EXPECT_TRUE(notify.WaitFor("STOPPING=1", kWait)) << notify.all();
+}
+
+TEST_F(OperationsTest, ResourcesThatWouldFightOverAnEnvKeyAreReported) {
+  StartSim();
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
+             Resource("fake.example/second", FakeModule("fake_minimal")));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("resources \"fake.example/minimal\" and \"fake.example/second\" "
+                                 "can both set env FAKE_VISIBLE",
+                                 kWait))
+      << agent_->Log();
+  // Both still serve: it is a warning for the operator, not a refusal.
+  ASSERT_TRUE(Registered("fake.example/second"));
+}
+
+TEST_F(OperationsTest, DeviceListOverTheKubeletsLimitIsNotSent) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 200000") +
+             Resource(kMinimal, FakeModule("fake_minimal")));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("over the kubelet's 4 MiB message limit; not sending it", kWait))
+      << agent_->Log();
+  ASSERT_TRUE(sim_->WaitUntil(
+      [](const auto& rs) { return rs.count(kFull) && rs.at(kFull).registrations == 1; }, kWait));
+  // Registered, but no device list was sent, and the stream stays open.
+  std::this_thread::sleep_for(300ms);
+  auto r = sim_->resource(kFull);
+  EXPECT_EQ(r->snapshots, 0u);
+  EXPECT_TRUE(r->connected);
+}
+
+}  // namespace
+}  // namespace devplug
