@@ -222,7 +222,10 @@ void Recipe::Merge(const Recipe& other) {
                      [&](const MountSpec& x) { return x.container_path == m.container_path; }))
       mounts.push_back(m);
   }
-  for (const auto& [key, value] : other.envs) {
+  // (No structured bindings captured in lambdas: clang 14 cannot.)
+  for (const auto& kv : other.envs) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
     auto it = std::find_if(envs.begin(), envs.end(), [&](const auto& e) { return e.first == key; });
     if (it == envs.end()) {
       envs.emplace_back(key, value);
@@ -238,11 +241,11 @@ void Recipe::Merge(const Recipe& other) {
     }
     if (!present) StrAppend(&it->second, ",", value);
   }
-  for (const auto& [key, value] : other.annotations) {
+  for (const auto& kv : other.annotations) {
     auto it = std::find_if(annotations.begin(), annotations.end(),
-                           [&](const auto& e) { return e.first == key; });
-    if (it == annotations.end()) annotations.emplace_back(key, value);
-    else it->second = value;
+                           [&](const auto& e) { return e.first == kv.first; });
+    if (it == annotations.end()) annotations.emplace_back(kv);
+    else it->second = kv.second;
   }
   for (const std::string& cdi : other.cdi_devices) {
     if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())
