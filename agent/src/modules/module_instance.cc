@@ -509,31 +509,47 @@ Status ModuleInstance::ModuleError(std::string_view call, int rc) {
                       StrCat(resource_.name, ": ", call, ": ", why));
 }
 
+namespace {
+// Checks ids against `list`: every one known and healthy. Fills `unique`
+// (request order, duplicates dropped).
+Status CheckIds(const std::string& resource, const DeviceList& list,
+                const std::vector<std::string>& ids, std::vector<std::string>* unique) {
+  for (const std::string& id : ids) {
+    auto it = std::lower_bound(list.begin(), list.end(), id,
+                               [](const Device& d, const std::string& v) { return d.id < v; });
+    if (it == list.end() || it->id != id)
+      return InvalidArgumentError(StrCat(resource, ": unknown device ID \"", id, "\""));
+    if (!it->healthy)
+      return InvalidArgumentError(StrCat(resource, ": device \"", id, "\" is unhealthy"));
+    if (std::find(unique->begin(), unique->end(), id) == unique->end()) unique->push_back(id);
+  }
+  if (unique->empty()) return InvalidArgumentError(StrCat(resource, ": no device IDs requested"));
+  return OkStatus();
+}
+}  // namespace
+
 void ModuleInstance::Allocate(std::vector<std::string> ids,
                               std::function<void(StatusOr<Recipe>)> done) {
+  if (!module_->has_allocate()) {
+    // No module code involved: answer from the published (immutable) list
+    // on the caller's thread, without a hop to the worker.
+    DeviceListPtr list = devices();
+    std::vector<std::string> unique;
+    if (Status st = CheckIds(resource_.name, *list, ids, &unique); !st.ok()) {
+      done(st);
+      return;
+    }
+    done(DefaultRecipe(*list, unique));
+    return;
+  }
   Post([this, ids = std::move(ids), done = std::move(done)]() mutable {
     DeviceListPtr list = devices();
     std::vector<std::string> unique;
-    for (const std::string& id : ids) {
-      auto it = std::lower_bound(list->begin(), list->end(), id,
-                                 [](const Device& d, const std::string& v) { return d.id < v; });
-      if (it == list->end() || it->id != id) {
-        done(InvalidArgumentError(
-            StrCat(resource_.name, ": unknown device ID \"", id, "\"")));
-        return;
-      }
-      if (!it->healthy) {
-        done(InvalidArgumentError(
-            StrCat(resource_.name, ": device \"", id, "\" is unhealthy")));
-        return;
-      }
-      if (std::find(unique.begin(), unique.end(), id) == unique.end()) unique.push_back(id);
-    }
-    if (unique.empty()) {
-      done(InvalidArgumentError(StrCat(resource_.name, ": no device IDs requested")));
+    if (Status st = CheckIds(resource_.name, *list, ids, &unique); !st.ok()) {
+      done(st);
       return;
     }
-    if (module_->has_allocate() && inst_ != nullptr) {
+    if (inst_ != nullptr) {
       Recipe built;
       RecipeSink sink(&built);
       auto cids = CStrings(unique);

@@ -83,8 +83,9 @@ class ModuleInstance {
   static constexpr std::chrono::milliseconds kMinEventScanInterval{5};
 
   // Allocate for one container. Unknown or unhealthy IDs fail with
-  // INVALID_ARGUMENT; otherwise the module's allocate() or the devices'
-  // default recipes build the answer.
+  // INVALID_ARGUMENT; otherwise the module's allocate() (on the worker) or
+  // the devices' default recipes build the answer. Without an allocate()
+  // hook no module code runs, and `done` runs at once on the calling thread.
   void Allocate(std::vector<std::string> ids,
                 std::function<void(StatusOr<Recipe>)> done);
   void PreferredAllocation(std::vector<std::string> available,
