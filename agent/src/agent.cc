@@ -78,30 +78,27 @@ Status Agent::Start() {
   }
   // Load every module first: their subsystems make up the udev filter, and
   // the monitor must listen before the first scans so no event is lost.
+  // A configuration mistake is fatal at start (like a TOML error): the
+  // operator sees it at once instead of a silently missing resource. Other
+  // failures cost the resource, unless it is required.
+  auto failed = [&](size_t i, const Status& st) -> Status {
+    if (st.code() == StatusCode::kInvalidArgument) return st;
+    const config::ResourceConfig& cfg = resources_[i]->cfg;
+    if (cfg.required)
+      return FailedPreconditionError(
+          StrCat("required resource \"", cfg.name, "\" failed: ", st.message()));
+    spdlog::error("resource \"{}\" left out: {}", cfg.name, st.message());
+    return OkStatus();
+  };
   for (size_t i = 0; i < resources_.size(); ++i) {
-    if (Status st = LoadResource(i); !st.ok()) {
-      if (st.code() == StatusCode::kInvalidArgument) return st;
-      if (resources_[i]->cfg.required)
-        return FailedPreconditionError(StrCat("required resource \"", resources_[i]->cfg.name,
-                                              "\" failed: ", st.message()));
-      spdlog::error("resource \"{}\" left out: {}", resources_[i]->cfg.name, st.message());
-    }
+    if (Status st = LoadResource(i); !st.ok())
+      if (Status fatal = failed(i, st); !fatal.ok()) return fatal;
   }
   StartUdevMonitor();
   for (size_t i = 0; i < resources_.size(); ++i) {
-    const config::ResourceConfig& cfg = resources_[i]->cfg;
     if (!resources_[i]->module) continue;
-    Status st = StartResource(i);
-    if (!st.ok()) {
-      // A configuration mistake is fatal at start (like a TOML error): the
-      // operator sees it at once instead of a silently missing resource.
-      if (st.code() == StatusCode::kInvalidArgument) return st;
-      if (cfg.required) {
-        return FailedPreconditionError(
-            StrCat("required resource \"", cfg.name, "\" failed: ", st.message()));
-      }
-      spdlog::error("resource \"{}\" left out: {}", cfg.name, st.message());
-    }
+    if (Status st = StartResource(i); !st.ok())
+      if (Status fatal = failed(i, st); !fatal.ok()) return fatal;
   }
   std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
   for (const auto& r : resources_)
@@ -275,6 +272,16 @@ void Agent::Register(size_t index) {
                                      });
 }
 
+void Agent::RestartAndRegister(size_t index) {
+  Resource& r = *resources_[index];
+  if (Status st = StartServer(r); !st.ok()) {
+    spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
+    ScheduleRetry(r, milliseconds(0));
+    return;
+  }
+  Register(index);
+}
+
 void Agent::ScheduleRetry(Resource& r, milliseconds min_delay) {
   r.backoff = std::clamp(r.backoff * 2, kMinBackoff, kMaxBackoff);
   r.state = State::kRetryWait;
@@ -291,12 +298,7 @@ void Agent::OnKubeletRestart() {
     // A retry may have registered with this very kubelet already.
     if (r.state == State::kRegistered && r.registered_kubelet == kubelet) continue;
     r.backoff = milliseconds(0);
-    if (Status st = StartServer(r); !st.ok()) {
-      spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
-      ScheduleRetry(r, milliseconds(0));
-      continue;
-    }
-    Register(i);
+    RestartAndRegister(i);
   }
 }
 
@@ -355,12 +357,7 @@ void Agent::FireTimers() {
     if (!r.retry_at || *r.retry_at > now) continue;
     r.retry_at.reset();
     if (!r.instance) continue;
-    if (Status st = StartServer(r); !st.ok()) {
-      spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
-      ScheduleRetry(r, milliseconds(0));
-      continue;
-    }
-    Register(i);
+    RestartAndRegister(i);
   }
   UpdateStatus();
 }

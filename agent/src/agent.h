@@ -99,6 +99,8 @@ class Agent {
   Status StartServer(Resource& r);
   void StopServer(Resource& r);
   void Register(size_t index);
+  // A fresh server (socket) and a Register; on failure a retry later.
+  void RestartAndRegister(size_t index);
   void ScheduleRetry(Resource& r, std::chrono::milliseconds min_delay);
   void OnKubeletRestart();
   void HandleEvent(const Event& ev);

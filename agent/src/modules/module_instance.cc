@@ -57,54 +57,40 @@ struct RecipeSink {
     c.add_annotation = &AddAnnotation;
     c.add_cdi_device = &AddCdi;
   }
-  static Recipe& R(devplug_recipe* r) { return *static_cast<RecipeSink*>(r->agent_data)->target; }
+  // Runs `add` on the target recipe; no exception crosses into C.
+  template <typename F>
+  static int Guarded(devplug_recipe* r, F&& add) {
+    try {
+      add(*static_cast<RecipeSink*>(r->agent_data)->target);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
 
   static int AddDeviceNode(devplug_recipe* r, const char* host, const char* container,
                            const char* perms) {
     if (r == nullptr || Empty(host)) return -EINVAL;
-    try {
-      R(r).device_nodes.push_back(
+    return Guarded(r, [&](Recipe& x) {
+      x.device_nodes.push_back(
           {host, Empty(container) ? host : container, Empty(perms) ? "rw" : perms});
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
+    });
   }
   static int AddMount(devplug_recipe* r, const char* host, const char* container, int32_t ro) {
     if (r == nullptr || Empty(host) || Empty(container)) return -EINVAL;
-    try {
-      R(r).mounts.push_back({host, container, ro != 0});
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
+    return Guarded(r, [&](Recipe& x) { x.mounts.push_back({host, container, ro != 0}); });
   }
   static int AddEnv(devplug_recipe* r, const char* key, const char* value) {
     if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
-    try {
-      R(r).envs.emplace_back(key, value);
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
+    return Guarded(r, [&](Recipe& x) { x.envs.emplace_back(key, value); });
   }
   static int AddAnnotation(devplug_recipe* r, const char* key, const char* value) {
     if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
-    try {
-      R(r).annotations.emplace_back(key, value);
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
+    return Guarded(r, [&](Recipe& x) { x.annotations.emplace_back(key, value); });
   }
   static int AddCdi(devplug_recipe* r, const char* name) {
     if (r == nullptr || Empty(name)) return -EINVAL;
-    try {
-      R(r).cdi_devices.emplace_back(name);
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
+    return Guarded(r, [&](Recipe& x) { x.cdi_devices.emplace_back(name); });
   }
 };
 
