@@ -3,7 +3,9 @@
 # Builds a devplug hardware module: a MODULE library named <name>.so (no
 # "lib" prefix, as module = "<name>" expects), compiled against the
 # devplug::module headers with hidden visibility so that the ABI entry point
-# (DEVPLUG_MODULE_EXPORT) is its only exported symbol, linked with
+# (DEVPLUG_MODULE_EXPORT) is its only exported symbol (a linker version
+# script also hides the C++ template instances that default visibility
+# would leak from libstdc++ headers), linked with
 # --no-undefined so a missing symbol fails the build instead of the load,
 # and installed into DEVPLUG_MODULE_DIR.
 function(devplug_add_module name)
@@ -17,7 +19,10 @@ function(devplug_add_module name)
     C_VISIBILITY_PRESET hidden
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
-  target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  set(map "${CMAKE_CURRENT_BINARY_DIR}/${name}.exports.map")
+  file(WRITE "${map}" "{\n  global: devplug_module_entry_v1;\n  local: *;\n};\n")
+  target_link_options(${name} PRIVATE -Wl,--no-undefined "-Wl,--version-script=${map}")
+  set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS "${map}")
   if(DEFINED DEVPLUG_MODULE_DIR)
     install(TARGETS ${name} LIBRARY DESTINATION "${DEVPLUG_MODULE_DIR}")
   endif()

@@ -1,0 +1,105 @@
+#include "devplug/common/cxx_module.h"
+
+#include <cstring>
+#include <set>
+
+namespace devplug::common {
+namespace {
+
+[[noreturn]] void TypeMismatch(const char* key) {
+  throw ModuleError(EINVAL, std::string("module bug: config key \"") + key +
+                                "\" read with a type it was not declared with");
+}
+
+// -ENOENT: not set; -EINVAL: declared with another type; other errors pass.
+bool Present(int rc, const char* key) {
+  if (rc == 0) return true;
+  if (rc == -ENOENT) return false;
+  if (rc == -EINVAL) TypeMismatch(key);
+  throw ModuleError(-rc, std::string("reading config key \"") + key + "\" failed");
+}
+
+}  // namespace
+
+std::optional<std::string> Host::String(const char* key) const {
+  const char* v = nullptr;
+  if (!Present(h_->config_string(h_, key, &v), key)) return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int64_t> Host::Int(const char* key) const {
+  int64_t v = 0;
+  if (!Present(h_->config_int(h_, key, &v), key)) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> Host::Bool(const char* key) const {
+  int32_t v = 0;
+  if (!Present(h_->config_bool(h_, key, &v), key)) return std::nullopt;
+  return v != 0;
+}
+
+std::optional<std::vector<std::string>> Host::Strings(const char* key) const {
+  const char* const* v = nullptr;
+  size_t n = 0;
+  if (!Present(h_->config_string_array(h_, key, &v, &n), key)) return std::nullopt;
+  return std::vector<std::string>(v, v + n);
+}
+
+void Recipe::Check(int rc, const char* what) {
+  if (rc == -ENOMEM) throw std::bad_alloc();
+  if (rc < 0) throw ModuleError(-rc, std::string("the agent refused ") + what);
+}
+
+Recipe& Recipe::Node(const std::string& host_path, const std::string& container_path,
+                     const char* permissions) {
+  Check(r_->add_device_node(r_, host_path.c_str(),
+                            container_path.empty() ? nullptr : container_path.c_str(),
+                            permissions),
+        "a device node");
+  return *this;
+}
+
+Recipe& Recipe::Mount(const std::string& host_path, const std::string& container_path,
+                      bool read_only) {
+  Check(r_->add_mount(r_, host_path.c_str(), container_path.c_str(), read_only ? 1 : 0),
+        "a mount");
+  return *this;
+}
+
+Recipe& Recipe::Env(const std::string& key, const std::string& value) {
+  Check(r_->add_env(r_, key.c_str(), value.c_str()), "an environment variable");
+  return *this;
+}
+
+Recipe& Recipe::Annotation(const std::string& key, const std::string& value) {
+  Check(r_->add_annotation(r_, key.c_str(), value.c_str()), "an annotation");
+  return *this;
+}
+
+Recipe& Recipe::Cdi(const std::string& name) {
+  Check(r_->add_cdi_device(r_, name.c_str()), "a CDI device name");
+  return *this;
+}
+
+std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy, int32_t numa_node) {
+  devplug_recipe* r = nullptr;
+  int rc = s_->add_device(s_, id.c_str(), healthy ? DEVPLUG_HEALTHY : DEVPLUG_UNHEALTHY,
+                          numa_node < 0 ? DEVPLUG_NO_NUMA_NODE : numa_node, &r);
+  if (rc == -ENOMEM) throw std::bad_alloc();
+  if (rc < 0 || r == nullptr) return std::nullopt;
+  return Recipe(r);
+}
+
+std::vector<std::string> Instance::PreferredAllocation(const Ids& available,
+                                                       const Ids& must_include, size_t size) {
+  std::vector<std::string> out;
+  std::set<std::string_view> seen;
+  for (const Ids* list : {&must_include, &available})
+    for (std::string_view id : *list)
+      if ((out.size() < size || list == &must_include) && seen.insert(id).second)
+        out.emplace_back(id);
+  return out;
+}
+
+}  // namespace devplug::common

@@ -1,0 +1,171 @@
+#include "devplug/common/pci.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+
+namespace devplug::common {
+namespace {
+
+template <class T>
+bool Contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+bool IsHex(char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Reads what `fields` asks for beyond the IDs, checking the driver against
+// `selector` as soon as it is known. False if the selector rejects it.
+bool ReadRest(const Dir& dir, unsigned fields, const PciSelector* selector, PciFunction& f) {
+  if ((fields & kPciDriver) || (selector && !selector->drivers.empty())) {
+    if (auto d = dir.LinkName("driver")) f.driver = std::move(d).value();
+    if (selector && !selector->drivers.empty() && !Contains(selector->drivers, f.driver))
+      return false;
+  }
+  if (fields & kPciClass) f.class_code = dir.ReadHex("class").value_or(0);
+  if (fields & kPciIommuGroup) {
+    if (auto g = dir.LinkName("iommu_group")) {
+      auto n = ParseInt(*g);
+      if (n && *n >= 0 && *n <= INT32_MAX) f.iommu_group = static_cast<int>(*n);
+    }
+  }
+  if (fields & kPciNuma) {
+    auto n = dir.ReadInt("numa_node");
+    f.numa_node = (n.ok() && *n >= 0 && *n < 65536) ? static_cast<int>(*n) : -1;
+  }
+  if (fields & kPciSriov) {
+    if (auto pf = dir.LinkName("physfn")) f.physfn = std::move(pf).value();
+    if (auto names = dir.List("virtfn")) {
+      std::vector<std::pair<int64_t, std::string>> vfs;
+      for (const std::string& n : *names) {
+        auto idx = ParseInt(std::string_view(n).substr(6));
+        if (!idx) continue;
+        if (auto vf = dir.LinkName(n.c_str())) vfs.emplace_back(*idx, std::move(vf).value());
+      }
+      std::sort(vfs.begin(), vfs.end());
+      for (auto& vf : vfs) f.virtfns.push_back(std::move(vf.second));
+    }
+  }
+  if (fields & kPciNet) {
+    if (auto net = dir.Sub("net")) {
+      if (auto names = net->List()) f.net_interfaces = std::move(names).value();
+    }
+  }
+  return true;
+}
+
+// Vendor and device IDs; an error if either is unreadable.
+Result<bool> ReadIds(const Dir& dir, const PciSelector* selector, PciFunction& f) {
+  auto vendor = dir.ReadHex("vendor");
+  if (!vendor.ok()) return vendor.error();
+  f.vendor = static_cast<uint16_t>(*vendor);
+  if (selector && !selector->vendors.empty() && !Contains(selector->vendors, f.vendor))
+    return false;
+  auto device = dir.ReadHex("device");
+  if (!device.ok()) return device.error();
+  f.device = static_cast<uint16_t>(*device);
+  return !selector || selector->MatchesIds(f.vendor, f.device);
+}
+
+}  // namespace
+
+bool PciSelector::MatchesIds(uint16_t vendor, uint16_t device) const {
+  return (vendors.empty() || Contains(vendors, vendor)) &&
+         (devices.empty() || Contains(devices, device));
+}
+
+bool PciSelector::MatchesAddress(std::string_view address) const {
+  return addresses.empty() ||
+         std::find(addresses.begin(), addresses.end(), address) != addresses.end();
+}
+
+bool PciSelector::Matches(const PciFunction& f) const {
+  return MatchesIds(f.vendor, f.device) && MatchesAddress(f.address) &&
+         (drivers.empty() || Contains(drivers, f.driver));
+}
+
+Result<PciFunction> ReadPciFunction(const HostRoot& root, std::string_view address,
+                                    unsigned fields) {
+  std::string path = root.Path(kPciDevicesDir);
+  path += '/';
+  path += address;
+  auto dir = Dir::Open(path);
+  if (!dir.ok()) return dir.error();
+  PciFunction f;
+  f.address = std::string(address);
+  auto ids = ReadIds(*dir, nullptr, f);
+  if (!ids.ok()) return ids.error();
+  ReadRest(*dir, fields, nullptr, f);
+  return f;
+}
+
+Result<PciScan> EnumeratePci(const HostRoot& root, const PciSelector* selector, unsigned fields) {
+  PciScan scan;
+  auto devices = Dir::Open(root.Path(kPciDevicesDir));
+  if (!devices.ok()) {
+    if (devices.error().code == ENOENT) return scan;
+    return devices.error();
+  }
+  auto names = devices->List();
+  if (!names.ok()) return names.error();
+  for (const std::string& name : *names) {
+    if (NormalizePciAddress(name) != name) continue;  // not a function address
+    if (selector && !selector->MatchesAddress(name)) continue;
+    auto dir = devices->Sub(name.c_str());
+    if (!dir.ok()) {
+      scan.problems.push_back(dir.error());
+      continue;
+    }
+    PciFunction f;
+    f.address = name;
+    auto ids = ReadIds(*dir, selector, f);
+    if (!ids.ok()) {
+      scan.problems.push_back(ids.error());
+      continue;
+    }
+    if (!*ids) continue;
+    if (!ReadRest(*dir, fields, selector, f)) continue;
+    scan.functions.push_back(std::move(f));
+  }
+  return scan;
+}
+
+std::optional<std::string> NormalizePciAddress(std::string_view s) {
+  // [dddd:]bb:dd.f with dddd 4 hex digits, bb 2, dd 2 (0-1f), f 0-7.
+  std::string out;
+  if (s.size() == 7) {
+    out = "0000:";
+  } else if (s.size() == 12 && s[4] == ':') {
+  } else {
+    return std::nullopt;
+  }
+  out += s;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9})
+    if (!IsHex(out[i])) return std::nullopt;
+  if (out[4] != ':' || out[7] != ':' || out[10] != '.') return std::nullopt;
+  if (out[11] < '0' || out[11] > '7') return std::nullopt;
+  unsigned slot = 0;
+  std::sscanf(out.c_str() + 8, "%2x", &slot);
+  if (slot > 0x1f) return std::nullopt;
+  return out;
+}
+
+std::optional<uint16_t> ParsePciId(std::string_view s) {
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) s.remove_prefix(2);
+  if (s.empty() || s.size() > 4) return std::nullopt;
+  for (char c : s)
+    if (!IsHex(c)) return std::nullopt;
+  auto v = ParseHex(s);
+  if (!v) return std::nullopt;
+  return static_cast<uint16_t>(*v);
+}
+
+std::string PciIdString(uint16_t id) {
+  char buf[8];
+  std::snprintf(buf, sizeof(buf), "%04x", id);
+  return buf;
+}
+
+}  // namespace devplug::common

@@ -1,0 +1,332 @@
+// The module toolkit (modules/common): sysfs reads, PCI enumeration on
+// fixture trees and on this machine's real /sys/bus/pci, selectors, env
+// names and locality packing.
+#include <libudev.h>
+
+#include <filesystem>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "devplug/common/env.h"
+#include "devplug/common/fs.h"
+#include "devplug/common/pci.h"
+#include "devplug/common/preferred.h"
+#include "sysfs_fixture.h"
+#include "test_util.h"
+
+namespace devplug::common {
+namespace {
+
+using devplug::testing::PciSpec;
+using devplug::testing::SysfsFixture;
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+using Strings = std::vector<std::string>;
+
+TEST(CommonIdsTest, PciIdsInAnyCaseWithOrWithoutPrefix) {
+  EXPECT_EQ(ParsePciId("8086"), 0x8086);
+  EXPECT_EQ(ParsePciId("0x8086"), 0x8086);
+  EXPECT_EQ(ParsePciId("0X15B3"), 0x15b3);
+  EXPECT_EQ(ParsePciId("15b3"), 0x15b3);
+  EXPECT_EQ(ParsePciId("1"), 0x1);
+  EXPECT_EQ(ParsePciId(""), std::nullopt);
+  EXPECT_EQ(ParsePciId("0x"), std::nullopt);
+  EXPECT_EQ(ParsePciId("10086"), std::nullopt);  // more than 16 bits
+  EXPECT_EQ(ParsePciId("80 86"), std::nullopt);
+  EXPECT_EQ(ParsePciId("-1"), std::nullopt);
+  EXPECT_EQ(ParsePciId("xyz"), std::nullopt);
+  EXPECT_EQ(PciIdString(0x15b3), "15b3");
+}
+
+TEST(CommonIdsTest, PciAddresses) {
+  EXPECT_EQ(NormalizePciAddress("0000:3b:02.1"), "0000:3b:02.1");
+  EXPECT_EQ(NormalizePciAddress("3b:02.1"), "0000:3b:02.1");
+  EXPECT_EQ(NormalizePciAddress("0000:AF:1F.7"), "0000:af:1f.7");
+  EXPECT_EQ(NormalizePciAddress("10000:3b:02.1"), std::nullopt);
+  EXPECT_EQ(NormalizePciAddress("0000:3b:20.0"), std::nullopt);  // slot > 0x1f
+  EXPECT_EQ(NormalizePciAddress("0000:3b:02.8"), std::nullopt);  // function > 7
+  EXPECT_EQ(NormalizePciAddress("0000-3b:02.1"), std::nullopt);
+  EXPECT_EQ(NormalizePciAddress("pci0000:00"), std::nullopt);
+  EXPECT_EQ(NormalizePciAddress(""), std::nullopt);
+}
+
+TEST(CommonEnvTest, KubeVirtsRule) {
+  EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "intel.com/qat_vf"), "PCI_RESOURCE_INTEL_COM_QAT_VF");
+  EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "nvidia.com/GA102GL_A10"),
+            "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10");
+  // Only '.' and '/' change: the consumer computes the same name.
+  EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "openshift.io/sriov-nic"),
+            "PCI_RESOURCE_OPENSHIFT_IO_SRIOV-NIC");
+}
+
+TEST(CommonFsTest, HostRootJoinsAndStrips) {
+  HostRoot real("/");
+  EXPECT_EQ(real.Path("/sys/bus/pci"), "/sys/bus/pci");
+  EXPECT_EQ(real.Strip("/sys/bus/pci"), "/sys/bus/pci");
+  HostRoot host("/host/");
+  EXPECT_EQ(host.Path("/dev/vfio/vfio"), "/host/dev/vfio/vfio");
+  EXPECT_EQ(host.Strip("/host/dev/vfio/12"), "/dev/vfio/12");
+  EXPECT_EQ(host.Strip("/hostile/dev"), "/hostile/dev");  // not under the root
+}
+
+TEST(CommonFsTest, AttributesAreTrimmedAndErrorsAreValues) {
+  TempDir t;
+  WriteFile(t / "vendor", "0x8086\n");
+  WriteFile(t / "numa_node", "-1\n");
+  WriteFile(t / "bad", "zebra\n");
+  WriteFile(t / "empty", "");
+  EXPECT_EQ(*ReadAttr(t / "vendor"), "0x8086");
+  EXPECT_EQ(*ReadHexAttr(t / "vendor"), 0x8086u);
+  EXPECT_EQ(*ReadIntAttr(t / "numa_node"), -1);
+  EXPECT_EQ(*ReadAttr(t / "empty"), "");
+
+  auto missing = ReadAttr(t / "nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_EQ(missing.error().path, t / "nope");
+  EXPECT_NE(missing.error().ToString().find("No such file"), std::string::npos);
+
+  auto bad = ReadHexAttr(t / "bad");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, EINVAL);
+  EXPECT_EQ(bad.error().ToString(), t / "bad" + ": Invalid argument: not a hex number: \"zebra\"");
+  EXPECT_FALSE(ReadIntAttr(t / "vendor").ok());
+
+  auto dir = Dir::Open(t.path());
+  ASSERT_TRUE(dir.ok());
+  EXPECT_EQ(*dir->ReadHex("vendor"), 0x8086u);
+  EXPECT_EQ(dir->ReadInt("nope").error().path, t / "nope");
+  std::filesystem::create_symlink("../../bus/pci/drivers/vfio-pci", t / "driver");
+  EXPECT_EQ(*dir->LinkName("driver"), "vfio-pci");
+  EXPECT_EQ(*LinkName(t / "driver"), "vfio-pci");
+  EXPECT_EQ(*dir->List(), (Strings{"bad", "driver", "empty", "numa_node", "vendor"}));
+  EXPECT_EQ(*dir->List("n"), (Strings{"numa_node"}));
+  EXPECT_FALSE(ListDir(t / "nope").ok());
+  EXPECT_FALSE(Dir::Open(t / "vendor").ok());  // not a directory
+}
+
+// Two NUMA nodes, two vendors, SR-IOV with more than ten VFs (virtfn10
+// sorts after virtfn9 by index, not by name), a network function, an
+// unbound function and one without IOMMU group or NUMA node.
+void BuildMixedTree(SysfsFixture& fx) {
+  PciSpec pf{.address = "0000:3b:00.0", .vendor = 0x8086, .device = 0x1592, .driver = "ice",
+             .numa_node = 0, .iommu_group = 40, .parent = "0000:3a:00.0", .net = {"ens1f0"}};
+  std::vector<PciSpec> vfs;
+  for (int k = 0; k < 12; k++) {
+    char addr[16];
+    std::snprintf(addr, sizeof(addr), "0000:3b:%02x.%d", 1 + k / 8, k % 8);
+    vfs.push_back(PciSpec{.address = addr, .vendor = 0x8086, .device = 0x1889,
+                          .driver = k < 10 ? "vfio-pci" : "iavf", .numa_node = 0,
+                          .iommu_group = 100 + k});
+  }
+  fx.AddSriov(pf, vfs);
+  fx.AddPci({.address = "0000:af:00.0", .vendor = 0x15b3, .device = 0x1017,
+             .driver = "mlx5_core", .numa_node = 1, .iommu_group = 200, .net = {"ens8f0"}});
+  fx.AddPci({.address = "0000:af:00.1", .vendor = 0x15b3, .device = 0x1017, .numa_node = 1,
+             .iommu_group = 200});  // unbound
+  fx.AddPci({.address = "0000:00:1f.0", .vendor = 0x8086, .device = 0xa1c1,
+             .class_code = 0x060100});  // no group, numa -1
+}
+
+TEST(CommonPciTest, EnumeratesAFixtureTreeLikeSysfs) {
+  TempDir t;
+  SysfsFixture fx(t.path());
+  BuildMixedTree(fx);
+  auto scan = EnumeratePci(HostRoot(t.path()));
+  ASSERT_TRUE(scan.ok()) << scan.error().ToString();
+  EXPECT_TRUE(scan->problems.empty());
+  ASSERT_EQ(scan->functions.size(), 16u);
+  std::map<std::string, PciFunction> by;
+  for (const auto& f : scan->functions) by[f.address] = f;
+
+  const PciFunction& pf = by.at("0000:3b:00.0");
+  EXPECT_EQ(pf.vendor, 0x8086);
+  EXPECT_EQ(pf.device, 0x1592);
+  EXPECT_EQ(pf.class_code, 0x020000u);
+  EXPECT_EQ(pf.driver, "ice");
+  EXPECT_EQ(pf.iommu_group, 40);
+  EXPECT_EQ(pf.numa_node, 0);
+  EXPECT_FALSE(pf.is_virtual_function());
+  ASSERT_EQ(pf.virtfns.size(), 12u);
+  EXPECT_EQ(pf.virtfns[9], "0000:3b:02.1");
+  EXPECT_EQ(pf.virtfns[10], "0000:3b:02.2");
+  EXPECT_EQ(pf.net_interfaces, Strings{"ens1f0"});
+
+  const PciFunction& vf = by.at("0000:3b:01.3");
+  EXPECT_EQ(vf.physfn, "0000:3b:00.0");
+  EXPECT_TRUE(vf.is_virtual_function());
+  EXPECT_EQ(vf.driver, "vfio-pci");
+  EXPECT_EQ(vf.iommu_group, 103);
+  EXPECT_TRUE(vf.virtfns.empty());
+
+  EXPECT_EQ(by.at("0000:af:00.1").driver, "");
+  EXPECT_EQ(by.at("0000:af:00.1").numa_node, 1);
+  EXPECT_EQ(by.at("0000:00:1f.0").iommu_group, -1);
+  EXPECT_EQ(by.at("0000:00:1f.0").numa_node, -1);
+  EXPECT_EQ(by.at("0000:00:1f.0").class_code, 0x060100u);
+
+  auto one = ReadPciFunction(HostRoot(t.path()), "0000:af:00.0");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->net_interfaces, Strings{"ens8f0"});
+  EXPECT_EQ(ReadPciFunction(HostRoot(t.path()), "0000:01:00.0").error().code, ENOENT);
+}
+
+TEST(CommonPciTest, SelectorsNarrowTheScan) {
+  TempDir t;
+  SysfsFixture fx(t.path());
+  BuildMixedTree(fx);
+  HostRoot root(t.path());
+  auto addresses = [&](const PciSelector& s) {
+    Strings out;
+    auto scan = EnumeratePci(root, &s);
+    EXPECT_TRUE(scan.ok());
+    for (const auto& f : scan->functions) out.push_back(f.address);
+    return out;
+  };
+  EXPECT_EQ(addresses({.vendors = {0x15b3}}), (Strings{"0000:af:00.0", "0000:af:00.1"}));
+  EXPECT_EQ(addresses({.vendors = {0x15b3}, .drivers = {"mlx5_core"}}), Strings{"0000:af:00.0"});
+  EXPECT_EQ(addresses({.vendors = {0x8086}, .devices = {0x1889}, .drivers = {"iavf"}}),
+            (Strings{"0000:3b:02.2", "0000:3b:02.3"}));
+  EXPECT_EQ(addresses({.vendors = {0x8086}, .devices = {0x1889}, .drivers = {"vfio-pci"}}).size(),
+            10u);
+  EXPECT_EQ(addresses({.addresses = {"0000:3b:01.0", "0000:af:00.1", "0000:01:00.0"}}),
+            (Strings{"0000:3b:01.0", "0000:af:00.1"}));
+  EXPECT_TRUE(addresses({.vendors = {0x10de}}).empty());
+  // "" as a driver means "not bound".
+  EXPECT_EQ(addresses({.vendors = {0x15b3}, .drivers = {""}}), Strings{"0000:af:00.1"});
+}
+
+TEST(CommonPciTest, NoPciBusIsAnEmptyScanAndBrokenEntriesAreProblems) {
+  TempDir t;
+  auto empty = EnumeratePci(HostRoot(t.path()));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->functions.empty());
+
+  SysfsFixture fx(t.path());
+  fx.AddPci({.address = "0000:01:00.0"});
+  fx.AddPci({.address = "0000:02:00.0"});
+  std::filesystem::remove(fx.DevicePath("0000:02:00.0") + "/vendor");  // half-removed
+  // A dangling link, as a function that left between readdir and open.
+  std::filesystem::create_symlink("../../../devices/pci0000:03/0000:03:00.0",
+                                  t / "sys/bus/pci/devices/0000:03:00.0");
+  auto scan = EnumeratePci(HostRoot(t.path()));
+  ASSERT_TRUE(scan.ok());
+  ASSERT_EQ(scan->functions.size(), 1u);
+  EXPECT_EQ(scan->functions[0].address, "0000:01:00.0");
+  ASSERT_EQ(scan->problems.size(), 2u);
+  EXPECT_EQ(scan->problems[0].path, t / "sys/bus/pci/devices/0000:02:00.0/vendor");
+  EXPECT_EQ(scan->problems[1].code, ENOENT);
+}
+
+// This machine's real PCI functions, compared with what libudev reports for
+// the same devices (an independent reader of the same sysfs).
+TEST(CommonPciTest, EnumeratesThisMachinesRealPciBus) {
+  if (!std::filesystem::exists("/sys/bus/pci/devices")) GTEST_SKIP() << "no PCI bus";
+  auto scan = EnumeratePci(HostRoot("/"));
+  ASSERT_TRUE(scan.ok()) << scan.error().ToString();
+  EXPECT_TRUE(scan->problems.empty());
+
+  udev* u = udev_new();
+  ASSERT_NE(u, nullptr);
+  udev_enumerate* e = udev_enumerate_new(u);
+  udev_enumerate_add_match_subsystem(e, "pci");
+  ASSERT_GE(udev_enumerate_scan_devices(e), 0);
+  std::map<std::string, PciFunction> expected;
+  udev_list_entry* entry;
+  udev_list_entry_foreach(entry, udev_enumerate_get_list_entry(e)) {
+    udev_device* d = udev_device_new_from_syspath(u, udev_list_entry_get_name(entry));
+    if (!d) continue;
+    PciFunction f;
+    f.address = udev_device_get_sysname(d);
+    auto attr = [&](const char* n) {
+      const char* v = udev_device_get_sysattr_value(d, n);
+      return std::string(v ? v : "");
+    };
+    f.vendor = static_cast<uint16_t>(std::stoul(attr("vendor"), nullptr, 16));
+    f.device = static_cast<uint16_t>(std::stoul(attr("device"), nullptr, 16));
+    f.class_code = static_cast<uint32_t>(std::stoul(attr("class"), nullptr, 16));
+    f.driver = udev_device_get_driver(d) ? udev_device_get_driver(d) : "";
+    const std::string numa = attr("numa_node");
+    f.numa_node = numa.empty() ? -1 : std::max(-1, std::stoi(numa));
+    std::error_code ec;
+    auto group = std::filesystem::read_symlink(std::string(udev_device_get_syspath(d)) +
+                                                   "/iommu_group", ec);
+    f.iommu_group = ec ? -1 : std::stoi(group.filename().string());
+    expected[f.address] = f;
+    udev_device_unref(d);
+  }
+  udev_enumerate_unref(e);
+  udev_unref(u);
+
+  ASSERT_EQ(scan->functions.size(), expected.size());
+  ASSERT_FALSE(expected.empty());
+  for (const PciFunction& f : scan->functions) {
+    SCOPED_TRACE(f.address);
+    ASSERT_TRUE(expected.count(f.address));
+    const PciFunction& x = expected.at(f.address);
+    EXPECT_EQ(f.vendor, x.vendor);
+    EXPECT_EQ(f.device, x.device);
+    EXPECT_EQ(f.class_code, x.class_code);
+    EXPECT_EQ(f.driver, x.driver);
+    EXPECT_EQ(f.numa_node, x.numa_node);
+    EXPECT_EQ(f.iommu_group, x.iommu_group);
+  }
+}
+
+// ---- PackByLocality ----
+
+std::vector<Placement> Places(std::initializer_list<Placement> l) { return l; }
+
+TEST(CommonPreferredTest, FillsOneNumaNodeFirst) {
+  // Node 0: a0 a1; node 1: b0 b1 b2.
+  auto av = Places({{"a0", 0, -1}, {"a1", 0, -1}, {"b0", 1, -1}, {"b1", 1, -1}, {"b2", 1, -1}});
+  // Best fit: two fit on node 0 exactly, keeping node 1's three together.
+  EXPECT_EQ(PackByLocality(av, {}, 2), (Strings{"a0", "a1"}));
+  EXPECT_EQ(PackByLocality(av, {}, 3), (Strings{"b0", "b1", "b2"}));
+  // must_include pulls the rest to its node.
+  EXPECT_EQ(PackByLocality(av, {"b2"}, 2), (Strings{"b2", "b0"}));
+  // Too big for one node: the biggest node first, then the next.
+  EXPECT_EQ(PackByLocality(av, {}, 4), (Strings{"b0", "b1", "b2", "a0"}));
+  EXPECT_EQ(PackByLocality(av, {}, 9).size(), 5u);
+  EXPECT_EQ(PackByLocality(av, {}, 0), Strings{});
+}
+
+TEST(CommonPreferredTest, KeepsGroupsWhole) {
+  // One node; group 7 has two members, the rest are alone.
+  auto av = Places({{"x0", 0, 5}, {"x1", 0, 7}, {"x2", 0, 7}, {"x3", 0, 9}});
+  EXPECT_EQ(PackByLocality(av, {}, 2), (Strings{"x1", "x2"}));
+  // One device: do not split group 7.
+  EXPECT_EQ(PackByLocality(av, {}, 1), Strings{"x0"});
+  // must_include in group 7: its partner comes next.
+  EXPECT_EQ(PackByLocality(av, {"x2"}, 2), (Strings{"x2", "x1"}));
+  EXPECT_EQ(PackByLocality(av, {}, 3), (Strings{"x1", "x2", "x0"}));
+}
+
+TEST(CommonPreferredTest, NoNumaInformationAndUnknownIds) {
+  auto av = Places({{"d2", -1, -1}, {"d0", -1, -1}, {"d1", -1, -1}});
+  EXPECT_EQ(PackByLocality(av, {}, 2), (Strings{"d0", "d1"}));
+  // must_include is kept whole even when larger than size, and IDs not in
+  // available are passed through.
+  EXPECT_EQ(PackByLocality(av, {"zz", "d2"}, 1), (Strings{"zz", "d2"}));
+  // Real nodes win ties over "no node".
+  auto mixed = Places({{"n", -1, -1}, {"r", 0, -1}});
+  EXPECT_EQ(PackByLocality(mixed, {}, 1), Strings{"r"});
+}
+
+TEST(CommonPreferredTest, LargeRequestFillsOneNode) {
+  std::vector<Placement> av;
+  for (int i = 0; i < 4096; i++) {
+    char id[16];
+    std::snprintf(id, sizeof(id), "0000:%02x:%02x.%d", i / 256, (i / 8) % 32, i % 8);
+    av.push_back({id, i % 2, i});
+  }
+  auto out = PackByLocality(av, {}, 2048);
+  ASSERT_EQ(out.size(), 2048u);
+  std::map<std::string, int> node;
+  for (const auto& p : av) node[p.id] = p.numa_node;
+  for (const auto& id : out) EXPECT_EQ(node[id], 0) << id;  // exactly one node's worth
+}
+
+}  // namespace
+}  // namespace devplug::common

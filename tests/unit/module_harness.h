@@ -1,0 +1,78 @@
+// Drives an in-tree module through the real loader and ModuleInstance (the
+// same ABI path devplugd uses), synchronously, for module unit tests.
+#pragma once
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "modules/loaded_module.h"
+#include "modules/module_instance.h"
+#include "test_util.h"
+
+namespace devplug::modules::harness {
+
+// The config file every harness resource pretends to come from; the
+// [[resource]] body starts on line 4.
+inline constexpr char kFile[] = "module.toml";
+
+inline StatusOr<std::unique_ptr<ModuleInstance>> Open(const std::string& module,
+                                                      const std::string& resource,
+                                                      const std::string& host_root,
+                                                      const std::string& body) {
+  auto cfg = config::LoadString("[[resource]]\nname = \"" + resource + "\"\nmodule = \"" + module +
+                                    "\"\n" + body,
+                                kFile, {});
+  if (!cfg.ok()) return cfg.status();
+  auto m = LoadedModule::Load(devplug::testing::ModuleDir() + "/" + module + ".so");
+  if (!m.ok()) return m.status();
+  const config::ResourceConfig& r = cfg->resources.at(0);
+  if (Status st = (*m)->CheckKeys(r, 0); !st.ok()) return st;
+  ModuleInstance::Options o;
+  o.host_root = host_root;
+  return ModuleInstance::Create(*m, r, std::move(o));
+}
+
+inline StatusOr<Recipe> Allocate(ModuleInstance& inst, std::vector<std::string> ids) {
+  std::promise<StatusOr<Recipe>> p;
+  inst.Allocate(std::move(ids), [&](StatusOr<Recipe> r) { p.set_value(std::move(r)); });
+  return p.get_future().get();
+}
+
+inline StatusOr<std::vector<std::string>> Prefer(ModuleInstance& inst,
+                                                 std::vector<std::string> available,
+                                                 std::vector<std::string> must, int32_t size) {
+  std::promise<StatusOr<std::vector<std::string>>> p;
+  inst.PreferredAllocation(std::move(available), std::move(must), size,
+                           [&](StatusOr<std::vector<std::string>> r) { p.set_value(std::move(r)); });
+  return p.get_future().get();
+}
+
+// Runs a rescan and waits for it to finish.
+inline void Rescan(ModuleInstance& inst) {
+  const uint64_t before = inst.scans();
+  inst.RequestRescan();
+  std::promise<void> done;
+  inst.PreStart({}, [&](Status) { done.set_value(); });  // queued after the rescan
+  done.get_future().get();
+  ASSERT_GT(inst.scans(), before);
+}
+
+inline const Device* Find(const DeviceList& list, const std::string& id) {
+  for (const Device& d : list)
+    if (d.id == id) return &d;
+  return nullptr;
+}
+
+inline std::vector<std::string> Ids(const DeviceList& list, bool healthy_only = false) {
+  std::vector<std::string> out;
+  for (const Device& d : list)
+    if (!healthy_only || d.healthy) out.push_back(d.id);
+  return out;
+}
+
+}  // namespace devplug::modules::harness
