@@ -3,13 +3,15 @@
 //
 // Keys (see README.md): vendor (hex, required), devices (hex list),
 // driver (default "vfio-pci"), addresses (PCI allow-list).
-// Devices: one per matching function bound to the driver, ID = its PCI
+// Devices: one per matching function bound to the driver (read from the
+// driver's folder, cached per binding: see DriverBindings), ID = its PCI
 // address, NUMA node from sysfs. Healthy iff it has an IOMMU group whose
 // node /dev/vfio/<N> (or /dev/vfio/noiommu-<N> in no-IOMMU mode) is a
 // character device and the container node /dev/vfio/vfio exists.
 // Allocate (default recipes, merged by the agent): /dev/vfio/vfio, the
 // group node of every device (deduplicated), and
 // PCI_RESOURCE_<RESOURCE NAME> = the comma-separated addresses.
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <memory>
@@ -33,12 +35,26 @@ using devplug::common::PciSelector;
 
 constexpr const char* kContainerNode = "/dev/vfio/vfio";
 
+// Why a function is unusable (none: it is Healthy).
+enum class Why { kNone, kNoGroup, kNoGroupNode, kNoContainerNode };
+
 struct Seen {
+  std::string address;
   int numa_node = -1;
   int group = -1;
-  bool healthy = false;
-  std::string why;  // reason it is unhealthy
+  Why why = Why::kNone;
+  bool healthy() const { return why == Why::kNone; }
 };
+
+std::string Describe(const Seen& s) {
+  switch (s.why) {
+    case Why::kNoGroup: return "has no IOMMU group (is the IOMMU enabled?)";
+    case Why::kNoGroupNode: return "/dev/vfio/" + std::to_string(s.group) + " is missing";
+    case Why::kNoContainerNode: return std::string(kContainerNode) + " is missing";
+    case Why::kNone: break;
+  }
+  return "healthy";
+}
 
 class Vfio : public Instance {
  public:
@@ -46,18 +62,24 @@ class Vfio : public Instance {
       : Instance(host),
         root_(std::string(host.host_root())),
         selector_(std::move(selector)),
-        driver_(std::move(driver)),
-        env_key_(devplug::common::EnvNameForResource("PCI_RESOURCE", host.resource_name())) {}
+        driver_(driver),
+        env_key_(devplug::common::EnvNameForResource("PCI_RESOURCE", host.resource_name())),
+        bindings_(root_, std::move(driver),
+                  devplug::common::kPciIommuGroup | devplug::common::kPciNuma) {}
 
   void ListDevices(DeviceSink& sink) override {
-    auto scan = devplug::common::EnumeratePci(
-        root_, &selector_, devplug::common::kPciIommuGroup | devplug::common::kPciNuma);
+    auto scan = bindings_.Scan(selector_);
     if (!scan.ok())
       throw devplug::common::ModuleError(scan.error().code, "PCI scan failed: " +
                                                                 scan.error().ToString());
     for (const auto& p : scan->problems) host().Debug("skipped during scan: " + p.ToString());
 
-    const bool container_node = devplug::common::IsCharDevice(root_.Path(kContainerNode));
+    // One listing of /dev/vfio answers every group's health.
+    auto listed = devplug::common::ListCharDevices(root_.Path("/dev/vfio"));
+    if (!listed.ok())
+      throw devplug::common::ModuleError(listed.error().code, listed.error().ToString());
+    IndexNodes(*listed);
+    const bool container_node = container_node_now_;
     if (container_node != container_node_ || first_scan_) {
       if (!container_node)
         host().Warn(std::string(kContainerNode) +
@@ -67,34 +89,31 @@ class Vfio : public Instance {
       container_node_ = container_node;
     }
 
-    std::map<std::string, Seen> now;
-    std::map<int, std::string> group_nodes;  // group -> node path, "" if none
+    std::vector<Seen> now;
+    now.reserve(scan->functions.size());
     size_t healthy = 0;
-    for (const auto& f : scan->functions) {
-      Seen s;
+    for (const auto& f : scan->functions) {  // sorted by address
+      Seen& s = now.emplace_back();
+      s.address = f.address;
       s.numa_node = f.numa_node;
       s.group = f.iommu_group;
       std::string node;
-      if (f.iommu_group < 0) {
-        s.why = "has no IOMMU group (is the IOMMU enabled?)";
-      } else {
-        auto [it, fresh] = group_nodes.try_emplace(f.iommu_group);
-        if (fresh) it->second = GroupNode(f.iommu_group);
-        node = it->second;
-        if (node.empty()) s.why = "/dev/vfio/" + std::to_string(f.iommu_group) + " is missing";
-      }
-      if (s.why.empty() && !container_node) s.why = std::string(kContainerNode) + " is missing";
-      s.healthy = s.why.empty();
-      healthy += s.healthy;
+      if (f.iommu_group < 0)
+        s.why = Why::kNoGroup;
+      else if ((node = GroupNode(f.iommu_group)).empty())
+        s.why = Why::kNoGroupNode;
+      else if (!container_node)
+        s.why = Why::kNoContainerNode;
+      healthy += s.healthy();
 
-      auto recipe = sink.Add(f.address, s.healthy, f.numa_node);
-      if (recipe && s.healthy)
-        recipe->Node(kContainerNode).Node(node).Env(env_key_, f.address);
-      Report(f.address, s);
-      now.emplace(f.address, std::move(s));
+      auto recipe = sink.Add(f.address, s.healthy(), f.numa_node);
+      if (recipe && s.healthy()) recipe->Node(kContainerNode).Node(node).Env(env_key_, f.address);
+      Report(s);
     }
-    for (const auto& [address, s] : seen_)
-      if (!now.count(address)) changes_["left (unbound from " + driver_ + " or removed)"].push_back(address);
+    // Both lists are sorted: whatever the old one has beyond the new left.
+    for (const Seen& old : seen_)
+      if (!Find(now, old.address))
+        changes_["left (unbound from " + driver_ + " or removed)"].push_back(old.address);
     FlushReports();
     if (first_scan_ || now.size() != seen_.size())
       host().Info("found " + std::to_string(now.size()) + " function(s) bound to " + driver_ +
@@ -106,8 +125,10 @@ class Vfio : public Instance {
   bool OnUdevEvent(const devplug_udev_event& ev) override {
     // A pci event outside the allow-list cannot concern us; vfio events
     // (group nodes coming and going) always may.
-    if (ev.subsystem != nullptr && std::string_view(ev.subsystem) == "pci" && ev.sysname)
-      return selector_.MatchesAddress(ev.sysname);
+    if (ev.subsystem != nullptr && std::string_view(ev.subsystem) == "pci" && ev.sysname) {
+      if (!selector_.MatchesAddress(ev.sysname)) return false;
+      bindings_.Forget(ev.sysname);  // re-read it, whatever the event was
+    }
     return true;
   }
 
@@ -117,9 +138,9 @@ class Vfio : public Instance {
     places.reserve(available.size());
     for (std::string_view id : available) {
       devplug::common::Placement p{std::string(id), -1, -1};
-      if (auto it = seen_.find(p.id); it != seen_.end()) {
-        p.numa_node = it->second.numa_node;
-        p.group = it->second.group;
+      if (const Seen* s = Find(seen_, id)) {
+        p.numa_node = s->numa_node;
+        p.group = s->group;
       }
       places.push_back(std::move(p));
     }
@@ -128,12 +149,38 @@ class Vfio : public Instance {
   }
 
  private:
+  static const Seen* Find(const std::vector<Seen>& list, std::string_view address) {
+    auto it = std::lower_bound(list.begin(), list.end(), address,
+                               [](const Seen& s, std::string_view a) { return s.address < a; });
+    return it != list.end() && it->address == address ? &*it : nullptr;
+  }
+
+  // Reads the /dev/vfio listing: the container node and the groups.
+  void IndexNodes(const std::vector<std::string>& names) {
+    container_node_now_ = false;
+    groups_.clear();
+    noiommu_groups_.clear();
+    for (const std::string& n : names) {
+      if (n == "vfio") container_node_now_ = true;
+      std::string_view v = n;
+      std::vector<int>* into = &groups_;
+      if (v.rfind("noiommu-", 0) == 0) {
+        v.remove_prefix(8);
+        into = &noiommu_groups_;
+      }
+      if (auto g = devplug::common::ParseInt(v); g && *g >= 0 && *g <= INT32_MAX)
+        into->push_back(static_cast<int>(*g));
+    }
+    std::sort(groups_.begin(), groups_.end());
+    std::sort(noiommu_groups_.begin(), noiommu_groups_.end());
+  }
+
   // The group's device node as the container sees it, or "" if missing.
   std::string GroupNode(int group) {
-    std::string node = "/dev/vfio/" + std::to_string(group);
-    if (devplug::common::IsCharDevice(root_.Path(node))) return node;
-    node = "/dev/vfio/noiommu-" + std::to_string(group);
-    if (devplug::common::IsCharDevice(root_.Path(node))) {
+    if (std::binary_search(groups_.begin(), groups_.end(), group))
+      return "/dev/vfio/" + std::to_string(group);
+    if (std::binary_search(noiommu_groups_.begin(), noiommu_groups_.end(), group)) {
+      std::string node = "/dev/vfio/noiommu-" + std::to_string(group);
       if (!warned_noiommu_) {
         host().Warn("VFIO runs in no-IOMMU mode (" + node +
                     "): devices are passed without DMA isolation");
@@ -145,20 +192,20 @@ class Vfio : public Instance {
   }
 
   // Notes what changed for one device since the last scan.
-  void Report(const std::string& address, const Seen& s) {
-    auto it = seen_.find(address);
-    if (it == seen_.end()) {
-      if (!s.healthy)
-        changes_["Unhealthy, " + s.why].push_back(address);
+  void Report(const Seen& s) {
+    const Seen* old = Find(seen_, s.address);
+    if (old == nullptr) {
+      if (!s.healthy())
+        changes_["Unhealthy, " + Describe(s)].push_back(s.address);
       else if (!first_scan_)
-        changes_["appeared"].push_back(address);
+        changes_["appeared"].push_back(s.address);
       return;
     }
-    if (it->second.healthy == s.healthy) return;
-    if (s.healthy)
-      changes_["Healthy again"].push_back(address);
+    if (old->healthy() == s.healthy()) return;
+    if (s.healthy())
+      changes_["Healthy again"].push_back(s.address);
     else
-      changes_["Unhealthy, " + s.why].push_back(address);
+      changes_["Unhealthy, " + Describe(s)].push_back(s.address);
   }
 
   // One line per kind of change; long lists (thousands of VFs) shortened.
@@ -179,7 +226,10 @@ class Vfio : public Instance {
   PciSelector selector_;
   std::string driver_;
   std::string env_key_;
-  std::map<std::string, Seen> seen_;  // the last scan, by address
+  devplug::common::DriverBindings bindings_;
+  std::vector<int> groups_, noiommu_groups_;  // nodes in /dev/vfio, sorted
+  bool container_node_now_ = false;
+  std::vector<Seen> seen_;  // the last scan, sorted by address
   std::map<std::string, std::vector<std::string>> changes_;  // what -> addresses
   bool first_scan_ = true;
   bool container_node_ = true;

@@ -130,5 +130,34 @@ TEST_F(OperationsTest, DeviceListOverTheKubeletsLimitIsNotSent) {
   EXPECT_TRUE(r->connected);
 }
 
+// The configuration we ship, and every drop-in example beside it, is valid
+// as written (examples copied into conf.d/ as an operator would).
+TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
+  namespace fs = std::filesystem;
+  const fs::path src = DEVPLUG_TEST_SOURCE_DIR "/config";
+  TempDir etc;
+  fs::copy_file(src / "devplug.toml", etc / "devplug.toml");
+  auto check = [&] {
+    return testing::RunDevplugd({"--config", etc / "devplug.toml", "--check-config",
+                                 "--module-dir", testing::ModuleDir(), "--plugin-dir",
+                                 etc / "plugins"});
+  };
+  auto base = check();
+  EXPECT_EQ(base.exit_code, 0) << base.output;
+  size_t examples = 0;
+  for (const auto& e : fs::directory_iterator(src / "conf.d")) {
+    if (e.path().extension() != ".example") continue;
+    examples++;
+    fs::create_directories(etc / "conf.d");
+    const fs::path dropin = fs::path(etc / "conf.d") / e.path().stem();  // x.toml.example -> x.toml
+    fs::copy_file(e.path(), dropin, fs::copy_options::overwrite_existing);
+    auto r = check();
+    EXPECT_EQ(r.exit_code, 0) << e.path() << "\n" << r.output;
+    EXPECT_NE(r.output.find("configuration ok"), std::string::npos) << r.output;
+    fs::remove(dropin);
+  }
+  EXPECT_GE(examples, 1u);
+}
+
 }  // namespace
 }  // namespace devplug

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
+#include "sysfs_fixture.h"
 #include "udevd.h"
 
 namespace devplug {
@@ -156,6 +157,45 @@ TEST_F(UdevTest, FixtureChangePlusRealPciEvent) {
   ASSERT_TRUE(Trigger(pci_uevent));
   ASSERT_TRUE(HealthyIs(kDir, 1, 1));
   EXPECT_EQ(Ids(kDir), std::vector<std::string>{"vf1"});
+}
+
+// vfio: an unbind in the fixture plus a real PCI uevent makes the function
+// leave the kubelet's list at once (resync is off); a bind brings it back.
+TEST_F(UdevTest, VfioUnbindAndBindWithARealPciEvent) {
+  std::string pci_uevent;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
+    pci_uevent = e.path().string() + "/uevent";
+    break;
+  }
+  if (pci_uevent.empty() || !CanTrigger(pci_uevent))
+    GTEST_SKIP() << "needs root and a PCI device";
+  testing::SysfsFixture fx(host_root());
+  ASSERT_TRUE(fx.AddVfioContainer());
+  for (int k = 0; k < 2; k++) {
+    fx.AddPci({.address = "0000:3b:02." + std::to_string(k), .vendor = 0x8086, .device = 0x1889,
+               .class_code = 0x020000, .driver = "vfio-pci", .numa_node = 0,
+               .iommu_group = 30 + k, .parent = {}, .net = {}});
+    ASSERT_TRUE(fx.AddVfioGroup(30 + k));
+  }
+  constexpr char kVf[] = "intel.com/vf";
+  StartSim();
+  StartAgent(Resource(kVf, "vfio", "vendor = \"8086\""), "0s", "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kVf));
+  ASSERT_TRUE(HealthyIs(kVf, 2, 2));
+  ASSERT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems", kWait));
+
+  fx.Unbind("0000:3b:02.1");
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kVf, 1, 1));
+  EXPECT_EQ(Ids(kVf), std::vector<std::string>{"0000:3b:02.0"});
+
+  fx.Bind("0000:3b:02.1", "vfio-pci");
+  fx.RemoveVfioGroup(30);
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kVf, 2, 1));
+  ASSERT_TRUE(fx.AddVfioGroup(30));
+  ASSERT_TRUE(Trigger(pci_uevent));
+  ASSERT_TRUE(HealthyIs(kVf, 2, 2));  // recovery
 }
 
 TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {

@@ -219,6 +219,70 @@ TEST(CommonPciTest, NoPciBusIsAnEmptyScanAndBrokenEntriesAreProblems) {
   EXPECT_EQ(scan->problems[1].code, ENOENT);
 }
 
+TEST(CommonPciTest, DriverBindingsReadOnlyNewBindings) {
+  TempDir t;
+  SysfsFixture fx(t.path());
+  BuildMixedTree(fx);
+  DriverBindings b(HostRoot(t.path()), "vfio-pci", kPciIommuGroup | kPciNuma);
+  auto addresses = [](const PciScan& s) {
+    Strings out;
+    for (const auto& f : s.functions) out.push_back(f.address);
+    return out;
+  };
+  auto first = b.Scan({.vendors = {0x8086}});
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  ASSERT_EQ(first->functions.size(), 10u);
+  EXPECT_EQ(first->functions[3].address, "0000:3b:01.3");
+  EXPECT_EQ(first->functions[3].iommu_group, 103);
+  EXPECT_EQ(first->functions[3].driver, "vfio-pci");
+  EXPECT_EQ(b.reads(), 10u);
+
+  // Nothing changed: nothing is read again.
+  auto again = b.Scan({.vendors = {0x8086}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(addresses(*again), addresses(*first));
+  EXPECT_EQ(b.reads(), 10u);
+
+  // An unbind drops one; a bind to vfio-pci adds one, read once.
+  fx.Unbind("0000:3b:01.1");
+  fx.Bind("0000:3b:02.2", "vfio-pci");
+  auto changed = b.Scan({.vendors = {0x8086}});
+  ASSERT_TRUE(changed.ok());
+  ASSERT_EQ(changed->functions.size(), 10u);
+  EXPECT_EQ(changed->functions[1].address, "0000:3b:01.2");
+  EXPECT_EQ(changed->functions.back().address, "0000:3b:02.2");
+  EXPECT_EQ(b.reads(), 11u);
+
+  // Forget() forces a re-read: a changed attribute shows.
+  fx.SetAttr("0000:3b:01.0", "numa_node", "1");
+  b.Forget("0000:3b:01.0");
+  auto forgot = b.Scan({.vendors = {0x8086}});
+  EXPECT_EQ(forgot->functions[0].numa_node, 1);
+  EXPECT_EQ(b.reads(), 12u);
+
+  // Selectors: addresses narrow the listing, IDs filter cached entries.
+  EXPECT_EQ(addresses(*b.Scan({.addresses = {"0000:3b:01.2"}})), Strings{"0000:3b:01.2"});
+  EXPECT_TRUE(b.Scan({.vendors = {0x15b3}})->functions.empty());
+  // A driver that is not loaded has no folder: an empty scan.
+  DriverBindings none(HostRoot(t.path()), "no-such-driver");
+  auto empty = none.Scan({});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->functions.empty());
+}
+
+TEST(CommonFsTest, ListCharDevices) {
+  TempDir t;
+  WriteFile(t / "dev/vfio/not-a-node", "");
+  if (devplug::testing::IsRoot()) {
+    ASSERT_TRUE(devplug::testing::MakeCharDevice(t / "dev/vfio/vfio", 10, 196));
+    ASSERT_TRUE(devplug::testing::MakeCharDevice(t / "dev/vfio/12", 243, 12));
+  }
+  auto names = ListCharDevices(t / "dev/vfio");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, devplug::testing::IsRoot() ? (Strings{"12", "vfio"}) : Strings{});
+  EXPECT_TRUE(ListCharDevices(t / "dev/none")->empty());
+}
+
 // This machine's real PCI functions, compared with what libudev reports for
 // the same devices (an independent reader of the same sysfs).
 TEST(CommonPciTest, EnumeratesThisMachinesRealPciBus) {

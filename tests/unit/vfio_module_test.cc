@@ -237,6 +237,7 @@ TEST(VfioModuleRealTest, ListsThisMachinesFunctionsOfADriver) {
                             "vendor = \"" + best->first.first + "\"\ndriver = \"" +
                                 best->first.second + "\"\n");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_NE((*inst)->devices(), nullptr);
   EXPECT_EQ(Ids(*(*inst)->devices()), best->second);
   for (const Device& d : *(*inst)->devices()) {
     std::error_code ec;

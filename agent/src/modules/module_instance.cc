@@ -136,7 +136,10 @@ struct DeviceSink {
       if (rc < 0) {
         // Give the module somewhere harmless to write; the device is dropped.
         self->scratch = {};
-        self->recipe = std::make_unique<RecipeSink>(&self->scratch);
+        if (self->recipe)
+          self->recipe->target = &self->scratch;
+        else
+          self->recipe = std::make_unique<RecipeSink>(&self->scratch);
         if (ret_recipe) *ret_recipe = &self->recipe->c;
         return rc;
       }
@@ -146,8 +149,11 @@ struct DeviceSink {
       d.healthy = health == DEVPLUG_HEALTHY;
       d.numa_node = numa < 0 ? -1 : numa;
       // list may reallocate on the next add; the recipe pointer is valid only
-      // until then, as the ABI says.
-      self->recipe = std::make_unique<RecipeSink>(&d.recipe);
+      // until then, as the ABI says, so one sink serves every device.
+      if (self->recipe)
+        self->recipe->target = &d.recipe;
+      else
+        self->recipe = std::make_unique<RecipeSink>(&d.recipe);
       if (ret_recipe) *ret_recipe = &self->recipe->c;
       return 0;
     } catch (...) {

@@ -72,7 +72,10 @@ Result<std::vector<std::string>> ListFd(int fd, const std::string& path, std::st
   }
   std::vector<std::string> names;
   errno = 0;
-  while (dirent* ent = readdir(d)) {
+  for (;;) {
+    errno = 0;  // readdir() reports errors only through errno
+    dirent* ent = readdir(d);
+    if (ent == nullptr) break;
     std::string_view n = ent->d_name;
     if (n == "." || n == "..") continue;
     if (!prefix.empty() && n.substr(0, prefix.size()) != prefix) continue;
@@ -172,6 +175,38 @@ Result<std::vector<std::string>> ListDir(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Err(errno, path);
   return ListFd(fd, path, {});
+}
+
+Result<std::vector<std::string>> ListCharDevices(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::vector<std::string>{};
+    return Err(errno, path);
+  }
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    int e = errno;
+    close(fd);
+    return Err(e, path);
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  for (;;) {
+    errno = 0;  // readdir() reports errors only through errno
+    dirent* ent = readdir(d);
+    if (ent == nullptr) break;
+    bool chr = ent->d_type == DT_CHR;
+    if (ent->d_type == DT_UNKNOWN) {
+      struct stat st;
+      chr = fstatat(dirfd(d), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
+    }
+    if (chr) names.emplace_back(ent->d_name);
+  }
+  int e = errno;
+  closedir(d);
+  if (e != 0) return Err(e, path);
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 bool IsCharDevice(const std::string& path) {

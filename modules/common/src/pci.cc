@@ -1,5 +1,10 @@
 #include "devplug/common/pci.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -110,7 +115,7 @@ Result<PciScan> EnumeratePci(const HostRoot& root, const PciSelector* selector, 
   auto names = devices->List();
   if (!names.ok()) return names.error();
   for (const std::string& name : *names) {
-    if (NormalizePciAddress(name) != name) continue;  // not a function address
+    if (!IsPciAddress(name)) continue;  // not a function address
     if (selector && !selector->MatchesAddress(name)) continue;
     auto dir = devices->Sub(name.c_str());
     if (!dir.ok()) {
@@ -131,24 +136,94 @@ Result<PciScan> EnumeratePci(const HostRoot& root, const PciSelector* selector, 
   return scan;
 }
 
-std::optional<std::string> NormalizePciAddress(std::string_view s) {
-  // [dddd:]bb:dd.f with dddd 4 hex digits, bb 2, dd 2 (0-1f), f 0-7.
-  std::string out;
-  if (s.size() == 7) {
-    out = "0000:";
-  } else if (s.size() == 12 && s[4] == ':') {
-  } else {
-    return std::nullopt;
+DriverBindings::DriverBindings(HostRoot root, std::string driver, unsigned fields)
+    : root_(std::move(root)), driver_(std::move(driver)), fields_(fields | kPciDriver) {}
+
+void DriverBindings::Forget(std::string_view address) {
+  auto it = std::lower_bound(cache_.begin(), cache_.end(), address,
+                             [](const auto& e, std::string_view a) { return e.first < a; });
+  if (it != cache_.end() && it->first == address) it->second.valid = false;
+}
+
+Result<PciScan> DriverBindings::Scan(const PciSelector& selector) {
+  PciScan scan;
+  const std::string path = root_.Path("/sys/bus/pci/drivers/") + driver_;
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e != ENOENT) return FsError{e, path, {}};
+    cache_.clear();  // the driver is not loaded: nothing is bound to it
+    return scan;
   }
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    const int e = errno;
+    close(fd);
+    return FsError{e, path, {}};
+  }
+  std::vector<std::pair<std::string, Entry>> next;
+  next.reserve(cache_.size());
+  errno = 0;
+  for (;;) {
+    errno = 0;  // readdir() reports errors only through errno
+    dirent* ent = readdir(d);
+    if (ent == nullptr) break;
+    if (ent->d_type != DT_LNK && ent->d_type != DT_UNKNOWN) continue;  // bind, unbind, new_id...
+    std::string_view name = ent->d_name;
+    if (!IsPciAddress(name)) continue;  // the "module" link
+    if (!selector.MatchesAddress(name)) continue;
+    Entry e;
+    e.ino = ent->d_ino;
+    if (e.ino == 0) {  // file systems that do not fill d_ino
+      struct stat st;
+      if (fstatat(dirfd(d), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      e.ino = st.st_ino;
+    }
+    auto hit = std::lower_bound(cache_.begin(), cache_.end(), name,
+                                [](const auto& c, std::string_view a) { return c.first < a; });
+    if (hit != cache_.end() && hit->first == name && hit->second.valid && hit->second.ino == e.ino) {
+      next.emplace_back(hit->first, std::move(hit->second));  // key copied: cache_ stays sorted
+      continue;
+    }
+    reads_++;
+    auto f = ReadPciFunction(root_, name, fields_);
+    if (!f.ok()) {
+      scan.problems.push_back(f.error());
+      continue;
+    }
+    // Bound to another driver by now (mid-rebind): not ours, not cached.
+    if (f->driver != driver_) continue;
+    e.function = std::move(f).value();
+    e.valid = true;
+    next.emplace_back(std::string(name), std::move(e));
+  }
+  const int e = errno;
+  closedir(d);
+  if (e != 0) return FsError{e, path, {}};
+  std::sort(next.begin(), next.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  cache_ = std::move(next);
+  for (const auto& [address, entry] : cache_)
+    if (selector.MatchesIds(entry.function.vendor, entry.function.device))
+      scan.functions.push_back(entry.function);
+  return scan;
+}
+
+bool IsPciAddress(std::string_view s) {
+  // dddd:bb:dd.f, lower-case hex; device (slot) 00-1f, function 0-7.
+  auto lower_hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
+  if (s.size() != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.') return false;
+  for (size_t i : {0, 1, 2, 3, 5, 6, 9})
+    if (!lower_hex(s[i])) return false;
+  return (s[8] == '0' || s[8] == '1') && s[11] >= '0' && s[11] <= '7';
+}
+
+std::optional<std::string> NormalizePciAddress(std::string_view s) {
+  std::string out;
+  if (s.size() == 7) out = "0000:";
   out += s;
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9})
-    if (!IsHex(out[i])) return std::nullopt;
-  if (out[4] != ':' || out[7] != ':' || out[10] != '.') return std::nullopt;
-  if (out[11] < '0' || out[11] > '7') return std::nullopt;
-  unsigned slot = 0;
-  std::sscanf(out.c_str() + 8, "%2x", &slot);
-  if (slot > 0x1f) return std::nullopt;
+  if (!IsPciAddress(out)) return std::nullopt;
   return out;
 }
 

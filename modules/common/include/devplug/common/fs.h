@@ -74,6 +74,10 @@ Result<uint32_t> ReadHexAttr(const std::string& path);
 Result<std::string> LinkName(const std::string& path);
 // Entry names of a directory, sorted, without "." and "..".
 Result<std::vector<std::string>> ListDir(const std::string& path);
+// Names of the character devices directly in `dir` (one directory read;
+// d_type, with an lstat only where the file system does not fill it),
+// sorted. A missing folder is an empty list.
+Result<std::vector<std::string>> ListCharDevices(const std::string& dir);
 // True if `path` exists and is a character device (following symlinks).
 bool IsCharDevice(const std::string& path);
 bool Exists(const std::string& path);

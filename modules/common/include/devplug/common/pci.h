@@ -85,6 +85,47 @@ struct PciScan {
 Result<PciScan> EnumeratePci(const HostRoot& root, const PciSelector* selector = nullptr,
                              unsigned fields = kPciAll);
 
+// The functions bound to one PCI driver, read from the driver's folder
+// /sys/bus/pci/drivers/<driver>/, where the kernel keeps one <addr> link
+// per bound function (the same bindings each function's `driver` link
+// shows). A function whose link is unchanged since the previous Scan()
+// (same inode and ctime: not unbound, rebound or removed in between) comes
+// from the cache; only new bindings are read. So a rescan of thousands of
+// VFs costs one directory listing and one lstat per function.
+//
+// Not thread-safe; one per module instance.
+class DriverBindings {
+ public:
+  DriverBindings(HostRoot root, std::string driver, unsigned fields = kPciAll);
+  const std::string& driver() const { return driver_; }
+
+  // Bound functions that `selector` matches (its `drivers` is ignored),
+  // sorted by address. A missing driver folder (driver not loaded) is an
+  // empty scan.
+  Result<PciScan> Scan(const PciSelector& selector);
+  // Drops a function's cache entry, so the next Scan re-reads it.
+  void Forget(std::string_view address);
+  // Functions read from sysfs (cache misses) so far.
+  uint64_t reads() const { return reads_; }
+
+ private:
+  struct Entry {
+    uint64_t ino = 0;
+    int64_t ctime_ns = 0;
+    PciFunction function;
+    bool valid = false;  // the read succeeded and the function is bound here
+  };
+  HostRoot root_;
+  std::string driver_;
+  unsigned fields_;
+  std::vector<std::pair<std::string, Entry>> cache_;  // sorted by address
+  uint64_t reads_ = 0;
+};
+
+// True for a PCI function address in sysfs's form: "0000:3b:00.0", lower
+// case.
+bool IsPciAddress(std::string_view s);
+
 // "0000:3b:00.0" (lower case), also accepting "3b:00.0" (domain 0) and
 // upper-case hex; nullopt if it is not a PCI function address.
 std::optional<std::string> NormalizePciAddress(std::string_view s);
