@@ -198,6 +198,40 @@ TEST_F(UdevTest, VfioUnbindAndBindWithARealPciEvent) {
   ASSERT_TRUE(HealthyIs(kVf, 2, 2));  // recovery
 }
 
+// rdma over RoCE: a port state follows its net device, and a link change
+// raises no uevent, only an rtnetlink message. With the port poll and the
+// resync off, `ip link set down` on the adapter's (veth) interface must
+// still reach the kubelet at once.
+TEST_F(UdevTest, RdmaRoceLinkChangeThroughRtnetlink) {
+  if (!testing::IsRoot() || Sh("command -v ip >/dev/null") != 0)
+    GTEST_SKIP() << "needs root and ip(8)";
+  const std::string a = "dpr" + std::to_string(getpid() % 100000), b = a + "p";
+  if (Sh("ip link add " + a + " type veth peer name " + b) != 0)
+    GTEST_SKIP() << "cannot create veth pairs here";
+  Sh("ip link set " + a + " up && ip link set " + b + " up");
+  testing::SysfsFixture fx(host_root());
+  fx.AddPci({.address = "0000:af:00.0", .vendor = 0x8086, .device = 0x1592,
+             .class_code = 0x020000, .driver = "ice", .numa_node = 1, .iommu_group = 5,
+             .parent = {}, .net = {a}});
+  ASSERT_TRUE(fx.AddRdma({.ibdev = "irdma0", .pci = "0000:af:00.0", .port_states = {4},
+                          .link_layer = "Ethernet", .uverbs = 0, .first_umad = 0}));
+  constexpr char kRoce[] = "rdma.example/roce";
+  StartSim();
+  StartAgent(Resource(kRoce, "rdma", "mode = \"exclusive\"\nport_poll_ms = 0"), "0s",
+             "udev_source = \"kernel\"");
+  const bool registered = Registered(kRoce) && HealthyIs(kRoce, 1, 1);
+  fx.SetPortState("irdma0", 1, 1);
+  Sh("ip link set " + a + " down");
+  const bool down = registered && HealthyIs(kRoce, 1, 0);
+  fx.SetPortState("irdma0", 1, 4);
+  Sh("ip link set " + a + " up");
+  const bool up = down && HealthyIs(kRoce, 1, 1);
+  Sh("ip link del " + a + " 2>/dev/null");
+  EXPECT_TRUE(registered);
+  EXPECT_TRUE(down);
+  EXPECT_TRUE(up);
+}
+
 TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
   if (!testing::IsRoot()) GTEST_SKIP() << "needs root";
   if (access("/run/udev/control", F_OK) == 0) GTEST_SKIP() << "a udevd runs on this host";

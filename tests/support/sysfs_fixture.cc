@@ -39,7 +39,11 @@ std::string SysfsFixture::DevicePath(const std::string& address) const {
 void SysfsFixture::Link(const std::string& link_rel, const std::string& target_rel) {
   fs::path link = fs::path(root_) / link_rel;
   fs::create_directories(link.parent_path());
-  fs::path rel = (fs::path(root_) / target_rel).lexically_relative(link.parent_path());
+  // As the kernel writes sysfs links: up to a common ancestor of the link's
+  // folder and the target's *parent*, then down. A link to an ancestor is
+  // thus "../../../0000:3b:00.0", never "../..".
+  const fs::path target = fs::path(root_) / target_rel;
+  fs::path rel = target.parent_path().lexically_relative(link.parent_path()) / target.filename();
   std::error_code ec;
   fs::remove(link, ec);
   fs::create_symlink(rel, link);
@@ -126,5 +130,78 @@ void SysfsFixture::RemoveVfioGroup(int group) {
   fs::remove(root_ + "/dev/vfio/" + std::to_string(group), ec);
   fs::remove(root_ + "/dev/vfio/noiommu-" + std::to_string(group), ec);
 }
+
+namespace {
+const char* PortStateName(int state) {
+  switch (state) {
+    case 1: return "DOWN";
+    case 2: return "INIT";
+    case 3: return "ARMED";
+    case 4: return "ACTIVE";
+    case 5: return "ACTIVE_DEFER";
+    default: return "NOP";
+  }
+}
+}  // namespace
+
+bool SysfsFixture::AddRdma(const RdmaSpec& spec) {
+  const std::string pci = fs::path(DevicePath(spec.pci)).lexically_relative(root_).string();
+  const std::string ib = pci + "/infiniband/" + spec.ibdev;
+  fs::create_directories(root_ + "/" + ib);
+  Link(ib + "/device", pci);
+  WriteFile(root_ + "/" + ib + "/node_type", "1: CA\n");
+  for (size_t p = 0; p < spec.port_states.size(); p++) {
+    const std::string port = root_ + "/" + ib + "/ports/" + std::to_string(p + 1);
+    WriteFile(port + "/state", std::to_string(spec.port_states[p]) + ": " +
+                                   PortStateName(spec.port_states[p]) + "\n");
+    WriteFile(port + "/link_layer", spec.link_layer + "\n");
+  }
+  Link("sys/class/infiniband/" + spec.ibdev, ib);
+  const std::string verbs = pci + "/infiniband_verbs/uverbs" + std::to_string(spec.uverbs);
+  WriteFile(root_ + "/" + verbs + "/ibdev", spec.ibdev + "\n");
+  WriteFile(root_ + "/" + verbs + "/dev", "231:" + std::to_string(192 + spec.uverbs) + "\n");
+  Link("sys/class/infiniband_verbs/uverbs" + std::to_string(spec.uverbs), verbs);
+  bool ok = MakeCharDevice(root_ + "/dev/infiniband/uverbs" + std::to_string(spec.uverbs), 231,
+                           192 + spec.uverbs);
+  for (size_t p = 0; p < spec.port_states.size(); p++) {
+    const int j = spec.first_umad + static_cast<int>(p);
+    for (const char* kind : {"umad", "issm"}) {
+      const std::string name = kind + std::to_string(j);
+      const std::string dir = pci + "/infiniband_mad/" + name;
+      WriteFile(root_ + "/" + dir + "/ibdev", spec.ibdev + "\n");
+      WriteFile(root_ + "/" + dir + "/port", std::to_string(p + 1) + "\n");
+      Link("sys/class/infiniband_mad/" + name, dir);
+      ok = MakeCharDevice(root_ + "/dev/infiniband/" + name, 231,
+                          static_cast<unsigned>((kind[0] == 'i' ? 64 : 0) + j)) && ok;
+    }
+  }
+  return ok;
+}
+
+void SysfsFixture::SetPortState(const std::string& ibdev, int port, int state) {
+  WriteFile(root_ + "/sys/class/infiniband/" + ibdev + "/ports/" + std::to_string(port) + "/state",
+            std::to_string(state) + ": " + PortStateName(state) + "\n");
+}
+
+void SysfsFixture::RemoveRdma(const RdmaSpec& spec) {
+  std::error_code ec;
+  const std::string pci = DevicePath(spec.pci);
+  fs::remove(root_ + "/sys/class/infiniband/" + spec.ibdev, ec);
+  fs::remove_all(pci + "/infiniband/" + spec.ibdev, ec);
+  const std::string uverbs = "uverbs" + std::to_string(spec.uverbs);
+  fs::remove(root_ + "/sys/class/infiniband_verbs/" + uverbs, ec);
+  fs::remove_all(pci + "/infiniband_verbs/" + uverbs, ec);
+  fs::remove(root_ + "/dev/infiniband/" + uverbs, ec);
+  for (size_t p = 0; p < spec.port_states.size(); p++) {
+    for (const char* kind : {"umad", "issm"}) {
+      const std::string name = kind + std::to_string(spec.first_umad + static_cast<int>(p));
+      fs::remove(root_ + "/sys/class/infiniband_mad/" + name, ec);
+      fs::remove_all(pci + "/infiniband_mad/" + name, ec);
+      fs::remove(root_ + "/dev/infiniband/" + name, ec);
+    }
+  }
+}
+
+bool SysfsFixture::AddRdmaCm() { return MakeCharDevice(root_ + "/dev/infiniband/rdma_cm", 10, 122); }
 
 }  // namespace devplug::testing

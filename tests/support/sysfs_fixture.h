@@ -25,6 +25,24 @@ struct PciSpec {
   std::vector<std::string> net;  // interface names under <dev>/net
 };
 
+// An RDMA device (HCA) as the kernel's ib_core and ib_uverbs show it:
+//   sys/devices/.../<pci>/infiniband/<ibdev>/{device -> ../../../<pci>, ports/<n>/state,
+//     ports/<n>/link_layer, node_type}
+//   sys/class/infiniband/<ibdev> -> ../../devices/.../infiniband/<ibdev>
+//   sys/devices/.../<pci>/infiniband_verbs/uverbs<k>/{ibdev, dev}
+//   sys/class/infiniband_verbs/uverbs<k> -> ...
+//   sys/devices/.../<pci>/infiniband_mad/{umad,issm}<j>/{ibdev, port}, one per port
+//   dev/infiniband/uverbs<k> (231:192+k), umad<j> (231:j), issm<j> (231:64+j)
+// The PCI function itself must have been added with AddPci first.
+struct RdmaSpec {
+  std::string ibdev;            // "mlx5_0"
+  std::string pci;              // "0000:3b:00.0"
+  std::vector<int> port_states;  // per port, 1-based: 4 = ACTIVE, 1 = DOWN
+  std::string link_layer = "InfiniBand";  // or "Ethernet" (RoCE)
+  int uverbs = 0;               // k of uverbs<k>
+  int first_umad = 0;           // j of the first port's umad<j>/issm<j>
+};
+
 class SysfsFixture {
  public:
   explicit SysfsFixture(std::string root) : root_(std::move(root)) {}
@@ -42,6 +60,15 @@ class SysfsFixture {
   // The device's directory (real path, under root).
   std::string DevicePath(const std::string& address) const;
   void SetAttr(const std::string& address, const std::string& name, const std::string& value);
+
+  // An HCA and its device nodes; false without CAP_MKNOD.
+  bool AddRdma(const RdmaSpec& spec);
+  void SetPortState(const std::string& ibdev, int port, int state);
+  // The HCA leaves (driver unbound or function removed): class links,
+  // sysfs folders and device nodes go.
+  void RemoveRdma(const RdmaSpec& spec);
+  // /dev/infiniband/rdma_cm (a misc device).
+  bool AddRdmaCm();
 
   // /dev/vfio/vfio (10:196) and /dev/vfio/<group>; false without CAP_MKNOD.
   bool AddVfioContainer();
