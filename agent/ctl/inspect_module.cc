@@ -18,6 +18,7 @@ const char* TypeName(uint32_t t) {
     case DEVPLUG_CONFIG_INT: return "integer";
     case DEVPLUG_CONFIG_BOOL: return "boolean";
     case DEVPLUG_CONFIG_STRING_ARRAY: return "string array";
+    case DEVPLUG_CONFIG_INT_ARRAY: return "integer array";
     default: return "?";
   }
 }

@@ -34,7 +34,7 @@ PIN_OFFSET(devplug_device_sink, add_device, 16);
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);
 
-PIN_SIZE(devplug_host, 96);
+PIN_SIZE(devplug_host, 104);
 PIN_OFFSET(devplug_host, abi_minor, 4);
 PIN_OFFSET(devplug_host, agent_data, 8);
 PIN_OFFSET(devplug_host, resource_name, 16);
@@ -47,6 +47,7 @@ PIN_OFFSET(devplug_host, config_string, 64);
 PIN_OFFSET(devplug_host, config_int, 72);
 PIN_OFFSET(devplug_host, config_bool, 80);
 PIN_OFFSET(devplug_host, config_string_array, 88);
+PIN_OFFSET(devplug_host, config_int_array, 96);
 
 PIN_SIZE(devplug_config_key, 24);
 PIN_OFFSET(devplug_config_key, type, 8);
@@ -83,7 +84,8 @@ DEVPLUG_STATIC_ASSERT(DEVPLUG_MODULE_ABI_MAJOR == 1, "ABI major");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_UNHEALTHY == 0 && DEVPLUG_HEALTHY == 1, "health values");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_NO_NUMA_NODE == -1, "no NUMA node");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_CONFIG_STRING == 1 && DEVPLUG_CONFIG_INT == 2 &&
-                          DEVPLUG_CONFIG_BOOL == 3 && DEVPLUG_CONFIG_STRING_ARRAY == 4,
+                          DEVPLUG_CONFIG_BOOL == 3 && DEVPLUG_CONFIG_STRING_ARRAY == 4 &&
+                          DEVPLUG_CONFIG_INT_ARRAY == 5,
                       "config types");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_ALLOCATE_DEFAULT == 1, "allocate default");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_LOG_ERROR == 0 && DEVPLUG_LOG_TRACE == 4, "log levels");

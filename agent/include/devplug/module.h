@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 0
+#define DEVPLUG_MODULE_ABI_MINOR 1
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -97,6 +97,7 @@ extern "C" {
 #define DEVPLUG_CONFIG_INT 2          /**< TOML integer (int64) */
 #define DEVPLUG_CONFIG_BOOL 3         /**< TOML boolean */
 #define DEVPLUG_CONFIG_STRING_ARRAY 4 /**< TOML array of strings */
+#define DEVPLUG_CONFIG_INT_ARRAY 5    /**< TOML array of integers (ABI minor 1) */
 
 /** Flags of module configuration keys. */
 #define DEVPLUG_CONFIG_REQUIRED 0x1u /**< the table must set the key */
@@ -244,6 +245,18 @@ struct devplug_host {
   /** *ret_n strings in *ret (an array owned by the agent). */
   int (*config_string_array)(const struct devplug_host *h, const char *key,
                              const char *const **ret, size_t *ret_n);
+
+  /* ---- ABI minor 1 ---- */
+
+  /**
+   * *ret_n integers in *ret (owned by the agent), for a key declared
+   * DEVPLUG_CONFIG_INT_ARRAY. An agent of minor 0 has no such member and
+   * rejects such keys: check DEVPLUG_HAS_MEMBER(h, struct devplug_host,
+   * config_int_array), or refuse to load (-ENOTSUP from the entry point)
+   * when agent_abi_minor < 1.
+   */
+  int (*config_int_array)(const struct devplug_host *h, const char *key,
+                          const int64_t **ret, size_t *ret_n);
 };
 
 /* ------------------------------------------------------------------------ */

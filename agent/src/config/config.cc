@@ -217,11 +217,16 @@ class Parser {
         else if (const auto* f = node.as_floating_point()) mv.value = f->get();
         else if (const auto* a = node.as_array()) {
           std::vector<std::string> v;
+          std::vector<int64_t> ints;
           for (const toml::node& el : *a) {
             if (const auto* s = el.as_string()) v.push_back(s->get());
             else mv.array_of_non_strings = true;
+            if (const auto* i = el.as_integer()) ints.push_back(i->get());
           }
-          mv.value = std::move(v);
+          if (!a->empty() && ints.size() == a->size())
+            mv.value = std::move(ints);
+          else
+            mv.value = std::move(v);
         } else {
           Error(node, key_of(name), StrCat("unsupported value type: ", TypeName(node)));
           continue;

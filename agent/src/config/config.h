@@ -28,8 +28,12 @@ struct SourceLocation {
 // One module-owned key of a [[resource]] table, as written in TOML. Its type
 // is checked against the module's declared keys when the module is loaded.
 struct ModuleValue {
+  // Arrays: all integers (non-empty) become vector<int64_t>; otherwise the
+  // strings are kept and array_of_non_strings says whether anything else
+  // was there. An empty array is an empty vector<string> that also matches
+  // an integer-array key.
   using Value = std::variant<std::string, int64_t, bool, double,
-                             std::vector<std::string>>;
+                             std::vector<std::string>, std::vector<int64_t>>;
   Value value;
   SourceLocation where;
   bool array_of_non_strings = false;  // an array holding something else

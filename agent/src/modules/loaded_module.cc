@@ -20,6 +20,7 @@ std::string_view TypeName(uint32_t type) {
     case DEVPLUG_CONFIG_INT: return "an integer";
     case DEVPLUG_CONFIG_BOOL: return "a boolean";
     case DEVPLUG_CONFIG_STRING_ARRAY: return "an array of strings";
+    case DEVPLUG_CONFIG_INT_ARRAY: return "an array of integers";
     default: return "an unknown type";
   }
 }
@@ -31,6 +32,11 @@ bool Matches(const config::ModuleValue& v, uint32_t type) {
     case DEVPLUG_CONFIG_BOOL: return std::holds_alternative<bool>(v.value);
     case DEVPLUG_CONFIG_STRING_ARRAY:
       return std::holds_alternative<std::vector<std::string>>(v.value) && !v.array_of_non_strings;
+    case DEVPLUG_CONFIG_INT_ARRAY: {
+      const auto* s = std::get_if<std::vector<std::string>>(&v.value);
+      return std::holds_alternative<std::vector<int64_t>>(v.value) ||
+             (s != nullptr && s->empty() && !v.array_of_non_strings);
+    }
     default: return false;
   }
 }
@@ -82,7 +88,7 @@ StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::stri
   if (!missing.empty())
     return fail(StrCat("required functions missing: ", StrJoin(missing, ", ")));
   for (const devplug_config_key* k = desc->config_keys; k && k->name; ++k) {
-    if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_STRING_ARRAY)
+    if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_INT_ARRAY)
       return fail(StrCat("config key \"", k->name, "\" has unknown type ", k->type));
   }
 

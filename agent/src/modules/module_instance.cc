@@ -273,6 +273,7 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   host_.config_int = &HostInt;
   host_.config_bool = &HostBool;
   host_.config_string_array = &HostStringArray;
+  host_.config_int_array = &HostIntArray;
   for (const auto& [key, value] : resource_.module_keys) {
     if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
       auto& arr = string_arrays_[key];
@@ -682,6 +683,25 @@ int ModuleInstance::HostBool(const devplug_host* h, const char* key, int32_t* re
   const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
   if (rc == 0) *ret = *v ? 1 : 0;
   return rc;
+}
+
+int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
+                                 size_t* ret_n) {
+  if (h == nullptr || ret == nullptr || ret_n == nullptr || key == nullptr) return -EINVAL;
+  ModuleInstance* self = Self(h);
+  if (self->module_->KeyType(key) != DEVPLUG_CONFIG_INT_ARRAY) return -EINVAL;
+  auto it = self->resource_.module_keys.find(key);
+  if (it == self->resource_.module_keys.end()) return -ENOENT;
+  static const int64_t kNone[] = {0};
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second.value)) {
+    *ret = v->data();
+    *ret_n = v->size();
+    return 0;
+  }
+  // An empty TOML array.
+  *ret = kNone;
+  *ret_n = 0;
+  return 0;
 }
 
 int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,

@@ -114,6 +114,8 @@ class ModuleInstance {
   static int HostString(const devplug_host* h, const char* key, const char** ret);
   static int HostInt(const devplug_host* h, const char* key, int64_t* ret);
   static int HostBool(const devplug_host* h, const char* key, int32_t* ret);
+  static int HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
+                          size_t* ret_n);
   static int HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
                              size_t* ret_n);
   static ModuleInstance* Self(const devplug_host* h);

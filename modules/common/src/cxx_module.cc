@@ -46,6 +46,15 @@ std::optional<std::vector<std::string>> Host::Strings(const char* key) const {
   return std::vector<std::string>(v, v + n);
 }
 
+std::optional<std::vector<int64_t>> Host::Ints(const char* key) const {
+  if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, config_int_array))
+    throw ModuleError(ENOTSUP, "this agent is too old for integer-array keys (needs ABI 1.1)");
+  const int64_t* v = nullptr;
+  size_t n = 0;
+  if (!Present(h_->config_int_array(h_, key, &v, &n), key)) return std::nullopt;
+  return std::vector<int64_t>(v, v + n);
+}
+
 void Recipe::Check(int rc, const char* what) {
   if (rc == -ENOMEM) throw std::bad_alloc();
   if (rc < 0) throw ModuleError(-rc, std::string("the agent refused ") + what);

@@ -62,6 +62,8 @@ class Host {
   std::optional<int64_t> Int(const char* key) const;
   std::optional<bool> Bool(const char* key) const;
   std::optional<std::vector<std::string>> Strings(const char* key) const;
+  // Needs an agent of ABI minor 1 (throws otherwise).
+  std::optional<std::vector<int64_t>> Ints(const char* key) const;
 
  private:
   const devplug_host* h_;
