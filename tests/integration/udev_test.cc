@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
+#include "gpu_fixture.h"
 #include "sysfs_fixture.h"
 #include "udevd.h"
 
@@ -230,6 +231,35 @@ TEST_F(UdevTest, RdmaRoceLinkChangeThroughRtnetlink) {
   EXPECT_TRUE(registered);
   EXPECT_TRUE(down);
   EXPECT_TRUE(up);
+}
+
+// nvidia: a GPU marked Unhealthy by a critical XID comes back on a PCI
+// event for its address (reset, re-bind, or an operator's "change"). The
+// fixture GPU sits at a real PCI address of this machine so that a real
+// uevent names it.
+TEST_F(UdevTest, NvidiaXidRecoversOnARealPciEvent) {
+  std::string address;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
+    address = e.path().filename().string();
+    break;
+  }
+  const std::string uevent = "/sys/bus/pci/devices/" + address + "/uevent";
+  if (address.empty() || !CanTrigger(uevent)) GTEST_SKIP() << "needs root and a PCI device";
+  testing::GpuFixture gpu(host_root(), dir_ / "nvml");
+  const std::string uuid = "GPU-5ca1ab1e-0000-4000-8000-000000000000";
+  ASSERT_TRUE(gpu.Build({{uuid, address, 0, -1, "NVIDIA L4"}}));
+  constexpr char kGpu[] = "nvidia.com/gpu";
+  StartSim();
+  StartAgent(Resource(kGpu, "nvidia",
+                      "nvml_library = \"" + testing::FakeModuleDir() + "/fake_nvml.so\""),
+             "0s", "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kGpu));
+  ASSERT_TRUE(HealthyIs(kGpu, 1, 1));
+  gpu.Xid(0, 48);  // double-bit ECC error
+  ASSERT_TRUE(HealthyIs(kGpu, 1, 0));
+  ASSERT_TRUE(Trigger(uevent));
+  ASSERT_TRUE(HealthyIs(kGpu, 1, 1));
+  EXPECT_TRUE(agent_->WaitForLog(uuid + ": change event; XID cleared", kWait)) << agent_->Log();
 }
 
 TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
