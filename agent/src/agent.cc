@@ -110,6 +110,12 @@ Status Agent::Start() {
   if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   UpdateStatus();
   sd_notify(0, "READY=1");
+  uint64_t watchdog_usec = 0;
+  if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0) {
+    watchdog_interval_ = std::chrono::microseconds(watchdog_usec / 2);
+    next_watchdog_ = Clock::now() + watchdog_interval_;
+    spdlog::debug("systemd watchdog: pinging every {} ms", watchdog_usec / 2000);
+  }
   return OkStatus();
 }
 
@@ -338,6 +344,7 @@ void Agent::HandleEvent(const Event& ev) {
 
 int Agent::NextTimeoutMs() const {
   std::optional<Clock::time_point> next = next_resync_;
+  if (next_watchdog_ && (!next || *next_watchdog_ < *next)) next = next_watchdog_;
   for (const auto& r : resources_)
     if (r->retry_at && (!next || *r->retry_at < *next)) next = r->retry_at;
   if (!next) return -1;
@@ -347,6 +354,12 @@ int Agent::NextTimeoutMs() const {
 
 void Agent::FireTimers() {
   const auto now = Clock::now();
+  if (next_watchdog_ && *next_watchdog_ <= now) {
+    // Reaching this line proves the main loop runs; a loop stuck anywhere
+    // stops the pings and systemd restarts the service.
+    sd_notify(0, "WATCHDOG=1");
+    next_watchdog_ = now + watchdog_interval_;
+  }
   if (next_resync_ && *next_resync_ <= now) {
     next_resync_ = now + config_.resync_interval;
     for (const auto& r : resources_)
@@ -381,6 +394,18 @@ void Agent::UpdateStatus() {
                                     " resources");
   if (serving < resources_.size()) StrAppend(&status, "; ", resources_.size() - serving, " failed");
   if (registered < serving && !KubeletSocketExists()) StrAppend(&status, "; waiting for kubelet");
+  // Say which resources offer nothing usable: on a fresh node that is the
+  // hint to look at the journal and the configuration.
+  std::vector<std::string> idle;
+  for (const auto& r : resources_) {
+    if (!r->instance) continue;
+    const modules::DeviceListPtr list = r->instance->devices();
+    if (!list || std::none_of(list->begin(), list->end(),
+                              [](const modules::Device& d) { return d.healthy; }))
+      idle.push_back(r->cfg.name);
+  }
+  if (!idle.empty())
+    StrAppend(&status, "; no healthy devices: ", StrJoin(idle, ", "), " (see the journal)");
   if (status != last_status_) {
     last_status_ = status;
     sd_notifyf(0, "STATUS=%s", status.c_str());

@@ -133,6 +133,9 @@ class Agent {
   std::string last_status_;
   // Next safety rescan of every resource (resync_interval); unset if 0.
   std::optional<Clock::time_point> next_resync_;
+  // systemd's watchdog: pinged from the main loop at half its interval.
+  std::optional<Clock::time_point> next_watchdog_;
+  std::chrono::microseconds watchdog_interval_{0};
 };
 
 }  // namespace devplug

@@ -101,6 +101,36 @@ TEST_F(OperationsTest, SdNotifyReadinessStatusAndStopping) {
   EXPECT_TRUE(notify.WaitFor("STOPPING=1", kWait)) << notify.all();
 }
 
+// Under WatchdogSec= systemd sets WATCHDOG_USEC; the main loop then pings
+// at half that interval, again and again, with no other activity.
+TEST_F(OperationsTest, WatchdogPingsFromTheMainLoop) {
+  StartSim();
+  NotifySocket notify(dir_ / "notify.sock");
+  setenv("NOTIFY_SOCKET", (dir_ / "notify.sock").c_str(), 1);
+  setenv("WATCHDOG_USEC", "200000", 1);
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
+             Resource(kFull, FakeModule("fake_full"), "count = 1\nunhealthy = [\"fake-0\"]"));
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  ASSERT_TRUE(notify.WaitFor("READY=1", kWait)) << notify.all();
+  ASSERT_TRUE(Registered(kMinimal));
+  // The status names the resource that offers nothing usable.
+  EXPECT_TRUE(notify.WaitFor("STATUS=registered 2/2 resources; no healthy devices: " +
+                                 std::string(kFull) + " (see the journal)",
+                             kWait))
+      << notify.all();
+  // Several pings, not one: count them as they come.
+  size_t pings = 0;
+  const auto end = std::chrono::steady_clock::now() + kWait;
+  while (pings < 5 && std::chrono::steady_clock::now() < end) {
+    const size_t before = notify.all().size();
+    notify.WaitFor("\x01never", 150ms);
+    const std::string fresh = notify.all().substr(before);
+    for (size_t pos = 0; (pos = fresh.find("WATCHDOG=1", pos)) != std::string::npos; pos++) pings++;
+  }
+  EXPECT_GE(pings, 5u) << notify.all();
+}
+
 TEST_F(OperationsTest, ResourcesThatWouldFightOverAnEnvKeyAreReported) {
   StartSim();
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
