@@ -23,6 +23,7 @@
 
 #include "config/config.h"
 #include "gpu_fixture.h"
+#include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -30,24 +31,15 @@
 
 namespace {
 
+using devplug::bench::Stats;
+using devplug::bench::Summarize;
+
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr char kName[] = "nvidia.com/gpu";
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-};
 
-Stats Summarize(std::vector<double> us) {
-  Stats s;
-  if (us.empty()) return s;
-  std::sort(us.begin(), us.end());
-  s.p50 = us[us.size() / 2];
-  s.p99 = us[std::min(us.size() - 1, us.size() * 99 / 100)];
-  s.max = us.back();
-  return s;
-}
 
 double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 

@@ -31,11 +31,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
 #include "udevd.h"
 
 namespace {
+
+using devplug::bench::Stats;
+using devplug::bench::Summarize;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -45,22 +49,7 @@ constexpr char kUevent[] = "/sys/class/misc/kvm/uevent";
 constexpr char kName[] = "bench.example/kvm";
 
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-  size_t n = 0, timeouts = 0;
-};
 
-Stats Summarize(std::vector<double> ms, size_t timeouts) {
-  Stats s;
-  s.timeouts = timeouts;
-  if (ms.empty()) return s;
-  std::sort(ms.begin(), ms.end());
-  s.n = ms.size();
-  s.p50 = ms[ms.size() / 2];
-  s.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-  s.max = ms.back();
-  return s;
-}
 
 struct ThreadTicks {
   std::string name;

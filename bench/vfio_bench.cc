@@ -29,6 +29,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/config.h"
+#include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -37,6 +38,9 @@
 
 namespace {
 
+using devplug::bench::Stats;
+using devplug::bench::Summarize;
+
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -44,21 +48,7 @@ using devplug::modules::ModuleInstance;
 
 constexpr char kName[] = "bench.example/vf";
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-  size_t n = 0;
-};
 
-Stats Summarize(std::vector<double> ms) {
-  Stats s;
-  if (ms.empty()) return s;
-  std::sort(ms.begin(), ms.end());
-  s.n = ms.size();
-  s.p50 = ms[ms.size() / 2];
-  s.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-  s.max = ms.back();
-  return s;
-}
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 

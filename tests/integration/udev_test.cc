@@ -30,6 +30,15 @@ bool Trigger(const std::string& uevent_file, const char* action = "change") {
   return static_cast<bool>(out);
 }
 
+// A real PCI function of this machine ("" without a PCI bus): writing to
+// its uevent file makes the kernel send a real pci event naming it.
+std::string FirstPciAddress() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices", ec))
+    return e.path().filename().string();
+  return {};
+}
+
 bool CanTrigger(const std::string& uevent_file) {
   return testing::IsRoot() && access(uevent_file.c_str(), W_OK) == 0;
 }
@@ -133,13 +142,8 @@ TEST_F(UdevTest, VethPairsAppearAndLeaveOnRealNetEvents) {
 }
 
 TEST_F(UdevTest, FixtureChangePlusRealPciEvent) {
-  std::string pci_uevent;
-  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
-    pci_uevent = e.path().string() + "/uevent";
-    break;
-  }
-  if (pci_uevent.empty() || !CanTrigger(pci_uevent))
-    GTEST_SKIP() << "needs root and a PCI device";
+  const std::string pci_uevent = "/sys/bus/pci/devices/" + FirstPciAddress() + "/uevent";
+  if (!CanTrigger(pci_uevent)) GTEST_SKIP() << "needs root and a PCI device";
   std::filesystem::create_directories(host_root() + "/fixture");
   StartSim();
   StartAgent(Resource(kDir, FakeModule("fake_dir"), "dir = \"/fixture\""), "0s",
@@ -163,13 +167,8 @@ TEST_F(UdevTest, FixtureChangePlusRealPciEvent) {
 // vfio: an unbind in the fixture plus a real PCI uevent makes the function
 // leave the kubelet's list at once (resync is off); a bind brings it back.
 TEST_F(UdevTest, VfioUnbindAndBindWithARealPciEvent) {
-  std::string pci_uevent;
-  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
-    pci_uevent = e.path().string() + "/uevent";
-    break;
-  }
-  if (pci_uevent.empty() || !CanTrigger(pci_uevent))
-    GTEST_SKIP() << "needs root and a PCI device";
+  const std::string pci_uevent = "/sys/bus/pci/devices/" + FirstPciAddress() + "/uevent";
+  if (!CanTrigger(pci_uevent)) GTEST_SKIP() << "needs root and a PCI device";
   testing::SysfsFixture fx(host_root());
   ASSERT_TRUE(fx.AddVfioContainer());
   for (int k = 0; k < 2; k++) {
@@ -238,13 +237,9 @@ TEST_F(UdevTest, RdmaRoceLinkChangeThroughRtnetlink) {
 // fixture GPU sits at a real PCI address of this machine so that a real
 // uevent names it.
 TEST_F(UdevTest, NvidiaXidRecoversOnARealPciEvent) {
-  std::string address;
-  for (const auto& e : std::filesystem::directory_iterator("/sys/bus/pci/devices")) {
-    address = e.path().filename().string();
-    break;
-  }
+  const std::string address = FirstPciAddress();
   const std::string uevent = "/sys/bus/pci/devices/" + address + "/uevent";
-  if (address.empty() || !CanTrigger(uevent)) GTEST_SKIP() << "needs root and a PCI device";
+  if (!CanTrigger(uevent)) GTEST_SKIP() << "needs root and a PCI device";
   testing::GpuFixture gpu(host_root(), dir_ / "nvml");
   const std::string uuid = "GPU-5ca1ab1e-0000-4000-8000-000000000000";
   ASSERT_TRUE(gpu.Build({{uuid, address, 0, -1, "NVIDIA L4"}}));

@@ -2,12 +2,9 @@
 // host_root and on the real /dev/kvm when this machine has one.
 #include <sys/stat.h>
 
-#include <future>
-
 #include <gtest/gtest.h>
 
-#include "modules/loaded_module.h"
-#include "modules/module_instance.h"
+#include "module_harness.h"
 #include "test_util.h"
 
 namespace devplug::modules {
@@ -19,38 +16,13 @@ using devplug::testing::WriteFile;
 
 constexpr unsigned kKvmMajor = 10, kKvmMinor = 232;  // misc device 10:232
 
-config::ResourceConfig KvmResource(const std::string& body) {
-  auto cfg = config::LoadString(
-      "[[resource]]\nname = \"devices.kubevirt.io/kvm\"\nmodule = \"kvm\"\n" + body, "kvm.toml", {});
-  EXPECT_TRUE(cfg.ok()) << cfg.status().message();
-  return cfg->resources.at(0);
-}
-
 StatusOr<std::unique_ptr<ModuleInstance>> Kvm(const std::string& host_root,
                                               const std::string& body = "") {
-  auto m = LoadedModule::Load(devplug::testing::ModuleDir() + "/kvm.so");
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  config::ResourceConfig r = KvmResource(body);
-  if (Status st = (*m)->CheckKeys(r, 0); !st.ok()) return st;
-  ModuleInstance::Options o;
-  o.host_root = host_root;
-  return ModuleInstance::Create(*m, r, std::move(o));
+  return harness::Open("kvm", "devices.kubevirt.io/kvm", host_root, body);
 }
 
-StatusOr<Recipe> AllocateSync(ModuleInstance& inst, std::vector<std::string> ids) {
-  std::promise<StatusOr<Recipe>> p;
-  inst.Allocate(std::move(ids), [&](StatusOr<Recipe> r) { p.set_value(std::move(r)); });
-  return p.get_future().get();
-}
-
-void Rescan(ModuleInstance& inst) {
-  const uint64_t before = inst.scans();
-  inst.RequestRescan();
-  std::promise<void> done;
-  inst.PreStart({}, [&](Status) { done.set_value(); });  // queued after the rescan
-  done.get_future().get();
-  ASSERT_GT(inst.scans(), before);
-}
+using harness::Rescan;
+constexpr auto AllocateSync = harness::Allocate;
 
 TEST(KvmModuleTest, CharacterDeviceMeansAllSharesHealthy) {
   if (!devplug::testing::IsRoot()) GTEST_SKIP() << "mknod needs root";
@@ -121,11 +93,11 @@ TEST(KvmModuleTest, BadKeysNameFileLineAndKey) {
     const char* body;
     const char* error;
   } cases[] = {
-      {"shares = 0\n", "kvm.toml:4: resource[0].shares: must be between 1 and 100000"},
-      {"\nshares = 100001\n", "kvm.toml:5: resource[0].shares: must be between 1 and 100000"},
-      {"device = \"dev/kvm\"\n", "kvm.toml:4: resource[0].device: must be an absolute path"},
-      {"shares = \"many\"\n", "kvm.toml:4: resource[0].shares: must be an integer"},
-      {"share = 3\n", "kvm.toml:4: resource[0].share: unknown key for module \"kvm\""},
+      {"shares = 0\n", "module.toml:4: resource[0].shares: must be between 1 and 100000"},
+      {"\nshares = 100001\n", "module.toml:5: resource[0].shares: must be between 1 and 100000"},
+      {"device = \"dev/kvm\"\n", "module.toml:4: resource[0].device: must be an absolute path"},
+      {"shares = \"many\"\n", "module.toml:4: resource[0].shares: must be an integer"},
+      {"share = 3\n", "module.toml:4: resource[0].share: unknown key for module \"kvm\""},
   };
   for (const Case& c : cases) {
     auto inst = Kvm(root.path(), c.body);

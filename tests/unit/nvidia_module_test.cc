@@ -64,7 +64,8 @@ class NvidiaModuleTest : public ::testing::Test {
   bool WaitHealth(ModuleInstance& inst, const std::string& id, bool healthy) {
     const auto deadline = std::chrono::steady_clock::now() + 20s;
     while (std::chrono::steady_clock::now() < deadline) {
-      const Device* d = Find(*inst.devices(), id);
+      const DeviceListPtr list = inst.devices();  // keeps the list alive while read
+      const Device* d = Find(*list, id);
       if (d && d->healthy == healthy) return true;
       std::this_thread::sleep_for(10ms);
     }

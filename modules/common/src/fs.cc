@@ -63,27 +63,39 @@ Result<uint32_t> ToHex(Result<std::string> r, const std::string& path) {
   return Err(EINVAL, path, "not a hex number: \"" + r.value() + "\"");
 }
 
-Result<std::vector<std::string>> ListFd(int fd, const std::string& path, std::string_view prefix) {
+// Walks the directory open as `fd` (taking ownership of it); `fn` sees
+// every entry but "." and "..".
+std::optional<FsError> WalkFd(int fd, const std::string& path, const EntryFn& fn) {
   DIR* d = fdopendir(fd);
   if (d == nullptr) {
     int e = errno;
     close(fd);
     return Err(e, path);
   }
-  std::vector<std::string> names;
-  errno = 0;
+  int e = 0;
   for (;;) {
     errno = 0;  // readdir() reports errors only through errno
-    dirent* ent = readdir(d);
-    if (ent == nullptr) break;
-    std::string_view n = ent->d_name;
+    const dirent* ent = readdir(d);
+    if (ent == nullptr) {
+      e = errno;
+      break;
+    }
+    const std::string_view n = ent->d_name;
     if (n == "." || n == "..") continue;
-    if (!prefix.empty() && n.substr(0, prefix.size()) != prefix) continue;
-    names.emplace_back(n);
+    fn(dirfd(d), *ent);
   }
-  int e = errno;
   closedir(d);
   if (e != 0) return Err(e, path);
+  return std::nullopt;
+}
+
+Result<std::vector<std::string>> ListFd(int fd, const std::string& path, std::string_view prefix) {
+  std::vector<std::string> names;
+  if (auto err = WalkFd(fd, path, [&](int, const dirent& ent) {
+        std::string_view n = ent.d_name;
+        if (prefix.empty() || n.substr(0, prefix.size()) == prefix) names.emplace_back(n);
+      }))
+    return *err;
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -177,34 +189,26 @@ Result<std::vector<std::string>> ListDir(const std::string& path) {
   return ListFd(fd, path, {});
 }
 
-Result<std::vector<std::string>> ListCharDevices(const std::string& path) {
+std::optional<FsError> ForEachEntry(const std::string& path, const EntryFn& fn) {
   int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return std::vector<std::string>{};
-    return Err(errno, path);
-  }
-  DIR* d = fdopendir(fd);
-  if (d == nullptr) {
-    int e = errno;
-    close(fd);
-    return Err(e, path);
-  }
+  if (fd < 0) return Err(errno, path);
+  return WalkFd(fd, path, fn);
+}
+
+Result<std::vector<std::string>> ListCharDevices(const std::string& path) {
   std::vector<std::string> names;
-  errno = 0;
-  for (;;) {
-    errno = 0;  // readdir() reports errors only through errno
-    dirent* ent = readdir(d);
-    if (ent == nullptr) break;
-    bool chr = ent->d_type == DT_CHR;
-    if (ent->d_type == DT_UNKNOWN) {
+  auto err = ForEachEntry(path, [&](int dir, const dirent& ent) {
+    bool chr = ent.d_type == DT_CHR;
+    if (ent.d_type == DT_UNKNOWN) {  // file systems without d_type
       struct stat st;
-      chr = fstatat(dirfd(d), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
+      chr = fstatat(dir, ent.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
     }
-    if (chr) names.emplace_back(ent->d_name);
+    if (chr) names.emplace_back(ent.d_name);
+  });
+  if (err) {
+    if (err->code == ENOENT) return std::vector<std::string>{};
+    return *err;
   }
-  int e = errno;
-  closedir(d);
-  if (e != 0) return Err(e, path);
   std::sort(names.begin(), names.end());
   return names;
 }

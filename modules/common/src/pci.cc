@@ -148,58 +148,43 @@ void DriverBindings::Forget(std::string_view address) {
 Result<PciScan> DriverBindings::Scan(const PciSelector& selector) {
   PciScan scan;
   const std::string path = root_.Path("/sys/bus/pci/drivers/") + driver_;
-  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e != ENOENT) return FsError{e, path, {}};
-    cache_.clear();  // the driver is not loaded: nothing is bound to it
-    return scan;
-  }
-  DIR* d = fdopendir(fd);
-  if (d == nullptr) {
-    const int e = errno;
-    close(fd);
-    return FsError{e, path, {}};
-  }
   std::vector<std::pair<std::string, Entry>> next;
   next.reserve(cache_.size());
-  errno = 0;
-  for (;;) {
-    errno = 0;  // readdir() reports errors only through errno
-    dirent* ent = readdir(d);
-    if (ent == nullptr) break;
-    if (ent->d_type != DT_LNK && ent->d_type != DT_UNKNOWN) continue;  // bind, unbind, new_id...
-    std::string_view name = ent->d_name;
-    if (!IsPciAddress(name)) continue;  // the "module" link
-    if (!selector.MatchesAddress(name)) continue;
+  auto err = ForEachEntry(path, [&](int dir, const dirent& ent) {
+    if (ent.d_type != DT_LNK && ent.d_type != DT_UNKNOWN) return;  // bind, unbind, new_id...
+    const std::string_view name = ent.d_name;
+    if (!IsPciAddress(name)) return;  // the "module" link
+    if (!selector.MatchesAddress(name)) return;
     Entry e;
-    e.ino = ent->d_ino;
+    e.ino = ent.d_ino;
     if (e.ino == 0) {  // file systems that do not fill d_ino
       struct stat st;
-      if (fstatat(dirfd(d), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (fstatat(dir, ent.d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
       e.ino = st.st_ino;
     }
     auto hit = std::lower_bound(cache_.begin(), cache_.end(), name,
                                 [](const auto& c, std::string_view a) { return c.first < a; });
     if (hit != cache_.end() && hit->first == name && hit->second.valid && hit->second.ino == e.ino) {
       next.emplace_back(hit->first, std::move(hit->second));  // key copied: cache_ stays sorted
-      continue;
+      return;
     }
     reads_++;
     auto f = ReadPciFunction(root_, name, fields_);
     if (!f.ok()) {
       scan.problems.push_back(f.error());
-      continue;
+      return;
     }
     // Bound to another driver by now (mid-rebind): not ours, not cached.
-    if (f->driver != driver_) continue;
+    if (f->driver != driver_) return;
     e.function = std::move(f).value();
     e.valid = true;
     next.emplace_back(std::string(name), std::move(e));
+  });
+  if (err) {
+    if (err->code != ENOENT) return *err;
+    cache_.clear();  // the driver is not loaded: nothing is bound to it
+    return scan;
   }
-  const int e = errno;
-  closedir(d);
-  if (e != 0) return FsError{e, path, {}};
   std::sort(next.begin(), next.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   cache_ = std::move(next);

@@ -6,7 +6,10 @@
 // Result holding either the value or an FsError naming the errno and path.
 #pragma once
 
+#include <dirent.h>
+
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -74,6 +77,13 @@ Result<uint32_t> ReadHexAttr(const std::string& path);
 Result<std::string> LinkName(const std::string& path);
 // Entry names of a directory, sorted, without "." and "..".
 Result<std::vector<std::string>> ListDir(const std::string& path);
+// Calls fn(dir_fd, entry) for every entry of the directory `path` but "."
+// and "..", in readdir() order; dir_fd is the open directory, for
+// fstatat()/readlinkat() on the entry. An error opening or reading it is
+// returned (a missing folder: code ENOENT).
+using EntryFn = std::function<void(int dir_fd, const struct dirent& entry)>;
+std::optional<FsError> ForEachEntry(const std::string& path, const EntryFn& fn);
+
 // Names of the character devices directly in `dir` (one directory read;
 // d_type, with an lstat only where the file system does not fill it),
 // sorted. A missing folder is an empty list.

@@ -1,0 +1,28 @@
+// Percentiles of a benchmark's samples, shared by the benchmark programs.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace devplug::bench {
+
+struct Stats {
+  double p50 = 0, p99 = 0, max = 0;
+  size_t n = 0;
+  size_t timeouts = 0;  // samples that never completed (set by the caller)
+};
+
+inline Stats Summarize(std::vector<double> samples, size_t timeouts = 0) {
+  Stats s;
+  s.timeouts = timeouts;
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  s.n = samples.size();
+  s.p50 = samples[samples.size() / 2];
+  s.p99 = samples[std::min(samples.size() - 1, samples.size() * 99 / 100)];
+  s.max = samples.back();
+  return s;
+}
+
+}  // namespace devplug::bench
