@@ -11,6 +11,9 @@
 // Allocate (default recipes, merged by the agent): /dev/vfio/vfio, the
 // group node of every device (deduplicated), and
 // PCI_RESOURCE_<RESOURCE NAME> = the comma-separated addresses.
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <map>
@@ -75,10 +78,7 @@ class Vfio : public Instance {
     for (const auto& p : scan->problems) host().Debug("skipped during scan: " + p.ToString());
 
     // One listing of /dev/vfio answers every group's health.
-    auto listed = devplug::common::ListCharDevices(root_.Path("/dev/vfio"));
-    if (!listed.ok())
-      throw devplug::common::ModuleError(listed.error().code, listed.error().ToString());
-    IndexNodes(*listed);
+    IndexNodes();
     const bool container_node = container_node_now_;
     if (container_node != container_node_ || first_scan_) {
       if (!container_node)
@@ -92,7 +92,11 @@ class Vfio : public Instance {
     std::vector<Seen> now;
     now.reserve(scan->functions.size());
     size_t healthy = 0;
-    for (const auto& f : scan->functions) {  // sorted by address
+    // Both the scan and the previous one are sorted by address: one merge
+    // walk finds what appeared, changed and left.
+    auto old = seen_.cbegin();
+    const std::string left = "left (unbound from " + driver_ + " or removed)";
+    for (const auto& f : scan->functions) {
       Seen& s = now.emplace_back();
       s.address = f.address;
       s.numa_node = f.numa_node;
@@ -108,12 +112,13 @@ class Vfio : public Instance {
 
       auto recipe = sink.Add(f.address, s.healthy(), f.numa_node);
       if (recipe && s.healthy()) recipe->Node(kContainerNode).Node(node).Env(env_key_, f.address);
-      Report(s);
+      for (; old != seen_.cend() && old->address < s.address; ++old)
+        changes_[left].push_back(old->address);
+      const bool known = old != seen_.cend() && old->address == s.address;
+      Report(s, known ? &*old : nullptr);
+      if (known) ++old;
     }
-    // Both lists are sorted: whatever the old one has beyond the new left.
-    for (const Seen& old : seen_)
-      if (!Find(now, old.address))
-        changes_["left (unbound from " + driver_ + " or removed)"].push_back(old.address);
+    for (; old != seen_.cend(); ++old) changes_[left].push_back(old->address);
     FlushReports();
     if (first_scan_ || now.size() != seen_.size())
       host().Info("found " + std::to_string(now.size()) + " function(s) bound to " + driver_ +
@@ -155,14 +160,21 @@ class Vfio : public Instance {
     return it != list.end() && it->address == address ? &*it : nullptr;
   }
 
-  // Reads the /dev/vfio listing: the container node and the groups.
-  void IndexNodes(const std::vector<std::string>& names) {
+  // Reads /dev/vfio once: the container node and the groups' nodes.
+  void IndexNodes() {
     container_node_now_ = false;
     groups_.clear();
     noiommu_groups_.clear();
-    for (const std::string& n : names) {
-      if (n == "vfio") container_node_now_ = true;
-      std::string_view v = n;
+    auto err = devplug::common::ForEachEntry(root_.Path("/dev/vfio"), [&](int dir,
+                                                                          const dirent& ent) {
+      bool chr = ent.d_type == DT_CHR;
+      if (ent.d_type == DT_UNKNOWN) {  // file systems without d_type
+        struct stat st;
+        chr = fstatat(dir, ent.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
+      }
+      if (!chr) return;
+      std::string_view v = ent.d_name;
+      if (v == "vfio") container_node_now_ = true;
       std::vector<int>* into = &groups_;
       if (v.rfind("noiommu-", 0) == 0) {
         v.remove_prefix(8);
@@ -170,7 +182,8 @@ class Vfio : public Instance {
       }
       if (auto g = devplug::common::ParseInt(v); g && *g >= 0 && *g <= INT32_MAX)
         into->push_back(static_cast<int>(*g));
-    }
+    });
+    if (err && err->code != ENOENT) throw devplug::common::ModuleError(err->code, err->ToString());
     std::sort(groups_.begin(), groups_.end());
     std::sort(noiommu_groups_.begin(), noiommu_groups_.end());
   }
@@ -191,9 +204,9 @@ class Vfio : public Instance {
     return {};
   }
 
-  // Notes what changed for one device since the last scan.
-  void Report(const Seen& s) {
-    const Seen* old = Find(seen_, s.address);
+  // Notes what changed for one device since the last scan (`old`: its
+  // previous state, if it had one).
+  void Report(const Seen& s, const Seen* old) {
     if (old == nullptr) {
       if (!s.healthy())
         changes_["Unhealthy, " + Describe(s)].push_back(s.address);

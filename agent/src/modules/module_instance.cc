@@ -470,6 +470,10 @@ void ModuleInstance::RequestRescan() {
 void ModuleInstance::ScanOnWorker() {
   if (inst_ == nullptr) return;
   DeviceSink sink;
+  {
+    std::lock_guard lock(devices_mu_);
+    if (devices_) sink.list.reserve(devices_->size());  // usually the same size again
+  }
   last_error_.clear();
   const int rc = module_->descriptor().list_devices(inst_, &sink.c);
   scans_.fetch_add(1);

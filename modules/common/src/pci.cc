@@ -185,9 +185,11 @@ Result<PciScan> DriverBindings::Scan(const PciSelector& selector) {
     cache_.clear();  // the driver is not loaded: nothing is bound to it
     return scan;
   }
-  std::sort(next.begin(), next.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto by_address = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(next.begin(), next.end(), by_address))  // readdir order varies
+    std::sort(next.begin(), next.end(), by_address);
   cache_ = std::move(next);
+  scan.functions.reserve(cache_.size());
   for (const auto& [address, entry] : cache_)
     if (selector.MatchesIds(entry.function.vendor, entry.function.device))
       scan.functions.push_back(entry.function);
