@@ -11,9 +11,6 @@
 // Allocate (default recipes, merged by the agent): /dev/vfio/vfio, the
 // group node of every device (deduplicated), and
 // PCI_RESOURCE_<RESOURCE NAME> = the comma-separated addresses.
-#include <fcntl.h>
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <map>
@@ -167,12 +164,7 @@ class Vfio : public Instance {
     noiommu_groups_.clear();
     auto err = devplug::common::ForEachEntry(root_.Path("/dev/vfio"), [&](int dir,
                                                                           const dirent& ent) {
-      bool chr = ent.d_type == DT_CHR;
-      if (ent.d_type == DT_UNKNOWN) {  // file systems without d_type
-        struct stat st;
-        chr = fstatat(dir, ent.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
-      }
-      if (!chr) return;
+      if (!devplug::common::IsCharDeviceEntry(dir, ent)) return;
       std::string_view v = ent.d_name;
       if (v == "vfio") container_node_now_ = true;
       std::vector<int>* into = &groups_;

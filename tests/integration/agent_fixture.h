@@ -97,6 +97,20 @@ class AgentTest : public ::testing::Test {
     return ok;
   }
 
+  // Waits until the kubelet holds `total` devices of `name`, `healthy` of
+  // them Healthy, on an open stream.
+  bool HealthyIs(const std::string& name, size_t total, size_t healthy) {
+    const bool ok = sim_->WaitUntil(
+        [&](const auto& rs) {
+          auto it = rs.find(name);
+          return it != rs.end() && it->second.connected && it->second.devices.size() == total &&
+                 it->second.healthy() == healthy;
+        },
+        kWait);
+    if (!ok) KeepLog();
+    return ok;
+  }
+
   static std::string Resource(const std::string& name, const std::string& module,
                               const std::string& extra = "") {
     return "[[resource]]\nname = \"" + name + "\"\nmodule = \"" + module + "\"\n" + extra + "\n";

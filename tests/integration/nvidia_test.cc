@@ -36,13 +36,6 @@ class NvidiaAgentTest : public AgentTest {
     return "nvml_library = \"" + testing::FakeModuleDir() + "/fake_nvml.so\"\n" + extra;
   }
 
-  bool HealthyCount(size_t n) {
-    const bool ok = sim_->WaitUntil(
-        [&](const auto& rs) { return rs.count(kGpu) && rs.at(kGpu).healthy() == n; }, kWait);
-    if (!ok) KeepLog();
-    return ok;
-  }
-
   std::unique_ptr<GpuFixture> fx_;
   std::vector<FakeGpu> gpus_;
 };
@@ -51,7 +44,7 @@ TEST_F(NvidiaAgentTest, AllocatePreferredAllocationAndXid) {
   StartSim();
   StartAgent(Resource(kGpu, "nvidia", Body()));
   ASSERT_TRUE(Registered(kGpu));
-  ASSERT_TRUE(HealthyCount(4));
+  ASSERT_TRUE(HealthyIs(kGpu, 4, 4));
   const auto view = sim_->resource(kGpu);
   EXPECT_TRUE(view->options.get_preferred_allocation_available());
   ASSERT_EQ(view->devices.size(), 4u);
@@ -76,7 +69,7 @@ TEST_F(NvidiaAgentTest, AllocatePreferredAllocationAndXid) {
 
   fx_->Xid(2, 31);  // application fault: ignored
   fx_->Xid(2, 79);  // fell off the bus
-  ASSERT_TRUE(HealthyCount(3));
+  ASSERT_TRUE(HealthyIs(kGpu, 4, 3));
   st = sim_->Allocate(kGpu, {gpus_[2].uuid}, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(agent_->WaitForLog("critical XID 79", kWait)) << agent_->Log();

@@ -34,18 +34,6 @@ class RdmaAgentTest : public AgentTest {
     ASSERT_TRUE(fx_->AddRdmaCm());
   }
 
-  bool HealthyCount(const std::string& name, size_t total, size_t healthy) {
-    const bool ok = sim_->WaitUntil(
-        [&](const auto& rs) {
-          auto it = rs.find(name);
-          return it != rs.end() && it->second.devices.size() == total &&
-                 it->second.healthy() == healthy;
-        },
-        kWait);
-    if (!ok) KeepLog();
-    return ok;
-  }
-
   std::unique_ptr<SysfsFixture> fx_;
 };
 
@@ -55,8 +43,8 @@ TEST_F(RdmaAgentTest, ExclusiveAndSharedResourcesFollowPortState) {
              Resource(kShared, "rdma", "shares = 4\nport_poll_ms = 50"));
   ASSERT_TRUE(Registered(kHca));
   ASSERT_TRUE(Registered(kShared));
-  ASSERT_TRUE(HealthyCount(kHca, 2, 2));
-  ASSERT_TRUE(HealthyCount(kShared, 4, 4));
+  ASSERT_TRUE(HealthyIs(kHca, 2, 2));
+  ASSERT_TRUE(HealthyIs(kShared, 4, 4));
   const auto view = sim_->resource(kHca);
   EXPECT_TRUE(view->options.get_preferred_allocation_available());
   ASSERT_EQ(view->devices[1].id(), "mlx5_1");
@@ -85,17 +73,17 @@ TEST_F(RdmaAgentTest, ExclusiveAndSharedResourcesFollowPortState) {
   // The port goes down: the adapter leaves the allocatable count; the
   // shared resource stays usable through the other adapter.
   fx_->SetPortState("mlx5_1", 1, 1);
-  ASSERT_TRUE(HealthyCount(kHca, 2, 1));
+  ASSERT_TRUE(HealthyIs(kHca, 2, 1));
   st = sim_->Allocate(kHca, {"mlx5_1"}, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   fx_->SetPortState("mlx5_0", 1, 1);
-  ASSERT_TRUE(HealthyCount(kHca, 2, 0));
-  ASSERT_TRUE(HealthyCount(kShared, 4, 0));
+  ASSERT_TRUE(HealthyIs(kHca, 2, 0));
+  ASSERT_TRUE(HealthyIs(kShared, 4, 0));
   // And back.
   fx_->SetPortState("mlx5_1", 1, 4);
   fx_->SetPortState("mlx5_0", 1, 4);
-  ASSERT_TRUE(HealthyCount(kHca, 2, 2));
-  ASSERT_TRUE(HealthyCount(kShared, 4, 4));
+  ASSERT_TRUE(HealthyIs(kHca, 2, 2));
+  ASSERT_TRUE(HealthyIs(kShared, 4, 4));
 }
 
 }  // namespace

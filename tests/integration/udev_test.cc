@@ -50,18 +50,6 @@ int Sh(const std::string& cmd) {
 
 class UdevTest : public AgentTest {
  protected:
-  bool HealthyIs(const std::string& name, size_t total, size_t healthy) {
-    const bool ok = sim_->WaitUntil(
-        [&](const auto& rs) {
-          auto it = rs.find(name);
-          return it != rs.end() && it->second.connected && it->second.devices.size() == total &&
-                 it->second.healthy() == healthy;
-        },
-        kWait);
-    if (!ok) KeepLog();
-    return ok;
-  }
-
   std::vector<std::string> Ids(const std::string& name) {
     std::vector<std::string> ids;
     const auto r = sim_->resource(name);

@@ -195,15 +195,16 @@ std::optional<FsError> ForEachEntry(const std::string& path, const EntryFn& fn) 
   return WalkFd(fd, path, fn);
 }
 
+bool IsCharDeviceEntry(int dir_fd, const dirent& entry) {
+  if (entry.d_type != DT_UNKNOWN) return entry.d_type == DT_CHR;
+  struct stat st;  // file systems without d_type
+  return fstatat(dir_fd, entry.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
+}
+
 Result<std::vector<std::string>> ListCharDevices(const std::string& path) {
   std::vector<std::string> names;
   auto err = ForEachEntry(path, [&](int dir, const dirent& ent) {
-    bool chr = ent.d_type == DT_CHR;
-    if (ent.d_type == DT_UNKNOWN) {  // file systems without d_type
-      struct stat st;
-      chr = fstatat(dir, ent.d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode);
-    }
-    if (chr) names.emplace_back(ent.d_name);
+    if (IsCharDeviceEntry(dir, ent)) names.emplace_back(ent.d_name);
   });
   if (err) {
     if (err->code == ENOENT) return std::vector<std::string>{};

@@ -84,6 +84,10 @@ Result<std::vector<std::string>> ListDir(const std::string& path);
 using EntryFn = std::function<void(int dir_fd, const struct dirent& entry)>;
 std::optional<FsError> ForEachEntry(const std::string& path, const EntryFn& fn);
 
+// True if a ForEachEntry entry is a character device (d_type, or an
+// lstat where the file system does not fill it).
+bool IsCharDeviceEntry(int dir_fd, const struct dirent& entry);
+
 // Names of the character devices directly in `dir` (one directory read;
 // d_type, with an lstat only where the file system does not fill it),
 // sorted. A missing folder is an empty list.
