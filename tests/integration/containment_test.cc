@@ -102,6 +102,13 @@ TEST_F(ContainmentTest, InvalidDeviceIdsNeverReachTheKubelet) {
                            "a device ID with malformed UTF-8"})
     EXPECT_NE(log.find(what), std::string::npos) << what << "\n" << log;
   EXPECT_NE(log.find(who), std::string::npos) << log;
+  // Each of the four malformed forms (an invalid byte, an overlong form, a
+  // surrogate, a code point above U+10FFFF) is refused on its own.
+  size_t malformed = 0;
+  for (size_t at = log.find("malformed UTF-8"); at != std::string::npos;
+       at = log.find("malformed UTF-8", at + 1))
+    ++malformed;
+  EXPECT_EQ(malformed, 4u) << log;
   // The strict simulator saw nothing to complain about (checked in TearDown).
 }
 

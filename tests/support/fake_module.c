@@ -15,9 +15,9 @@
  *   unhealthy (string array)     IDs reported Unhealthy
  *   numa (int, default -1)       NUMA node of every device
  *   bad_ids (bool)               also report an empty, a duplicate, a
- *                                64-character, a control-character and a
- *                                malformed-UTF-8 ID (dropped) and "café"
- *                                (kept)
+ *                                64-character, a control-character and
+ *                                four malformed-UTF-8 IDs (dropped) and
+ *                                "café" (kept)
  *   fail_pre_start (string)      pre_start fails when given this ID
  *   env_prefix (string)          allocate() sets <prefix>_DEVICES
  *   default_for (string)         allocate() returns DEVPLUG_ALLOCATE_DEFAULT
@@ -134,6 +134,11 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
     sink->add_device(sink, long_id, DEVPLUG_HEALTHY, -1, NULL);
     sink->add_device(sink, "tab\there", DEVPLUG_HEALTHY, -1, NULL);
     sink->add_device(sink, "bad-\xff-utf8", DEVPLUG_HEALTHY, -1, NULL);
+    /* Lead bytes a naive decoder takes for well-formed: an overlong '.', a
+     * surrogate, a code point above U+10FFFF. */
+    sink->add_device(sink, "overlong-\xc0\xae", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "surrogate-\xed\xa0\x80", DEVPLUG_HEALTHY, -1, NULL);
+    sink->add_device(sink, "beyond-\xf4\x90\x80\x80", DEVPLUG_HEALTHY, -1, NULL);
     sink->add_device(sink, "caf\xc3\xa9", DEVPLUG_HEALTHY, -1, NULL); /* valid UTF-8: kept */
   }
   return 0;

@@ -10,6 +10,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "util/utf8.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
 #define DEVPLUG_LEAK_ON_PURPOSE(p) __lsan_ignore_object(p)
@@ -30,16 +32,11 @@ bool Empty(const char* s) { return s == nullptr || s[0] == '\0'; }
 // that validates drops the whole stream otherwise) and into the kubelet's
 // checkpoint: no control characters, well-formed UTF-8.
 const char* BadIdCharacters(std::string_view id) {
-  for (size_t i = 0; i < id.size();) {
-    const auto c = static_cast<unsigned char>(id[i]);
+  for (const char ch : id) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c < 0x20 || c == 0x7f) return "a control character";
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (len == 0 || i + len > id.size()) return "malformed UTF-8";
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(id[i + k]) & 0xc0) != 0x80) return "malformed UTF-8";
-    i += len;
   }
-  return nullptr;
+  return IsValidUtf8(id) ? nullptr : "malformed UTF-8";
 }
 
 // ---- devplug_recipe backed by a Recipe --------------------------------------
