@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -39,14 +40,9 @@ struct Flags {
   bool check_config = false;
   bool builtin_config = false;
   bool print_builtin = false;
-  std::string plugin_dir, module_dir, host_root, log_level;
+  std::optional<std::string> plugin_dir, module_dir, host_root;
+  std::string log_level;
 };
-
-void ApplyOverrides(devplug::config::AgentConfig& cfg, const Flags& f) {
-  if (!f.plugin_dir.empty()) cfg.plugin_dir = f.plugin_dir;
-  if (!f.module_dir.empty()) cfg.module_dir = f.module_dir;
-  if (!f.host_root.empty()) cfg.host_root = f.host_root;
-}
 
 // --check-config: loads each module and checks its keys, without creating
 // anything; prints the resolved resources.
@@ -117,9 +113,9 @@ int main(int argc, char** argv) {
   app.add_flag("--builtin-config", f.builtin_config,
                "Use the built-in configuration (one kvm resource) instead of a file");
   app.add_flag("--print-builtin-config", f.print_builtin, "Print the built-in configuration");
-  app.add_option("--plugin-dir", f.plugin_dir, "Override agent.plugin_dir");
-  app.add_option("--module-dir", f.module_dir, "Override agent.module_dir");
-  app.add_option("--host-root", f.host_root, "Override agent.host_root");
+  app.add_option("--plugin-dir", f.plugin_dir, "Override agent.plugin_dir (checked like it)");
+  app.add_option("--module-dir", f.module_dir, "Override agent.module_dir (checked like it)");
+  app.add_option("--host-root", f.host_root, "Override agent.host_root (checked like it)");
   app.add_option("--log-level", f.log_level, "Override agent.log_level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.set_version_flag("-V,--version", std::string("devplugd ") + DEVPLUG_VERSION);
@@ -142,6 +138,9 @@ int main(int argc, char** argv) {
 
   devplug::config::LoadOptions load_opts;
   load_opts.default_module_dir = DEVPLUG_MODULE_DIR;
+  load_opts.plugin_dir = f.plugin_dir;
+  load_opts.module_dir = f.module_dir;
+  load_opts.host_root = f.host_root;
   auto cfg = f.builtin_config
                  ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
                  : devplug::config::LoadFile(f.config_path, load_opts);
@@ -150,7 +149,6 @@ int main(int argc, char** argv) {
                  std::string(cfg.status().message()).c_str());
     return kExitConfig;
   }
-  ApplyOverrides(*cfg, f);
   if (!f.log_level.empty()) devplug::config::ParseLogLevel(f.log_level, &cfg->log_level);
   if (f.check_config) {
     devplug::SetLogLevel(devplug::config::LogLevel::kWarn);
@@ -187,7 +185,7 @@ int main(int argc, char** argv) {
         rc = 1;
       }
     } else {
-      agent.Run(sfd);
+      rc = agent.Run(sfd);
     }
   }
   close(sfd);

@@ -296,6 +296,7 @@ struct ConfigErrorCase {
   const char* name;
   const char* resources;  // appended to a valid [agent] table
   const char* expect;     // substring of the output, after the config path
+  const char* agent_key = "";  // one more [agent] key, on line 7
 };
 
 void PrintTo(const ConfigErrorCase& c, std::ostream* os) { *os << c.name; }
@@ -307,7 +308,7 @@ TEST_P(ConfigErrorTest, ExitsWithStatus78AndNamesTheProblem) {
   std::string resources = GetParam().resources;
   const std::string fake = FakeModule("fake_full");
   if (auto p = resources.find("@FAKE@"); p != std::string::npos) resources.replace(p, 6, fake);
-  WriteFile(config_path(), Config(resources));
+  WriteFile(config_path(), Config(resources, "0s", GetParam().agent_key));
   testing::RunResult r = testing::RunDevplugd({"--config", config_path()});
   EXPECT_EQ(r.exit_code, 78) << r.output;
   EXPECT_NE(r.output.find(config_path() + GetParam().expect), std::string::npos) << r.output;
@@ -332,8 +333,29 @@ INSTANTIATE_TEST_SUITE_P(
                         ":11: resource[0].shares: must be between 1 and 100000"},
         ConfigErrorCase{"module_key_type",
                         "[[resource]]\nname = \"a.example/f\"\nmodule = \"@FAKE@\"\ncount = true\n",
-                        ":11: resource[0].count: must be an integer"}),
+                        ":11: resource[0].count: must be an integer"},
+        ConfigErrorCase{"no_resources", "", ": no [[resource]] table"},
+        ConfigErrorCase{"duration_overflow", "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\n",
+                        ":7: agent.start_timeout: \"3000000h\" is over the maximum of 10m",
+                        "start_timeout = \"3000000h\""}),
     [](const ::testing::TestParamInfo<ConfigErrorCase>& info) { return info.param.name; });
+
+TEST_F(AgentTest, CommandLineOverridesAreCheckedLikeTheFile) {
+  WriteFile(config_path(), Config(Resource(kKvm, "kvm")));
+  testing::RunResult r =
+      testing::RunDevplugd({"--config", config_path(), "--plugin-dir", "/" + std::string(89, 'p')});
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find(config_path() + ":8: resource[0].socket: "
+                          "\"devplug-devices.kubevirt.io_kvm.sock\": with plugin_dir the path is "
+                          "127 bytes"),
+            std::string::npos)
+      << r.output;
+  r = testing::RunDevplugd({"--config", config_path(), "--host-root", "host", "--check-config"});
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  EXPECT_NE(r.output.find("command line: --host-root: must be an absolute path, got \"host\""),
+            std::string::npos)
+      << r.output;
+}
 
 TEST(DevplugdCliTest, MissingConfigExits78) {
   testing::RunResult r = testing::RunDevplugd({"--config", "/nonexistent/devplug.toml"});

@@ -64,16 +64,35 @@ enabled = true
   EXPECT_TRUE(std::get<bool>(fpga.module_keys.at("enabled").value));
 }
 
+constexpr char kOneResource[] = "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\n";
+
 TEST(ConfigTest, DefaultsApplyWhenAgentTableIsAbsent) {
-  auto cfg = LoadString("", "empty.toml", Opts());
-  ASSERT_TRUE(cfg.ok());
+  auto cfg = LoadString(kOneResource, "defaults.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_EQ(cfg->plugin_dir, "/var/lib/kubelet/device-plugins");
   EXPECT_EQ(cfg->module_dir, "/usr/lib/devplug/modules");
   EXPECT_EQ(cfg->host_root, "/");
   EXPECT_EQ(cfg->log_level, LogLevel::kInfo);
   EXPECT_EQ(cfg->resync_interval, std::chrono::seconds(60));
   EXPECT_EQ(cfg->udev_source, UdevSource::kAuto);
-  EXPECT_TRUE(cfg->resources.empty());
+  EXPECT_EQ(cfg->call_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(cfg->start_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(cfg->resources.size(), 1u);
+}
+
+TEST(ConfigTest, NothingToServeIsAnError) {
+  for (const char* text : {"", "[agent]\nlog_level = \"debug\"\n", "# only a comment\n"}) {
+    auto cfg = LoadString(text, "/etc/devplug/devplug.toml", Opts());
+    ASSERT_FALSE(cfg.ok()) << text;
+    EXPECT_EQ(cfg.status().message(),
+              "/etc/devplug/devplug.toml: no [[resource]] table (in this file or a "
+              "conf.d/*.toml drop-in): nothing to serve");
+  }
+  // A drop-in's resource is enough.
+  TempDir dir;
+  WriteFile(dir / "devplug.toml", "[agent]\n");
+  WriteFile(dir / "conf.d/10-kvm.toml", kOneResource);
+  EXPECT_TRUE(LoadFile(dir / "devplug.toml", Opts()).ok());
 }
 
 struct BadCase {
@@ -108,6 +127,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "devplug.toml:2: agent.plugin_dir: must be an absolute path"},
         BadCase{"bad_duration", "[agent]\nresync_interval = \"10\"\n",
                 "devplug.toml:2: agent.resync_interval: duration \"10\" needs a unit"},
+        // Seen in review: an overflowing value was accepted as a negative one.
+        BadCase{"resync_overflow", "[agent]\nresync_interval = \"10000000000000h\"\n",
+                "devplug.toml:2: agent.resync_interval: \"10000000000000h\" is over the maximum "
+                "of 24h"},
+        BadCase{"resync_over_max", "[agent]\nresync_interval = \"24h1ms\"\n",
+                "devplug.toml:2: agent.resync_interval: \"24h1ms\" is over the maximum of 24h"},
+        BadCase{"resync_too_short", "[agent]\nresync_interval = \"10ms\"\n",
+                "devplug.toml:2: agent.resync_interval: \"10ms\" is shorter than the minimum of "
+                "100ms (\"0s\" turns it off)"},
+        BadCase{"start_timeout_over_max", "[agent]\nstart_timeout = \"3000000h\"\n",
+                "devplug.toml:2: agent.start_timeout: \"3000000h\" is over the maximum of 10m"},
+        BadCase{"call_timeout_over_max", "[agent]\n\ncall_timeout = \"61s\"\n",
+                "devplug.toml:3: agent.call_timeout: \"61s\" is over the maximum of 1m"},
+        BadCase{"call_timeout_zero", "[agent]\ncall_timeout = \"0s\"\n",
+                "devplug.toml:2: agent.call_timeout: \"0s\" is shorter than the minimum of 1ms"},
         BadCase{"bad_source", "[agent]\nudev_source = \"netlink\"\n",
                 "devplug.toml:2: agent.udev_source: unknown source"},
         BadCase{"top_level", "plugin_dir = \"/x\"\n", "devplug.toml:1: plugin_dir: unknown key"},
@@ -127,6 +161,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"socket_path",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"../x.sock\"\n",
                 "devplug.toml:4: resource[0].socket: \"../x.sock\": must be a bare file name"},
+        BadCase{"socket_space",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"my dev.sock\"\n",
+                "devplug.toml:4: resource[0].socket: \"my dev.sock\": may only hold the "
+                "characters A-Z a-z 0-9 . _ -"},
+        BadCase{"socket_newline",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"a\\nb.sock\"\n",
+                "resource[0].socket: \"a\nb.sock\": may only hold the characters"},
         BadCase{"socket_kubelet",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"kubelet.sock\"\n",
                 "resource[0].socket: \"kubelet.sock\": is a name the kubelet uses itself"},
@@ -197,15 +238,73 @@ TEST(ConfigTest, ResourceNamesFollowTheKubeletRules) {
   EXPECT_FALSE(CheckResourceName(prefix + "a/x").empty());
 }
 
-TEST(ConfigTest, DurationsNeedUnits) {
-  EXPECT_EQ(*ParseDuration("500ms"), std::chrono::milliseconds(500));
-  EXPECT_EQ(*ParseDuration("60s"), std::chrono::seconds(60));
-  EXPECT_EQ(*ParseDuration("5m"), std::chrono::minutes(5));
-  EXPECT_EQ(*ParseDuration("1h30m"), std::chrono::minutes(90));
-  EXPECT_EQ(*ParseDuration("0s"), std::chrono::milliseconds(0));
-  EXPECT_EQ(*ParseDuration("0"), std::chrono::milliseconds(0));
+TEST(ConfigTest, DurationsNeedUnitsAndStayUnderTheirMaximum) {
+  const auto day = std::chrono::milliseconds(kMaxResyncInterval);
+  EXPECT_EQ(*ParseDuration("500ms", day), std::chrono::milliseconds(500));
+  EXPECT_EQ(*ParseDuration("60s", day), std::chrono::seconds(60));
+  EXPECT_EQ(*ParseDuration("5m", day), std::chrono::minutes(5));
+  EXPECT_EQ(*ParseDuration("1h30m", day), std::chrono::minutes(90));
+  EXPECT_EQ(*ParseDuration("0s", day), std::chrono::milliseconds(0));
+  EXPECT_EQ(*ParseDuration("0", day), std::chrono::milliseconds(0));
+  EXPECT_EQ(*ParseDuration("24h", day), day);
+  EXPECT_EQ(*ParseDuration("23h59m59s999ms", day), day - std::chrono::milliseconds(1));
   for (const char* bad : {"", "s", "10", "1.5s", "5 m", "-1s", "1d"})
-    EXPECT_FALSE(ParseDuration(bad).ok()) << bad;
+    EXPECT_FALSE(ParseDuration(bad, day).ok()) << bad;
+  // Past the maximum, and values that would overflow int64 milliseconds on
+  // the way (each part, or their sum), all say the maximum.
+  for (const char* big : {"24h1ms", "25h", "86400001ms", "10000000000000h",
+                          "99999999999999999999999999ms", "9223372036854775807s",
+                          "12h12h1ms", "5000000h5000000h"}) {
+    auto d = ParseDuration(big, day);
+    ASSERT_FALSE(d.ok()) << big;
+    EXPECT_NE(d.status().message().find("over the maximum of 24h"), std::string::npos)
+        << d.status().message();
+  }
+  EXPECT_EQ(FormatDuration(std::chrono::hours(24)), "24h");
+  EXPECT_EQ(FormatDuration(std::chrono::minutes(90)), "90m");
+  EXPECT_EQ(FormatDuration(std::chrono::seconds(29)), "29s");
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(0)), "0s");
+}
+
+TEST(ConfigTest, CommandLineOverridesAreCheckedLikeFileValues) {
+  LoadOptions o = Opts();
+  o.plugin_dir = "/run/dp/";
+  o.host_root = "/host";
+  auto cfg = LoadString(kOneResource, "f.toml", o);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->plugin_dir, "/run/dp");
+  EXPECT_EQ(cfg->host_root, "/host");
+
+  o.plugin_dir = "relative/dir";
+  o.module_dir = "";
+  cfg = LoadString(kOneResource, "f.toml", o);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find(
+                "command line: --plugin-dir: must be an absolute path, got \"relative/dir\""),
+            std::string::npos)
+      << cfg.status().message();
+  EXPECT_NE(cfg.status().message().find("command line: --module-dir: must be an absolute path"),
+            std::string::npos)
+      << cfg.status().message();
+
+  // Seen in review: a too long plugin dir ran with no resources. The socket
+  // that no longer fits is named where it is defined.
+  o = Opts();
+  o.plugin_dir = "/" + std::string(89, 'p');
+  cfg = LoadString(kOneResource, "f.toml", o);
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("f.toml:1: resource[0].socket: "
+                                        "\"devplug-a.example_b.sock\": with plugin_dir the path "
+                                        "is 115 bytes"),
+            std::string::npos)
+      << cfg.status().message();
+}
+
+TEST(ConfigTest, DefaultSocketNamesAreAlwaysValid) {
+  for (const char* name : {"devices.kubevirt.io/kvm", "intel.com/qat_vf", "a/B-c_d.e"})
+    EXPECT_EQ(CheckSocketName(DefaultSocketName(name), "/var/lib/kubelet/device-plugins"), "")
+        << name;
 }
 
 TEST(ConfigTest, DropInsAddResourcesInLexicalOrder) {

@@ -9,22 +9,38 @@
 
 #include <toml++/toml.h>
 
+#include "kubelet/limits.h"
 
 namespace devplug::config {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Linux sockaddr_un.sun_path holds 108 bytes including the terminating NUL.
-constexpr size_t kMaxSocketPath = 107;
+using kubelet::kMaxSocketPathBytes;
+
+// Where command-line overrides "come from" in messages.
+const SourceLocation kCommandLine{"command line", 0};
+
+// The [agent] keys that hold a duration.
+struct DurationKey {
+  std::string_view name;
+  std::chrono::milliseconds AgentConfig::*field;
+  std::chrono::milliseconds min;  // 0: "0s" allowed (and means off)
+  std::chrono::milliseconds max;
+};
+constexpr DurationKey kDurationKeys[] = {
+    {"resync_interval", &AgentConfig::resync_interval, std::chrono::milliseconds(0),
+     kMaxResyncInterval},
+    {"call_timeout", &AgentConfig::call_timeout, std::chrono::milliseconds(1), kMaxCallTimeout},
+    {"start_timeout", &AgentConfig::start_timeout, std::chrono::milliseconds(1),
+     kMaxStartTimeout},
+};
 
 class Errors {
  public:
   void Add(const std::string& file, int line, std::string_view key,
            std::string_view problem) {
-    std::string where = line > 0 ? StrCat(file, ":", line) : file;
-    lines_.push_back(key.empty() ? StrCat(where, ": ", problem)
-                                 : StrCat(where, ": ", key, ": ", problem));
+    lines_.push_back(Located({file, line}, key, problem));
   }
   bool empty() const { return lines_.empty(); }
   Status ToStatus() const {
@@ -122,38 +138,30 @@ class Parser {
     for (auto&& [k, node] : t) {
       const std::string key = StrCat("agent.", k.str());
       const std::string_view name = k.str();
-      if (name == "plugin_dir" || name == "module_dir" || name == "host_root") {
+      if (std::string AgentConfig::*field = PathField(name)) {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
-        if (s->empty() || s->front() != '/') {
-          Error(node, key, StrCat("must be an absolute path, got \"", *s, "\""));
-          continue;
-        }
-        std::string v = *s;
-        while (v.size() > 1 && v.back() == '/') v.pop_back();
-        if (name == "plugin_dir") cfg_.plugin_dir = v;
-        else if (name == "module_dir") cfg_.module_dir = v;
-        else cfg_.host_root = v;
+        if (std::string why = SetPath(*s, &(cfg_.*field)); !why.empty()) Error(node, key, why);
       } else if (name == "log_level") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (!ParseLogLevel(*s, &cfg_.log_level))
           Error(node, key, StrCat("unknown level \"", *s,
                                         "\" (expected trace|debug|info|warn|error)"));
-      } else if (name == "resync_interval" || name == "call_timeout" || name == "start_timeout") {
+      } else if (const DurationKey* dk = FindDurationKey(name)) {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
-        auto d = ParseDuration(*s);
+        auto d = ParseDuration(*s, dk->max);
         if (!d.ok()) {
           Error(node, key, d.status().message());
-        } else if (name == "resync_interval") {
-          cfg_.resync_interval = *d;
-        } else if (d->count() == 0) {
-          Error(node, key, "must be longer than 0");
-        } else if (name == "call_timeout") {
-          cfg_.call_timeout = *d;
+        } else if (dk->min.count() > 0 && *d < dk->min) {
+          Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
+                                  FormatDuration(dk->min)));
+        } else if (name == "resync_interval" && d->count() > 0 && *d < kMinResyncInterval) {
+          Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
+                                  FormatDuration(kMinResyncInterval), " (\"0s\" turns it off)"));
         } else {
-          cfg_.start_timeout = *d;
+          cfg_.*(dk->field) = *d;
         }
       } else if (name == "udev_source") {
         const std::string* s = String(node, key);
@@ -165,20 +173,58 @@ class Parser {
           Error(node, key, StrCat("unknown source \"", *s,
                                         "\" (expected auto|udev|kernel)"));
       } else {
-        Error(node, key, "unknown key (expected plugin_dir, module_dir, host_root, "
-                         "log_level, resync_interval, udev_source, call_timeout or "
-                         "start_timeout)");
+        std::vector<std::string> known{"plugin_dir", "module_dir", "host_root", "log_level",
+                                            "udev_source"};
+        for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
+        Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }
     }
+  }
+
+  static std::string AgentConfig::*PathField(std::string_view name) {
+    if (name == "plugin_dir") return &AgentConfig::plugin_dir;
+    if (name == "module_dir") return &AgentConfig::module_dir;
+    if (name == "host_root") return &AgentConfig::host_root;
+    return nullptr;
+  }
+
+ public:
+  // Sets a path key's value, or says why it cannot be one.
+  static std::string SetPath(const std::string& value, std::string* out) {
+    if (value.empty() || value.front() != '/')
+      return StrCat("must be an absolute path, got \"", value, "\"");
+    if (value.find('\0') != std::string::npos) return "holds a NUL byte";
+    std::string v = value;
+    while (v.size() > 1 && v.back() == '/') v.pop_back();
+    *out = std::move(v);
+    return "";
+  }
+
+  // Applies the command line's overrides, each checked like a file value.
+  void ApplyOverrides(const LoadOptions& o) {
+    const std::pair<const std::optional<std::string>*, std::string_view> flags[] = {
+        {&o.plugin_dir, "plugin_dir"}, {&o.module_dir, "module_dir"}, {&o.host_root, "host_root"}};
+    for (const auto& [value, name] : flags) {
+      if (!value->has_value()) continue;
+      std::string flag = StrCat("--", name);
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      if (std::string why = SetPath(**value, &(cfg_.*PathField(name))); !why.empty())
+        errors_.Add(kCommandLine.file, 0, flag, why);
+    }
+  }
+
+ private:
+  static const DurationKey* FindDurationKey(std::string_view name) {
+    for (const DurationKey& d : kDurationKeys)
+      if (d.name == name) return &d;
+    return nullptr;
   }
 
   void ParseResource(const toml::table& t) {
     ResourceConfig r;
     r.where = {file_, LineOf(t)};
     const size_t index = cfg_.resources.size();
-    auto key_of = [&](std::string_view k) {
-      return StrCat("resource[", index, "].", k);
-    };
+    auto key_of = [&](std::string_view k) { return ResourceKey(index, k); };
     bool has_name = false, has_module = false;
     for (auto&& [k, node] : t) {
       const std::string_view name = k.str();
@@ -259,10 +305,15 @@ class Parser {
 
 // Cross-table checks once every file is read: sockets, duplicates.
 void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
+  if (cfg.resources.empty() && !cfg.files.empty()) {
+    errors.Add(cfg.files.front(), 0, "",
+               "no [[resource]] table (in this file or a conf.d/*.toml drop-in): nothing to "
+               "serve");
+  }
   std::map<std::string, size_t> names, sockets;
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     ResourceConfig& r = cfg.resources[i];
-    const std::string prefix = StrCat("resource[", i, "].");
+    const std::string prefix = ResourceKey(i, "");
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
     if (!r.socket.empty()) {
       if (std::string why = CheckSocketName(r.socket, cfg.plugin_dir); !why.empty()) {
@@ -349,15 +400,16 @@ std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir
   if (socket.empty()) return "is empty";
   if (socket.find('/') != std::string_view::npos)
     return "must be a bare file name (the kubelet joins it with its socket directory)";
-  if (socket == "." || socket == "..") return "must be a file name";
   if (socket.front() == '.') return "must not start with '.'";
+  for (char c : socket)
+    if (!IsAlnum(c) && c != '.' && c != '_' && c != '-')
+      return "may only hold the characters A-Z a-z 0-9 . _ -";
   if (socket == "kubelet.sock" || socket == "kubelet_internal_checkpoint")
     return "is a name the kubelet uses itself";
-  if (socket.find('\0') != std::string_view::npos) return "holds a NUL byte";
   const size_t full = plugin_dir.size() + 1 + socket.size();
-  if (full > kMaxSocketPath)
+  if (full > kMaxSocketPathBytes)
     return StrCat("with plugin_dir the path is ", full,
-                        " bytes; a Unix socket path holds at most ", kMaxSocketPath);
+                  " bytes; a Unix socket path holds at most ", kMaxSocketPathBytes);
   return "";
 }
 
@@ -368,19 +420,25 @@ std::string DefaultSocketName(std::string_view resource_name) {
   return s;
 }
 
-StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
+                                                  std::chrono::milliseconds max) {
   const std::string original(text);
   if (text.empty())
     return InvalidArgumentError("empty duration (use e.g. \"500ms\", \"60s\", \"5m\")");
   if (text == "0") return std::chrono::milliseconds(0);
+  const int64_t max_ms = max.count();
+  auto too_long = [&] {
+    return InvalidArgumentError(
+        StrCat("\"", original, "\" is over the maximum of ", FormatDuration(max)));
+  };
   int64_t total_ms = 0;
   while (!text.empty()) {
     size_t i = 0;
     int64_t n = 0;
+    bool over = false;  // n alone already exceeds any maximum
     while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-      if (n > (int64_t{1} << 40))
-        return InvalidArgumentError(StrCat("duration \"", original, "\" is too large"));
-      n = n * 10 + (text[i] - '0');
+      if (n <= max_ms) n = n * 10 + (text[i] - '0');
+      else over = true;
       ++i;
     }
     if (i == 0)
@@ -395,9 +453,30 @@ StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text) {
     else
       return InvalidArgumentError(StrCat(
           "duration \"", original, "\" needs a unit: ms, s, m or h"));
+    // Checked before multiplying: n and total_ms never exceed max_ms here.
+    if (over || n > (max_ms - total_ms) / unit_ms) return too_long();
     total_ms += n * unit_ms;
   }
   return std::chrono::milliseconds(total_ms);
+}
+
+std::string FormatDuration(std::chrono::milliseconds d) {
+  const int64_t ms = d.count();
+  if (ms != 0 && ms % 3'600'000 == 0) return StrCat(ms / 3'600'000, "h");
+  if (ms != 0 && ms % 60'000 == 0) return StrCat(ms / 60'000, "m");
+  if (ms % 1000 == 0) return StrCat(ms / 1000, "s");
+  return StrCat(ms, "ms");
+}
+
+std::string Located(const SourceLocation& where, std::string_view key, std::string_view problem) {
+  std::string out = where.line > 0 ? StrCat(where.file, ":", where.line) : where.file;
+  if (!key.empty()) StrAppend(&out, ": ", key);
+  StrAppend(&out, ": ", problem);
+  return out;
+}
+
+std::string ResourceKey(size_t index, std::string_view key) {
+  return StrCat("resource[", index, "].", key);
 }
 
 std::string_view LogLevelName(LogLevel level) {
@@ -439,6 +518,7 @@ StatusOr<AgentConfig> LoadString(std::string_view toml, const std::string& name,
   Parser parser(cfg, errors);
   cfg.files.push_back(name);
   ParseOne(toml, name, parser, errors);
+  parser.ApplyOverrides(options);
   Finish(cfg, parser, errors);
   if (!errors.empty()) return errors.ToStatus();
   return cfg;
@@ -474,6 +554,7 @@ StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& optio
     cfg.files.push_back(file);
     ParseOne(*text, file, parser, errors);
   }
+  parser.ApplyOverrides(options);
   Finish(cfg, parser, errors);
   if (!errors.empty()) return errors.ToStatus();
   return cfg;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -83,12 +84,29 @@ struct AgentConfig {
   std::vector<std::string> files;
 };
 
+// The longest value each duration key accepts (its contract's maximum).
+inline constexpr std::chrono::milliseconds kMaxResyncInterval = std::chrono::hours(24);
+inline constexpr std::chrono::milliseconds kMinResyncInterval = std::chrono::milliseconds(100);
+inline constexpr std::chrono::milliseconds kMaxStartTimeout = std::chrono::minutes(10);
+inline constexpr std::chrono::milliseconds kMaxCallTimeout = std::chrono::seconds(60);
+
 struct LoadOptions {
   // Default for agent.module_dir when the file does not set it.
   std::string default_module_dir;
   // Read <dir of main file>/conf.d/*.toml after the main file.
   bool read_dropins = true;
+  // Command-line values that replace the files' [agent] keys. They are
+  // checked like the files' values (and everything that depends on them,
+  // such as socket path lengths); problems name the flag.
+  std::optional<std::string> plugin_dir, module_dir, host_root;
 };
+
+// Every configuration problem reads "file:line: key: problem" ("file: key:
+// problem" without a line, no key part without a key).
+std::string Located(const SourceLocation& where, std::string_view key, std::string_view problem);
+// How messages name a key of the index-th [[resource]] table:
+// "resource[2].shares".
+std::string ResourceKey(size_t index, std::string_view key);
 
 // Loads `path` (and its drop-ins). On failure the status message lists every
 // problem found, one per line, each as "file:line: key: problem".
@@ -104,16 +122,21 @@ StatusOr<AgentConfig> LoadString(std::string_view toml,
 // empty string when valid, otherwise why not.
 std::string CheckResourceName(std::string_view name);
 
-// Checks a socket file name: a bare file name that fits in a Unix socket
-// path inside plugin_dir. Empty string when valid.
+// Checks a socket file name: a bare file name of [A-Za-z0-9._-] (not
+// starting with '.') that fits in a Unix socket path inside plugin_dir.
+// Empty string when valid.
 std::string CheckSocketName(std::string_view socket,
                             std::string_view plugin_dir);
 
 // The default socket file name for a resource name.
 std::string DefaultSocketName(std::string_view resource_name);
 
-// Parses "500ms", "60s", "5m", "1h30m", "0s".
-StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text);
+// Parses "500ms", "60s", "5m", "1h30m", "0s" ("0" too); a value over `max`
+// (or one that would overflow on the way) is an error that says the maximum.
+StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
+                                                  std::chrono::milliseconds max);
+// The shortest exact spelling: "24h", "90m", "29s", "500ms".
+std::string FormatDuration(std::chrono::milliseconds d);
 
 std::string_view LogLevelName(LogLevel level);
 // "trace", "debug", "info", "warn" or "error"; false for anything else.

@@ -117,25 +117,24 @@ uint32_t LoadedModule::KeyType(std::string_view key) const {
 
 Status LoadedModule::CheckKeys(const config::ResourceConfig& r, size_t index) const {
   std::vector<std::string> errors;
-  auto key_of = [&](std::string_view k) { return StrCat("resource[", index, "].", k); };
+  auto key_of = [&](std::string_view k) { return config::ResourceKey(index, k); };
   for (const auto& [key, value] : r.module_keys) {
     const uint32_t type = KeyType(key);
     if (type == 0) {
       std::vector<std::string> known{"name", "module", "socket", "required"};
       for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k)
         known.emplace_back(k->name);
-      errors.push_back(StrCat(value.where.file, ":", value.where.line, ": ", key_of(key),
-                                    ": unknown key for module \"", desc_->name,
-                                    "\" (known: ", StrJoin(known, ", "), ")"));
+      errors.push_back(config::Located(value.where, key_of(key),
+                                       StrCat("unknown key for module \"", desc_->name,
+                                              "\" (known: ", StrJoin(known, ", "), ")")));
     } else if (!Matches(value, type)) {
-      errors.push_back(StrCat(value.where.file, ":", value.where.line, ": ", key_of(key),
-                                    ": must be ", TypeName(type)));
+      errors.push_back(config::Located(value.where, key_of(key), StrCat("must be ", TypeName(type))));
     }
   }
   for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k) {
     if ((k->flags & DEVPLUG_CONFIG_REQUIRED) && !r.module_keys.contains(k->name)) {
-      errors.push_back(StrCat(r.where.file, ":", r.where.line, ": ", key_of(k->name),
-                                    ": missing (required by module \"", desc_->name, "\")"));
+      errors.push_back(config::Located(r.where, key_of(k->name),
+                                       StrCat("missing (required by module \"", desc_->name, "\")")));
     }
   }
   if (errors.empty()) return OkStatus();

@@ -36,6 +36,17 @@ enum class StatusCode : int {
   kDataLoss = 15,
 };
 
+// The gRPC name of a code: "OK", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", ...
+inline std::string_view StatusCodeName(StatusCode code) {
+  static constexpr std::string_view kNames[] = {
+      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS"};
+  const auto i = static_cast<size_t>(code);
+  return i < std::size(kNames) ? kNames[i] : "UNAUTHENTICATED";
+}
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
