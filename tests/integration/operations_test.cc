@@ -41,6 +41,10 @@ TEST(InspectModuleTest, FailsWithTheReason) {
       {{FakeModule("fake_noentry")}, "no devplug_module_entry_v1 symbol"},
       {{FakeModule("fake_unresolved")}, "undefined symbol: devplug_no_such_function"},
       {{FakeModule("fake_createfail")}, "create failed: the fake hardware is on fire"},
+      // Seen in review: a failed first scan crashed inspect-module.
+      {{FakeModule("fake_full"), "fail_while=/"}, "first scan failed: the fake bus is not ready"},
+      {{FakeModule("fake_full"), "late_config_error=true"},
+       "resource[0].count: is reported bad, yet create() succeeds"},
       {{testing::ModuleDir() + "/kvm.so", "shares=0"},
        "<command line>:4: resource[0].shares: must be between 1 and 100000"},
       {{testing::ModuleDir() + "/kvm.so", "colour=blue"}, "unknown key for module \"kvm\""},
@@ -144,19 +148,44 @@ TEST_F(OperationsTest, ResourcesThatWouldFightOverAnEnvKeyAreReported) {
   ASSERT_TRUE(Registered("fake.example/second"));
 }
 
-TEST_F(OperationsTest, DeviceListOverTheKubeletsLimitIsNotSent) {
+// A first list the kubelet cannot take means the resource cannot start:
+// its first ListAndWatch message must be a complete scan.
+TEST_F(OperationsTest, FirstDeviceListOverTheKubeletsLimitLeavesTheResourceOut) {
   StartSim();
   StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 200000") +
              Resource(kMinimal, FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
-  ASSERT_TRUE(agent_->WaitForLog("over the kubelet's 4 MiB message limit; not sending it", kWait))
+  ASSERT_TRUE(agent_->WaitForLog("resource \"fake.example/full\" left out: resource \"" +
+                                     std::string(kFull) + "\"",
+                                 kWait))
       << agent_->Log();
-  ASSERT_TRUE(sim_->WaitUntil(
-      [](const auto& rs) { return rs.count(kFull) && rs.at(kFull).registrations == 1; }, kWait));
-  // Registered, but no device list was sent, and the stream stays open.
-  std::this_thread::sleep_for(300ms);
+  EXPECT_NE(agent_->Log().find("over the kubelet's 4 MiB message limit"), std::string::npos)
+      << agent_->Log();
+  EXPECT_FALSE(sim_->resource(kFull).has_value());
+}
+
+// Seen in review: a list held back for its size still became the list
+// Allocate checked against, so the kubelet could be handed IDs it never saw.
+TEST_F(OperationsTest, LaterDeviceListOverTheLimitIsHeldBackEverywhere) {
+  const std::string count = dir_ / "count";
+  WriteFile(count, "2");
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count_file = \"" + count + "\""), "200ms");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(HealthyIs(kFull, 2, 2));
+  WriteFile(count, "200000");
+  ASSERT_TRUE(agent_->WaitForLog("over the kubelet's 4 MiB message limit; not sending it; keeping "
+                                 "the previous device list",
+                                 kWait))
+      << agent_->Log();
+  v1beta1::ContainerAllocateResponse resp;
+  EXPECT_TRUE(sim_->Allocate(kFull, {"fake-1"}, &resp).ok());
+  grpc::Status st = sim_->Allocate(kFull, {"fake-150000"}, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("unknown device ID \"fake-150000\""), std::string::npos)
+      << st.error_message();
   auto r = sim_->resource(kFull);
-  EXPECT_EQ(r->snapshots, 0u);
+  EXPECT_EQ(r->devices.size(), 2u);
   EXPECT_TRUE(r->connected);
 }
 

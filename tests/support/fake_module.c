@@ -26,6 +26,12 @@
  *   hang_scan_after (int)        list_devices() call number N (1-based) and
  *                                every later one never return
  *   allocate_delay_ms (int)      allocate() sleeps this long first
+ *   create_delay_ms (int)        create() sleeps this long first
+ *   count_file (string)          each scan reads the device count from this
+ *                                file (when it holds a number)
+ *   fail_while (string)          list_devices() fails while this path exists
+ *   late_config_error (bool)     create() reports a bad "count" through
+ *                                config_error() and returns an instance
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,19 +55,19 @@ struct devplug_instance {
   const char *fail_pre_start;
   const char *env_prefix;
   const char *default_for;
+  const char *count_file;
+  const char *fail_while;
 };
 
 static void hang(void) {
   for (;;) sleep(1000);
 }
 
-#ifndef FAKE_MINIMAL
-static void sleep_ms(int64_t ms) {
+__attribute__((unused)) static void sleep_ms(int64_t ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
   }
 }
-#endif
 
 #ifdef FAKE_UNRESOLVED
 extern int devplug_no_such_function(void);
@@ -90,6 +96,14 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string(host, "default_for", &inst->default_for);
   host->config_int(host, "hang_scan_after", &inst->hang_scan_after);
   host->config_int(host, "allocate_delay_ms", &inst->allocate_delay_ms);
+  host->config_string(host, "count_file", &inst->count_file);
+  host->config_string(host, "fail_while", &inst->fail_while);
+  int64_t create_delay_ms = 0;
+  host->config_int(host, "create_delay_ms", &create_delay_ms);
+  if (create_delay_ms > 0) sleep_ms(create_delay_ms);
+  int32_t late_config_error = 0;
+  host->config_bool(host, "late_config_error", &late_config_error);
+  if (late_config_error) host->config_error(host, "count", "is reported bad, yet create() succeeds");
   int32_t hang_create = 0;
   host->config_bool(host, "hang_create", &hang_create);
   if (hang_create) hang();
@@ -113,7 +127,20 @@ static int is_unhealthy(const struct devplug_instance *inst, const char *id) {
 
 static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *sink) {
   inst->scans++;
-  if (inst->hang_scan_after > 0 && inst->scans >= inst->hang_scan_after) hang();
+  if (inst->hang_scan_after > 0 && inst->scans >= inst->hang_scan_after) {
+    inst->host->log(inst->host, DEVPLUG_LOG_INFO, "list_devices hangs now");
+    hang();
+  }
+  if (inst->fail_while && access(inst->fail_while, F_OK) == 0) {
+    inst->host->set_error(inst->host, "the fake bus is not ready");
+    return -EAGAIN;
+  }
+  if (inst->count_file) {
+    FILE *f = fopen(inst->count_file, "r");
+    long long n;
+    if (f && fscanf(f, "%lld", &n) == 1 && n >= 0) inst->count = n;
+    if (f) fclose(f);
+  }
   for (int64_t i = 0; i < inst->count; i++) {
     char id[32], node[64];
     struct devplug_recipe *r = NULL;
@@ -200,6 +227,10 @@ static const struct devplug_config_key fake_keys[] = {
     {"hang_create", DEVPLUG_CONFIG_BOOL, 0, "create() never returns"},
     {"hang_scan_after", DEVPLUG_CONFIG_INT, 0, "list_devices() call N never returns"},
     {"allocate_delay_ms", DEVPLUG_CONFIG_INT, 0, "allocate() sleeps first"},
+    {"create_delay_ms", DEVPLUG_CONFIG_INT, 0, "create() sleeps first"},
+    {"count_file", DEVPLUG_CONFIG_STRING, 0, "file holding the device count"},
+    {"fail_while", DEVPLUG_CONFIG_STRING, 0, "scans fail while this path exists"},
+    {"late_config_error", DEVPLUG_CONFIG_BOOL, 0, "config_error() in a create() that succeeds"},
     {NULL, 0, 0, NULL},
 };
 

@@ -1,6 +1,7 @@
 // Threads hammering the agent's own concurrent pieces, for ThreadSanitizer
 // (scripts/test runs these in a TSan build) as much as for the asserts.
 #include <atomic>
+#include <optional>
 #include <future>
 #include <thread>
 
@@ -73,7 +74,14 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
   o.on_change = [&](modules::DeviceListPtr) { ++changes; };
   auto inst = modules::ModuleInstance::Create(*m, cfg->resources[0], std::move(o));
   ASSERT_TRUE(inst.ok());
-  std::atomic<int> answers{0};
+  // Every call gets exactly one answer: a result, or UNAVAILABLE when more
+  // than kMaxQueuedCalls wait for the worker.
+  std::atomic<int> answers{0}, refused{0};
+  auto count = [&](const Status& st) {
+    ++answers;
+    if (st.code() == StatusCode::kUnavailable) ++refused;
+    else EXPECT_TRUE(st.ok()) << st.message();
+  };
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
@@ -89,12 +97,12 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
           }
           case 2:
             (*inst)->Allocate({"fake-" + std::to_string(i % 16)},
-                              [&](StatusOr<modules::Recipe> r) { answers += r.ok(); });
+                              [&](StatusOr<modules::Recipe> r) { count(r.status()); });
             break;
           default:
             (*inst)->PreferredAllocation({"fake-1", "fake-2"}, {}, 1,
                                          [&](StatusOr<std::vector<std::string>> r) {
-                                           answers += r.ok();
+                                           count(r.status());
                                          });
         }
         (void)(*inst)->devices()->size();
@@ -104,7 +112,49 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
   for (auto& t : threads) t.join();
   EXPECT_TRUE((*inst)->Stop(10s));
   EXPECT_EQ(answers.load(), 400);  // every call answered before the worker stopped
+  EXPECT_LT(refused.load(), 400 - modules::ModuleInstance::kMaxQueuedCalls + 1);
   EXPECT_EQ(changes.load(), 1);    // the list never changed after the first scan
+}
+
+}  // namespace
+}  // namespace devplug
+
+namespace devplug {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Seen in review: calls queued behind a hung module grew without bound, and
+// calls already answered by their timeout still ran the module later.
+TEST(ModuleInstanceConcurrencyTest, CallsBehindABusyModuleAreBoundedAndSkippedOnceAnswered) {
+  auto m = modules::LoadedModule::Load(testing::FakeModuleDir() + "/fake_full.so");
+  ASSERT_TRUE(m.ok());
+  auto cfg = config::LoadString(
+      "[[resource]]\nname = \"fake.example/full\"\nmodule = \"fake\"\nallocate_delay_ms = 300\n",
+      "t", {});
+  auto inst = modules::ModuleInstance::Create(*m, cfg->resources[0], {});
+  ASSERT_TRUE(inst.ok());
+  std::atomic<int> ran{0};
+  // Keeps the worker in allocate() for 300 ms.
+  (*inst)->Allocate({"fake-0"}, [&](StatusOr<modules::Recipe>) { ++ran; });
+  // Calls nobody waits for by their turn (their timeout answered them), one
+  // more than the queue holds. Such a call's `done` runs only when it is
+  // refused, and then at once, on this thread.
+  std::vector<Status> refused;
+  for (int i = 0; i <= modules::ModuleInstance::kMaxQueuedCalls; ++i)
+    (*inst)->Allocate({"fake-1"}, [&](StatusOr<modules::Recipe> r) { refused.push_back(r.status()); },
+                      [] { return false; });
+  // One refused, or two if the first call had not left the queue yet.
+  ASSERT_GE(refused.size(), 1u);
+  ASSERT_LE(refused.size(), 2u);
+  EXPECT_EQ(refused[0].code(), StatusCode::kUnavailable) << refused[0].message();
+  EXPECT_NE(refused[0].message().find("the module is busy (64 calls already wait for it)"),
+            std::string::npos)
+      << refused[0].message();
+  // The skipped calls never reach the module: the queue drains after the
+  // one 300 ms call, not after 64 of them (19 s).
+  EXPECT_TRUE((*inst)->Stop(10s)) << "the module ran the calls nobody waited for";
+  EXPECT_EQ(ran.load(), 1);
 }
 
 }  // namespace

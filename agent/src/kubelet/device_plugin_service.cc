@@ -18,16 +18,59 @@ std::vector<std::string> ToVector(const google::protobuf::RepeatedPtrField<std::
   return {f.begin(), f.end()};
 }
 
+// "[a,b] [c]": the IDs of each container request, for the log.
+template <typename Requests, typename Ids>
+std::string IdsForLog(const Requests& requests, Ids ids) {
+  std::string out;
+  for (const auto& c : requests) {
+    if (!out.empty()) out += ' ';
+    out += '[';
+    bool first = true;
+    for (const std::string& id : ids(c)) {
+      if (!first) out += ',';
+      out += id;
+      first = false;
+    }
+    out += ']';
+  }
+  return out;
+}
+
+void LogCall(const std::string& what, const std::string& ids,
+             std::chrono::steady_clock::time_point start, const grpc::Status& st) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  spdlog::debug("{} {}: {} in {} us", what, ids,
+                st.ok() ? std::string("OK")
+                        : StrCat(StatusCodeName(static_cast<StatusCode>(st.error_code())), ": ",
+                                 st.error_message()),
+                us);
+}
+
+// An answer the kubelet would refuse (over its receive limit) fails here,
+// with a reason, instead of on the kubelet's side.
+Status CheckSize(const google::protobuf::Message& m, const std::string& resource,
+                 const char* rpc) {
+  const size_t bytes = m.ByteSizeLong();
+  if (bytes <= kKubeletMaxMessageBytes) return OkStatus();
+  return Status(StatusCode::kResourceExhausted,
+                StrCat(resource, ": ", rpc, " response of ", bytes,
+                       " bytes exceeds the kubelet's 4 MiB message limit"));
+}
+
 }  // namespace
 
 // One unary call waiting for the module. Whoever completes it first (the
 // module's answer, the timeout, an abort) fills the response and finishes;
 // everyone later finds it done and touches nothing, since gRPC may free the
-// response as soon as the call is finished.
+// response as soon as the call is finished. Each call is logged at debug
+// level when it finishes: resource, RPC, IDs, duration, result.
 class PendingCall {
  public:
-  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what)
-      : reactor_(reactor), what_(std::move(what)) {}
+  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids)
+      : reactor_(reactor), what_(std::move(what)), ids_(std::move(ids)) {}
 
   // Finishes with `st`; `fill` writes the response first (only when st is
   // OK). False if the call was already finished.
@@ -38,7 +81,14 @@ class PendingCall {
     if (timers_ != nullptr) timers_->Cancel(timer_id_);
     if (st.ok() && fill) fill();
     reactor_->Finish(st);
+    LogCall(what_, ids_, start_, st);
     return true;
+  }
+
+  // Still waiting for an answer (the module's turn is worth taking).
+  bool waiting() {
+    std::lock_guard lock(mu_);
+    return !done_;
   }
 
   void Arm(Timers* timers, std::chrono::milliseconds timeout,
@@ -60,6 +110,8 @@ class PendingCall {
   std::mutex mu_;
   grpc::ServerUnaryReactor* const reactor_;
   const std::string what_;
+  const std::string ids_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool done_ = false;          // guarded by mu_
   Timers* timers_ = nullptr;   // guarded by mu_
   uint64_t timer_id_ = 0;      // guarded by mu_
@@ -99,8 +151,9 @@ DevicePluginService::DevicePluginService(modules::ModuleInstance* instance, Stre
       options_(OptionsFor(instance->module())) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor,
-                                                        const char* rpc) {
-  auto call = std::make_shared<PendingCall>(reactor, instance_->resource().name + ": " + rpc);
+                                                        const char* rpc, std::string ids) {
+  auto call = std::make_shared<PendingCall>(reactor, instance_->resource().name + ": " + rpc,
+                                            std::move(ids));
   call->Arm(timers_, call_timeout_, call);
   std::lock_guard lock(mu_);
   if (pending_.size() >= 64) std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
@@ -147,27 +200,25 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
 
   void Next() {
     if (built_.container_responses_size() == static_cast<int>(requests_.size())) {
-      const size_t bytes = built_.ByteSizeLong();
-      if (bytes > kKubeletMaxMessageBytes) {
-        call_->Complete(grpc::Status(
-            grpc::StatusCode::RESOURCE_EXHAUSTED,
-            StrCat(instance_->resource().name, ": Allocate response of ", bytes,
-                   " bytes exceeds the kubelet's 4 MiB message limit")));
+      if (Status st = CheckSize(built_, instance_->resource().name, "Allocate"); !st.ok()) {
+        call_->Complete(ToGrpc(st));
         return;
       }
       call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); });
       return;
     }
-    instance_->Allocate(requests_[built_.container_responses_size()],
-                        [self = shared_from_this()](StatusOr<modules::Recipe> recipe) {
-                          if (!recipe.ok()) {
-                            spdlog::warn("Allocate refused: {}", recipe.status().message());
-                            self->call_->Complete(ToGrpc(recipe.status()));
-                            return;
-                          }
-                          FillContainerResponse(*recipe, self->built_.add_container_responses());
-                          self->Next();
-                        });
+    instance_->Allocate(
+        requests_[built_.container_responses_size()],
+        [self = shared_from_this()](StatusOr<modules::Recipe> recipe) {
+          if (!recipe.ok()) {
+            spdlog::warn("Allocate refused: {}", recipe.status().message());
+            self->call_->Complete(ToGrpc(recipe.status()));
+            return;
+          }
+          FillContainerResponse(*recipe, self->built_.add_container_responses());
+          self->Next();
+        },
+        [call = call_] { return call->waiting(); });
   }
 
  private:
@@ -192,6 +243,11 @@ class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
   void Next() {
     const int i = built_.container_responses_size();
     if (i == static_cast<int>(requests_.size())) {
+      if (Status st = CheckSize(built_, instance_->resource().name, "GetPreferredAllocation");
+          !st.ok()) {
+        call_->Complete(ToGrpc(st));
+        return;
+      }
       call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); });
       return;
     }
@@ -205,7 +261,8 @@ class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
           auto* out = self->built_.add_container_responses();
           for (std::string& id : *ids) out->add_deviceids(std::move(id));
           self->Next();
-        });
+        },
+        [call = call_] { return call->waiting(); });
   }
 
  private:
@@ -231,7 +288,10 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                            "Allocate request has no container requests"));
     return r;
   }
-  std::make_shared<AllocateCall>(Track(r, "Allocate"), instance_, *req, resp)->Next();
+  auto call = Track(r, "Allocate",
+                    IdsForLog(req->container_requests(),
+                              [](const auto& c) -> const auto& { return c.devices_ids(); }));
+  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp)->Next();
   return r;
 }
 
@@ -244,8 +304,11 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
                            "this resource does not offer GetPreferredAllocation"));
     return r;
   }
-  std::make_shared<PreferredCall>(Track(r, "GetPreferredAllocation"), instance_, *req, resp)
-      ->Next();
+  auto call =
+      Track(r, "GetPreferredAllocation",
+            IdsForLog(req->container_requests(),
+                      [](const auto& c) -> const auto& { return c.available_deviceids(); }));
+  std::make_shared<PreferredCall>(std::move(call), instance_, *req, resp)->Next();
   return r;
 }
 
@@ -257,9 +320,12 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     r->Finish(grpc::Status::OK);
     return r;
   }
-  auto call = Track(r, "PreStartContainer");
-  instance_->PreStart(ToVector(req->devices_ids()),
-                      [call](Status st) { call->Complete(ToGrpc(st)); });
+  std::vector<std::string> ids = ToVector(req->devices_ids());
+  auto call = Track(r, "PreStartContainer", IdsForLog(std::vector<std::vector<std::string>>{ids},
+                                                      [](const auto& c) -> const auto& { return c; }));
+  instance_->PreStart(
+      std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },
+      [call] { return call->waiting(); });
   return r;
 }
 

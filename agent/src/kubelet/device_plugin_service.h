@@ -20,14 +20,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "kubelet/limits.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
 #include "util/timers.h"
 
 namespace devplug::kubelet {
-
-// The kubelet's default receive limit for every message from a plugin.
-inline constexpr size_t kKubeletMaxMessageBytes = 4 * 1024 * 1024;
 
 // The options a resource advertises, derived from the module's hooks; used
 // identically in RegisterRequest and GetDevicePluginOptions.
@@ -62,7 +60,10 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   void AbortPending();
 
  private:
-  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, const char* rpc);
+  // A call to answer later, answered with DEADLINE_EXCEEDED after
+  // call_timeout unless answered before; `ids` is how the log names it.
+  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, const char* rpc,
+                                     std::string ids);
 
   modules::ModuleInstance* const instance_;
   StreamHub* const hub_;

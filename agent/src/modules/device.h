@@ -55,4 +55,7 @@ struct Device {
 using DeviceList = std::vector<Device>;
 using DeviceListPtr = std::shared_ptr<const DeviceList>;
 
+// Merges the default recipes of `ids` (those found in `devices`).
+Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids);
+
 }  // namespace devplug::modules

@@ -6,11 +6,10 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
-#include <set>
 
 #include <spdlog/spdlog.h>
 
-#include "util/utf8.h"
+#include "modules/abi_sinks.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -21,242 +20,13 @@
 
 
 namespace devplug::modules {
-namespace {
-
-// Kubelet API comment: device IDs are at most 63 characters.
-constexpr size_t kMaxDeviceIdLength = 63;
-
-bool Empty(const char* s) { return s == nullptr || s[0] == '\0'; }
-
-// Device IDs travel in protobuf string fields (which must be UTF-8: a peer
-// that validates drops the whole stream otherwise) and into the kubelet's
-// checkpoint: no control characters, well-formed UTF-8.
-const char* BadIdCharacters(std::string_view id) {
-  for (const char ch : id) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c < 0x20 || c == 0x7f) return "a control character";
-  }
-  return IsValidUtf8(id) ? nullptr : "malformed UTF-8";
-}
-
-// ---- devplug_recipe backed by a Recipe --------------------------------------
-
-struct RecipeSink {
-  devplug_recipe c{};
-  Recipe* target = nullptr;
-
-  explicit RecipeSink(Recipe* r) : target(r) {
-    c.struct_size = sizeof(c);
-    c.agent_data = this;
-    c.add_device_node = &AddDeviceNode;
-    c.add_mount = &AddMount;
-    c.add_env = &AddEnv;
-    c.add_annotation = &AddAnnotation;
-    c.add_cdi_device = &AddCdi;
-  }
-  // Runs `add` on the target recipe; no exception crosses into C.
-  template <typename F>
-  static int Guarded(devplug_recipe* r, F&& add) {
-    try {
-      add(*static_cast<RecipeSink*>(r->agent_data)->target);
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
-  }
-
-  static int AddDeviceNode(devplug_recipe* r, const char* host, const char* container,
-                           const char* perms) {
-    if (r == nullptr || Empty(host)) return -EINVAL;
-    return Guarded(r, [&](Recipe& x) {
-      x.device_nodes.push_back(
-          {host, Empty(container) ? host : container, Empty(perms) ? "rw" : perms});
-    });
-  }
-  static int AddMount(devplug_recipe* r, const char* host, const char* container, int32_t ro) {
-    if (r == nullptr || Empty(host) || Empty(container)) return -EINVAL;
-    return Guarded(r, [&](Recipe& x) { x.mounts.push_back({host, container, ro != 0}); });
-  }
-  static int AddEnv(devplug_recipe* r, const char* key, const char* value) {
-    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
-    return Guarded(r, [&](Recipe& x) { x.envs.emplace_back(key, value); });
-  }
-  static int AddAnnotation(devplug_recipe* r, const char* key, const char* value) {
-    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
-    return Guarded(r, [&](Recipe& x) { x.annotations.emplace_back(key, value); });
-  }
-  static int AddCdi(devplug_recipe* r, const char* name) {
-    if (r == nullptr || Empty(name)) return -EINVAL;
-    return Guarded(r, [&](Recipe& x) { x.cdi_devices.emplace_back(name); });
-  }
-};
-
-// ---- devplug_device_sink collecting a DeviceList ----------------------------
-
-struct DeviceSink {
-  devplug_device_sink c{};
-  DeviceList list;
-  std::set<std::string, std::less<>> ids;
-  std::vector<std::string> problems;
-  Recipe scratch;  // target of rejected devices' recipes
-  std::unique_ptr<RecipeSink> recipe;
-
-  DeviceSink() {
-    c.struct_size = sizeof(c);
-    c.agent_data = this;
-    c.add_device = &AddDevice;
-  }
-
-  static int AddDevice(devplug_device_sink* s, const char* id, int32_t health, int32_t numa,
-                       devplug_recipe** ret_recipe) {
-    if (s == nullptr) return -EINVAL;
-    auto* self = static_cast<DeviceSink*>(s->agent_data);
-    try {
-      int rc = 0;
-      if (Empty(id)) {
-        self->problems.push_back("a device with an empty ID");
-        rc = -EINVAL;
-      } else if (std::strlen(id) > kMaxDeviceIdLength) {
-        self->problems.push_back(StrCat("device ID \"", id, "\" is longer than ",
-                                              kMaxDeviceIdLength, " characters"));
-        rc = -EINVAL;
-      } else if (const char* bad = BadIdCharacters(id)) {
-        self->problems.push_back(StrCat("a device ID with ", bad));
-        rc = -EINVAL;
-      } else if (health != DEVPLUG_HEALTHY && health != DEVPLUG_UNHEALTHY) {
-        self->problems.push_back(StrCat("device \"", id, "\" has health value ", health));
-        rc = -EINVAL;
-      } else if (self->ids.contains(id)) {
-        self->problems.push_back(StrCat("duplicate device ID \"", id, "\""));
-        rc = -EEXIST;
-      }
-      if (rc < 0) {
-        // Give the module somewhere harmless to write; the device is dropped.
-        self->scratch = {};
-        if (self->recipe)
-          self->recipe->target = &self->scratch;
-        else
-          self->recipe = std::make_unique<RecipeSink>(&self->scratch);
-        if (ret_recipe) *ret_recipe = &self->recipe->c;
-        return rc;
-      }
-      self->ids.emplace(id);
-      Device& d = self->list.emplace_back();
-      d.id = id;
-      d.healthy = health == DEVPLUG_HEALTHY;
-      d.numa_node = numa < 0 ? -1 : numa;
-      // list may reallocate on the next add; the recipe pointer is valid only
-      // until then, as the ABI says, so one sink serves every device.
-      if (self->recipe)
-        self->recipe->target = &d.recipe;
-      else
-        self->recipe = std::make_unique<RecipeSink>(&d.recipe);
-      if (ret_recipe) *ret_recipe = &self->recipe->c;
-      return 0;
-    } catch (...) {
-      return -ENOMEM;
-    }
-  }
-};
-
-struct IdSink {
-  devplug_id_sink c{};
-  std::vector<std::string> ids;
-  IdSink() {
-    c.struct_size = sizeof(c);
-    c.agent_data = this;
-    c.add_id = &AddId;
-  }
-  static int AddId(devplug_id_sink* s, const char* id) {
-    if (s == nullptr || id == nullptr) return -EINVAL;
-    try {
-      static_cast<IdSink*>(s->agent_data)->ids.emplace_back(id);
-    } catch (...) {
-      return -ENOMEM;
-    }
-    return 0;
-  }
-};
-
-std::vector<const char*> CStrings(const std::vector<std::string>& v) {
-  std::vector<const char*> out;
-  out.reserve(v.size() + 1);
-  for (const auto& s : v) out.push_back(s.c_str());
-  out.push_back(nullptr);
-  return out;
-}
-
-spdlog::level::level_enum SpdLevel(int32_t level) {
-  switch (level) {
-    case DEVPLUG_LOG_ERROR: return spdlog::level::err;
-    case DEVPLUG_LOG_WARN: return spdlog::level::warn;
-    case DEVPLUG_LOG_INFO: return spdlog::level::info;
-    case DEVPLUG_LOG_DEBUG: return spdlog::level::debug;
-    default: return spdlog::level::trace;
-  }
-}
-
-}  // namespace
-
-// ---- Recipe -------------------------------------------------------------------
-
-void Recipe::Merge(const Recipe& other) {
-  for (const DeviceNode& n : other.device_nodes) {
-    if (std::none_of(device_nodes.begin(), device_nodes.end(),
-                     [&](const DeviceNode& x) { return x.container_path == n.container_path; }))
-      device_nodes.push_back(n);
-  }
-  for (const MountSpec& m : other.mounts) {
-    if (std::none_of(mounts.begin(), mounts.end(),
-                     [&](const MountSpec& x) { return x.container_path == m.container_path; }))
-      mounts.push_back(m);
-  }
-  // (No structured bindings captured in lambdas: clang 14 cannot.)
-  for (const auto& kv : other.envs) {
-    const std::string& key = kv.first;
-    const std::string& value = kv.second;
-    auto it = std::find_if(envs.begin(), envs.end(), [&](const auto& e) { return e.first == key; });
-    if (it == envs.end()) {
-      envs.emplace_back(key, value);
-      continue;
-    }
-    // Join, skipping a value already present in the list.
-    bool present = false;
-    for (std::string_view rest = it->second; !present;) {
-      const size_t comma = rest.find(',');
-      present = rest.substr(0, comma) == value;
-      if (comma == std::string_view::npos) break;
-      rest.remove_prefix(comma + 1);
-    }
-    if (!present) StrAppend(&it->second, ",", value);
-  }
-  for (const auto& kv : other.annotations) {
-    auto it = std::find_if(annotations.begin(), annotations.end(),
-                           [&](const auto& e) { return e.first == kv.first; });
-    if (it == annotations.end()) annotations.emplace_back(kv);
-    else it->second = kv.second;
-  }
-  for (const std::string& cdi : other.cdi_devices) {
-    if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())
-      cdi_devices.push_back(cdi);
-  }
-}
-
-Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids) {
-  Recipe out;
-  for (const std::string& id : ids) {
-    auto it = std::lower_bound(devices.begin(), devices.end(), id,
-                               [](const Device& d, const std::string& v) { return d.id < v; });
-    if (it != devices.end() && it->id == id) out.Merge(it->recipe);
-  }
-  return out;
-}
-
-// ---- ModuleInstance -------------------------------------------------------------
 
 ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
                                config::ResourceConfig resource, Options options)
-    : module_(std::move(module)), resource_(std::move(resource)), options_(std::move(options)) {
+    : module_(std::move(module)),
+      resource_(std::move(resource)),
+      options_(std::move(options)),
+      devices_(std::make_shared<const DeviceList>()) {
   host_.struct_size = sizeof(host_);
   host_.abi_minor = DEVPLUG_MODULE_ABI_MINOR;
   host_.agent_data = this;
@@ -279,48 +49,62 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   }
 }
 
-StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
-    std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
-    Options options) {
+std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const LoadedModule> module,
+                                                       const config::ResourceConfig& resource,
+                                                       Options options,
+                                                       std::function<void(Status)> created) {
   std::unique_ptr<ModuleInstance> self(
       new ModuleInstance(std::move(module), resource, std::move(options)));
   self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
+  self->Post([p = self.get(), created = std::move(created)] { created(p->CreateOnWorker()); });
+  return self;
+}
 
+Status ModuleInstance::CreateOnWorker() {
+  const std::string who = StrCat("resource \"", resource_.name, "\" (", resource_.where.file, ":",
+                                 resource_.where.line, "): module \"", module_->name(), "\"");
+  last_error_.clear();
+  devplug_instance* inst = nullptr;
+  const int rc = module_->descriptor().create(&host_, &inst);
+  // Configuration problems are the operator's to fix: say so by code. A
+  // module that reported one and still returned an instance is refused too
+  // (that instance may run on a wrong value).
+  if (!config_errors_.empty()) {
+    if (rc >= 0 && inst != nullptr) module_->descriptor().destroy(inst);
+    return InvalidArgumentError(StrJoin(config_errors_, "\n"));
+  }
+  if (rc < 0 || inst == nullptr) {
+    std::string why = StrCat(who, " create failed: ",
+                             last_error_.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
+                                                 : last_error_);
+    if (rc >= 0) why += " (no instance returned)";
+    return FailedPreconditionError(why);
+  }
+  inst_ = inst;
+  // The kubelet's first message must hold a complete scan: a resource whose
+  // first scan fails does not start (the agent retries it later).
+  if (Status scan = ScanOnWorker(); !scan.ok()) {
+    module_->descriptor().destroy(inst_);
+    inst_ = nullptr;
+    return FailedPreconditionError(StrCat(who, " first scan failed: ", scan.message()));
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
+    std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
+    Options options) {
   auto created = std::make_shared<std::promise<Status>>();
   std::future<Status> result = created->get_future();
-  self->Post([p = self.get(), created] {
-    p->last_error_.clear();
-    devplug_instance* inst = nullptr;
-    const int rc = p->module_->descriptor().create(&p->host_, &inst);
-    if (rc < 0 || inst == nullptr) {
-      std::string why;
-      if (!p->config_errors_.empty()) {
-        why = StrJoin(p->config_errors_, "\n");
-      } else {
-        why = StrCat("resource \"", p->resource_.name, "\" (", p->resource_.where.file,
-                           ":", p->resource_.where.line, "): module \"", p->module_->name(),
-                           "\" create failed: ",
-                           p->last_error_.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
-                                                  : p->last_error_);
-        if (rc >= 0) why += " (no instance returned)";
-      }
-      // Configuration problems are the operator's to fix: say so by code.
-      created->set_value(p->config_errors_.empty() ? FailedPreconditionError(why)
-                                                   : InvalidArgumentError(why));
-      return;
-    }
-    p->inst_ = inst;
-    p->ScanOnWorker();
-    created->set_value(OkStatus());
-  });
-  if (result.wait_for(self->options_.start_timeout) != std::future_status::ready) {
-    const std::string why =
-        StrCat("resource \"", resource.name, "\": module \"", self->module_->name(),
-               "\" did not finish create() and its first scan within ",
-               self->options_.start_timeout.count(), " ms; giving it up");
+  const auto timeout = options.start_timeout;
+  auto self = Launch(std::move(module), resource, std::move(options),
+                     [created](Status st) { created->set_value(std::move(st)); });
+  if (result.wait_for(timeout) != std::future_status::ready) {
     // The worker is stuck inside the module and may come back at any time:
     // this object must outlive it, so it is leaked on purpose.
-    if (!self->Stop(std::chrono::milliseconds(0))) self.release();
+    const std::string why = self->GiveUpMessage();
+    self->RequestStop();
+    if (!self->WaitStopped(std::chrono::steady_clock::now())) (void)self.release();
     return UnavailableError(why);
   }
   Status st = result.get();
@@ -328,16 +112,28 @@ StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
   return self;
 }
 
-bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
-  if (!worker_.joinable()) return true;
-  Post([this] {
+std::string ModuleInstance::GiveUpMessage() const {
+  return StrCat("resource \"", resource_.name, "\": module \"", module_->name(),
+                "\" did not finish create() and its first scan within ",
+                options_.start_timeout.count(), " ms; giving it up");
+}
+
+void ModuleInstance::RequestStop() {
+  if (!worker_.joinable()) return;
+  std::lock_guard lock(mu_);
+  if (stopping_) return;
+  queue_.push_back([this] {
     if (inst_ != nullptr) module_->descriptor().destroy(inst_);
     inst_ = nullptr;
   });
-  std::unique_lock lock(mu_);
   stopping_ = true;
   cv_.notify_one();
-  if (!exited_cv_.wait_for(lock, timeout, [&] { return worker_exited_; })) {
+}
+
+bool ModuleInstance::WaitStopped(std::chrono::steady_clock::time_point deadline) {
+  if (!worker_.joinable()) return true;
+  std::unique_lock lock(mu_);
+  if (!exited_cv_.wait_until(lock, deadline, [&] { return worker_exited_; })) {
     abandoned_ = true;
     // The owner leaks this object (the thread may still use it).
     DEVPLUG_LEAK_ON_PURPOSE(this);
@@ -348,6 +144,11 @@ bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
   lock.unlock();
   worker_.join();
   return true;
+}
+
+bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
+  RequestStop();
+  return WaitStopped(std::chrono::steady_clock::now() + timeout);
 }
 
 ModuleInstance::~ModuleInstance() {
@@ -389,7 +190,7 @@ void ModuleInstance::WorkerLoop() {
         if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
           deferred_scan_at_.reset();
           last_event_scan_ = std::chrono::steady_clock::now();
-          ScanOnWorker();
+          (void)ScanOnWorker();
         }
         continue;
       }
@@ -445,7 +246,7 @@ void ModuleInstance::ProcessEventsOnWorker() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_event_scan_ >= kMinEventScanInterval) {
     last_event_scan_ = now;
-    ScanOnWorker();
+    (void)ScanOnWorker();
   } else {
     deferred_scan_at_ = last_event_scan_ + kMinEventScanInterval;
   }
@@ -460,24 +261,23 @@ void ModuleInstance::RequestRescan() {
   if (rescan_queued_.exchange(true)) return;
   Post([this] {
     rescan_queued_.store(false);
-    ScanOnWorker();
+    (void)ScanOnWorker();
   });
 }
 
-void ModuleInstance::ScanOnWorker() {
-  if (inst_ == nullptr) return;
+Status ModuleInstance::ScanOnWorker() {
+  if (inst_ == nullptr) return OkStatus();
   DeviceSink sink;
-  {
-    std::lock_guard lock(devices_mu_);
-    if (devices_) sink.list.reserve(devices_->size());  // usually the same size again
-  }
+  sink.list.reserve(devices()->size());  // usually the same size again
   last_error_.clear();
   const int rc = module_->descriptor().list_devices(inst_, &sink.c);
   scans_.fetch_add(1);
   if (rc < 0) {
-    spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
-                 resource_.name, last_error_.empty() ? std::strerror(-rc) : last_error_);
-    return;
+    const std::string why = last_error_.empty() ? std::strerror(-rc) : last_error_;
+    if (published_)
+      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
+                   resource_.name, why);
+    return UnavailableError(why);
   }
   for (const std::string& p : sink.problems)
     spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name,
@@ -485,15 +285,26 @@ void ModuleInstance::ScanOnWorker() {
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(sink.list));
+  if (published_ && *devices() == *next) return OkStatus();
+  // A list the kubelet cannot take is not sent, and so never becomes the
+  // list Allocate checks against.
+  if (options_.check_list) {
+    if (std::string why = options_.check_list(*next); !why.empty()) {
+      if (!published_) return FailedPreconditionError(why);  // nothing to keep
+      spdlog::error("{}: {}; keeping the previous device list", resource_.name, why);
+      return OkStatus();
+    }
+  }
   {
     std::lock_guard lock(devices_mu_);
-    if (devices_ && *devices_ == *next) return;
     devices_ = next;
   }
+  published_ = true;
   const size_t healthy =
       std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
   spdlog::info("{}: {} devices, {} healthy", resource_.name, next->size(), healthy);
   if (options_.on_change && !abandoned_) options_.on_change(next);
+  return OkStatus();
 }
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {
@@ -522,8 +333,25 @@ Status CheckIds(const std::string& resource, const DeviceList& list,
 }
 }  // namespace
 
+bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> wanted,
+                              const std::function<void(Status)>& refuse) {
+  if (queued_calls_.fetch_add(1) >= kMaxQueuedCalls) {
+    queued_calls_.fetch_sub(1);
+    refuse(UnavailableError(StrCat(resource_.name, ": the module is busy (", kMaxQueuedCalls,
+                                   " calls already wait for it)")));
+    return false;
+  }
+  Post([this, run = std::move(run), wanted = std::move(wanted)] {
+    queued_calls_.fetch_sub(1);
+    if (wanted && !wanted()) return;  // answered meanwhile (timed out): skip the module
+    run();
+  });
+  return true;
+}
+
 void ModuleInstance::Allocate(std::vector<std::string> ids,
-                              std::function<void(StatusOr<Recipe>)> done) {
+                              std::function<void(StatusOr<Recipe>)> done,
+                              std::function<bool()> wanted) {
   if (!module_->has_allocate()) {
     // No module code involved: answer from the published (immutable) list
     // on the caller's thread, without a hop to the worker.
@@ -536,7 +364,8 @@ void ModuleInstance::Allocate(std::vector<std::string> ids,
     done(DefaultRecipe(*list, unique));
     return;
   }
-  Post([this, ids = std::move(ids), done = std::move(done)]() mutable {
+  auto refuse = [done](Status st) { done(std::move(st)); };
+  PostCall([this, ids = std::move(ids), done = std::move(done)]() mutable {
     DeviceListPtr list = devices();
     std::vector<std::string> unique;
     if (Status st = CheckIds(resource_.name, *list, ids, &unique); !st.ok()) {
@@ -561,14 +390,15 @@ void ModuleInstance::Allocate(std::vector<std::string> ids,
       }
     }
     done(DefaultRecipe(*list, unique));
-  });
+  }, std::move(wanted), refuse);
 }
 
 void ModuleInstance::PreferredAllocation(
     std::vector<std::string> available, std::vector<std::string> must_include, int32_t size,
-    std::function<void(StatusOr<std::vector<std::string>>)> done) {
-  Post([this, available = std::move(available), must = std::move(must_include), size,
-        done = std::move(done)] {
+    std::function<void(StatusOr<std::vector<std::string>>)> done, std::function<bool()> wanted) {
+  auto refuse = [done](Status st) { done(std::move(st)); };
+  PostCall([this, available = std::move(available), must = std::move(must_include), size,
+            done = std::move(done)] {
     if (!module_->has_preferred_allocation() || inst_ == nullptr) {
       done(UnimplementedError(
           StrCat(resource_.name, ": module has no preferred allocation")));
@@ -585,12 +415,13 @@ void ModuleInstance::PreferredAllocation(
       return;
     }
     done(std::move(sink.ids));
-  });
+  }, std::move(wanted), refuse);
 }
 
-void ModuleInstance::PreStart(std::vector<std::string> ids,
-                              std::function<void(Status)> done) {
-  Post([this, ids = std::move(ids), done = std::move(done)] {
+void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
+                              std::function<bool()> wanted) {
+  auto refuse = done;
+  PostCall([this, ids = std::move(ids), done = std::move(done)] {
     if (!module_->has_pre_start() || inst_ == nullptr) {
       done(OkStatus());
       return;
@@ -599,124 +430,7 @@ void ModuleInstance::PreStart(std::vector<std::string> ids,
     last_error_.clear();
     const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
     done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
-  });
-}
-
-// ---- host services ------------------------------------------------------------------
-
-ModuleInstance* ModuleInstance::Self(const devplug_host* h) {
-  return static_cast<ModuleInstance*>(h->agent_data);
-}
-
-void ModuleInstance::HostLog(const devplug_host* h, int32_t level, const char* msg) {
-  if (h == nullptr || msg == nullptr) return;
-  try {
-    ModuleInstance* self = Self(h);
-    spdlog::log(SpdLevel(level), "{} [{}]: {}", self->resource_.name, self->module_->name(), msg);
-  } catch (...) {
-  }
-}
-
-void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
-  if (h == nullptr) return;
-  try {
-    Self(h)->RequestRescan();
-  } catch (...) {
-  }
-}
-
-void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
-  if (h == nullptr) return;
-  try {
-    Self(h)->last_error_ = msg ? msg : "";
-  } catch (...) {
-  }
-}
-
-void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, const char* msg) {
-  if (h == nullptr) return;
-  try {
-    ModuleInstance* self = Self(h);
-    const config::ResourceConfig& r = self->resource_;
-    config::SourceLocation where = r.where;
-    std::string k = key ? key : "";
-    if (auto it = r.module_keys.find(k); it != r.module_keys.end()) where = it->second.where;
-    self->config_errors_.push_back(StrCat(where.file, ":", where.line, ": resource[",
-                                                self->options_.index, "].", k, ": ",
-                                                msg ? msg : "invalid value"));
-  } catch (...) {
-  }
-}
-
-namespace {
-template <typename T>
-int Get(const config::ResourceConfig& r, const LoadedModule& m, const char* key, uint32_t type,
-        const T** out) {
-  if (key == nullptr || m.KeyType(key) != type) return -EINVAL;
-  auto it = r.module_keys.find(key);
-  if (it == r.module_keys.end()) return -ENOENT;
-  const T* v = std::get_if<T>(&it->second.value);
-  if (v == nullptr) return -EINVAL;
-  *out = v;
-  return 0;
-}
-}  // namespace
-
-int ModuleInstance::HostString(const devplug_host* h, const char* key, const char** ret) {
-  if (h == nullptr || ret == nullptr) return -EINVAL;
-  const std::string* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_STRING, &v);
-  if (rc == 0) *ret = v->c_str();
-  return rc;
-}
-
-int ModuleInstance::HostInt(const devplug_host* h, const char* key, int64_t* ret) {
-  if (h == nullptr || ret == nullptr) return -EINVAL;
-  const int64_t* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_INT, &v);
-  if (rc == 0) *ret = *v;
-  return rc;
-}
-
-int ModuleInstance::HostBool(const devplug_host* h, const char* key, int32_t* ret) {
-  if (h == nullptr || ret == nullptr) return -EINVAL;
-  const bool* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
-  if (rc == 0) *ret = *v ? 1 : 0;
-  return rc;
-}
-
-int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
-                                 size_t* ret_n) {
-  if (h == nullptr || ret == nullptr || ret_n == nullptr || key == nullptr) return -EINVAL;
-  ModuleInstance* self = Self(h);
-  if (self->module_->KeyType(key) != DEVPLUG_CONFIG_INT_ARRAY) return -EINVAL;
-  auto it = self->resource_.module_keys.find(key);
-  if (it == self->resource_.module_keys.end()) return -ENOENT;
-  static const int64_t kNone[] = {0};
-  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second.value)) {
-    *ret = v->data();
-    *ret_n = v->size();
-    return 0;
-  }
-  // An empty TOML array.
-  *ret = kNone;
-  *ret_n = 0;
-  return 0;
-}
-
-int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
-                                    const char* const** ret, size_t* ret_n) {
-  if (h == nullptr || ret == nullptr || ret_n == nullptr) return -EINVAL;
-  ModuleInstance* self = Self(h);
-  const std::vector<std::string>* v = nullptr;
-  const int rc = Get(self->resource_, *self->module_, key, DEVPLUG_CONFIG_STRING_ARRAY, &v);
-  if (rc != 0) return rc;
-  auto it = self->string_arrays_.find(std::string_view(key));
-  static const char* const kEmpty[] = {nullptr};
-  *ret = (it == self->string_arrays_.end() || it->second.empty()) ? kEmpty : it->second.data();
-  *ret_n = v->size();
-  return 0;
+  }, std::move(wanted), refuse);
 }
 
 }  // namespace devplug::modules

@@ -43,20 +43,42 @@ class ModuleInstance {
     // create() plus the first scan must finish within this; otherwise the
     // instance is given up (its thread abandoned) and Create fails.
     std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
+    // Says why a new device list cannot be published (e.g. over the
+    // kubelet's message limit), or "" when it can. A list it refuses is
+    // dropped: the previous one stays current for the kubelet and Allocate.
+    std::function<std::string(const DeviceList&)> check_list;
   };
 
-  // Starts the worker, calls create() and the first list_devices() on it and
-  // waits for both. The error names the resource and, for configuration
-  // problems, the file, line and key.
+  // Starts the worker and queues create() and the first list_devices() on
+  // it; `created` runs once, on the worker, with the outcome: OK, or an
+  // error that names the resource (INVALID_ARGUMENT with file, line and key
+  // for configuration problems; FAILED_PRECONDITION for a failed create or
+  // first scan). Use the instance only after an OK. A module that never
+  // answers is the caller's to give up on: Stop() with a short deadline.
+  static std::unique_ptr<ModuleInstance> Launch(std::shared_ptr<const LoadedModule> module,
+                                                const config::ResourceConfig& resource,
+                                                Options options,
+                                                std::function<void(Status)> created);
+
+  // Launch, waiting for the outcome up to options.start_timeout (past it,
+  // UNAVAILABLE and the instance is given up).
   static StatusOr<std::unique_ptr<ModuleInstance>> Create(
       std::shared_ptr<const LoadedModule> module, const config::ResourceConfig& resource,
       Options options);
 
-  // Calls destroy() on the worker and waits up to `timeout` for it. False
-  // if the worker is stuck in a module call: the thread is then abandoned
-  // and the caller must leak this object (release() its unique_ptr), since
-  // the thread may still use it.
+  // Stopping, in two halves so that many instances stop in parallel under
+  // one deadline: RequestStop() queues destroy() and returns; WaitStopped()
+  // waits for the worker to end. False if it is still stuck in a module call
+  // at the deadline: the thread is then abandoned and the caller must leak
+  // this object (release() its unique_ptr), since the thread may still use
+  // it. Stop() is both.
+  void RequestStop();
+  [[nodiscard]] bool WaitStopped(std::chrono::steady_clock::time_point deadline);
   [[nodiscard]] bool Stop(std::chrono::milliseconds timeout);
+
+  // "resource ...: module ... did not finish create() and its first scan
+  // within N ms; giving it up".
+  std::string GiveUpMessage() const;
 
   // Stops (waiting as long as it takes) unless Stop() already ran.
   ~ModuleInstance();
@@ -67,7 +89,7 @@ class ModuleInstance {
   const config::ResourceConfig& resource() const { return resource_; }
   const LoadedModule& module() const { return *module_; }
 
-  // The latest device list (never null after Create succeeded).
+  // The latest device list; never null (empty before the first scan).
   DeviceListPtr devices() const;
 
   // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
@@ -82,16 +104,26 @@ class ModuleInstance {
   void OnUdevEvents(std::vector<udev::Event> events);
   static constexpr std::chrono::milliseconds kMinEventScanInterval{5};
 
+  // The kubelet's calls. Those that need the module wait in the worker's
+  // queue: at most kMaxQueuedCalls of them (beyond, `done` gets UNAVAILABLE
+  // at once, so a hung module cannot grow the queue without bound), and one
+  // whose `wanted` says false by the time its turn comes (it was answered
+  // with DEADLINE_EXCEEDED meanwhile) is skipped without calling the module
+  // or `done`.
+  static constexpr int kMaxQueuedCalls = 64;
+
   // Allocate for one container. Unknown or unhealthy IDs fail with
   // INVALID_ARGUMENT; otherwise the module's allocate() (on the worker) or
   // the devices' default recipes build the answer. Without an allocate()
   // hook no module code runs, and `done` runs at once on the calling thread.
-  void Allocate(std::vector<std::string> ids,
-                std::function<void(StatusOr<Recipe>)> done);
+  void Allocate(std::vector<std::string> ids, std::function<void(StatusOr<Recipe>)> done,
+                std::function<bool()> wanted = {});
   void PreferredAllocation(std::vector<std::string> available,
                            std::vector<std::string> must_include, int32_t size,
-                           std::function<void(StatusOr<std::vector<std::string>>)> done);
-  void PreStart(std::vector<std::string> ids, std::function<void(Status)> done);
+                           std::function<void(StatusOr<std::vector<std::string>>)> done,
+                           std::function<bool()> wanted = {});
+  void PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
+                std::function<bool()> wanted = {});
 
   // Number of completed list_devices() calls (for tests and benchmarks).
   uint64_t scans() const { return scans_.load(); }
@@ -101,8 +133,14 @@ class ModuleInstance {
                  Options options);
 
   void Post(std::function<void()> task);
+  Status CreateOnWorker();
+  // Queues a kubelet call (see kMaxQueuedCalls); false if it was refused.
+  bool PostCall(std::function<void()> run, std::function<bool()> wanted,
+                const std::function<void(Status)>& refuse);
   void WorkerLoop();
-  void ScanOnWorker();
+  // list_devices() and, when the list changed, publication. Fails with the
+  // module's reason when the scan itself failed.
+  Status ScanOnWorker();
   void ProcessEventsOnWorker();
   Status ModuleError(std::string_view call, int rc);
 
@@ -129,12 +167,14 @@ class ModuleInstance {
 
   devplug_instance* inst_ = nullptr;  // worker thread only
   std::string last_error_;            // worker thread only
+  bool published_ = false;            // worker thread only: a list went out
   std::vector<std::string> config_errors_;  // worker thread only
 
   mutable std::mutex devices_mu_;
   DeviceListPtr devices_;  // guarded by devices_mu_
 
   std::atomic<bool> rescan_queued_{false};
+  std::atomic<int> queued_calls_{0};  // kubelet calls waiting in queue_
 
   std::mutex events_mu_;
   std::vector<udev::Event> pending_events_;  // guarded by events_mu_
@@ -154,8 +194,5 @@ class ModuleInstance {
   std::atomic<bool> abandoned_{false};
   std::thread worker_;
 };
-
-// Merges the default recipes of `ids` from `devices` (all must exist).
-Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids);
 
 }  // namespace devplug::modules

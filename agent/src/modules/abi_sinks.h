@@ -1,0 +1,129 @@
+// The agent-owned C structs a module writes into during a call
+// (devplug_recipe, devplug_device_sink, devplug_id_sink), each backed by C++
+// containers, and the checks every device ID a module reports must pass.
+// Every entry point catches what it throws: no exception crosses into C.
+//
+// Thread safety: one sink per call, used on the calling (worker) thread.
+#pragma once
+
+#include <cerrno>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "devplug/module.h"
+#include "modules/device.h"
+
+namespace devplug::modules {
+
+inline bool Empty(const char* s) { return s == nullptr || s[0] == '\0'; }
+
+// Why a device ID cannot be sent to the kubelet (too long, control
+// characters, malformed UTF-8, the ',' that joins IDs in env values), or
+// nullptr when it can.
+const char* BadDeviceId(std::string_view id);
+
+// ---- devplug_recipe backed by a Recipe --------------------------------------
+
+struct RecipeSink {
+  devplug_recipe c{};
+  Recipe* target = nullptr;
+
+  explicit RecipeSink(Recipe* r) : target(r) {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_device_node = &AddDeviceNode;
+    c.add_mount = &AddMount;
+    c.add_env = &AddEnv;
+    c.add_annotation = &AddAnnotation;
+    c.add_cdi_device = &AddCdi;
+  }
+  // Runs `add` on the target recipe; no exception crosses into C.
+  template <typename F>
+  static int Guarded(devplug_recipe* r, F&& add) {
+    try {
+      add(*static_cast<RecipeSink*>(r->agent_data)->target);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+
+  static int AddDeviceNode(devplug_recipe* r, const char* host, const char* container,
+                           const char* perms) {
+    if (r == nullptr || Empty(host)) return -EINVAL;
+    return Guarded(r, [&](Recipe& x) {
+      x.device_nodes.push_back(
+          {host, Empty(container) ? host : container, Empty(perms) ? "rw" : perms});
+    });
+  }
+  static int AddMount(devplug_recipe* r, const char* host, const char* container, int32_t ro) {
+    if (r == nullptr || Empty(host) || Empty(container)) return -EINVAL;
+    return Guarded(r, [&](Recipe& x) { x.mounts.push_back({host, container, ro != 0}); });
+  }
+  static int AddEnv(devplug_recipe* r, const char* key, const char* value) {
+    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
+    return Guarded(r, [&](Recipe& x) { x.envs.emplace_back(key, value); });
+  }
+  static int AddAnnotation(devplug_recipe* r, const char* key, const char* value) {
+    if (r == nullptr || Empty(key) || value == nullptr) return -EINVAL;
+    return Guarded(r, [&](Recipe& x) { x.annotations.emplace_back(key, value); });
+  }
+  static int AddCdi(devplug_recipe* r, const char* name) {
+    if (r == nullptr || Empty(name)) return -EINVAL;
+    return Guarded(r, [&](Recipe& x) { x.cdi_devices.emplace_back(name); });
+  }
+};
+
+// ---- devplug_device_sink collecting a DeviceList ----------------------------
+
+struct DeviceSink {
+  devplug_device_sink c{};
+  DeviceList list;
+  std::set<std::string, std::less<>> ids;
+  std::vector<std::string> problems;
+  Recipe scratch;  // target of rejected devices' recipes
+  std::unique_ptr<RecipeSink> recipe;
+
+  DeviceSink() {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_device = &AddDevice;
+  }
+
+  // The sink's add_device: checks the ID and health, then appends the
+  // device (or records why not and hands out a scratch recipe).
+  static int AddDevice(devplug_device_sink* s, const char* id, int32_t health, int32_t numa,
+                       devplug_recipe** ret_recipe);
+};
+
+struct IdSink {
+  devplug_id_sink c{};
+  std::vector<std::string> ids;
+  IdSink() {
+    c.struct_size = sizeof(c);
+    c.agent_data = this;
+    c.add_id = &AddId;
+  }
+  static int AddId(devplug_id_sink* s, const char* id) {
+    if (s == nullptr || id == nullptr) return -EINVAL;
+    try {
+      static_cast<IdSink*>(s->agent_data)->ids.emplace_back(id);
+    } catch (...) {
+      return -ENOMEM;
+    }
+    return 0;
+  }
+};
+
+inline std::vector<const char*> CStrings(const std::vector<std::string>& v) {
+  std::vector<const char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(s.c_str());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace devplug::modules

@@ -1,0 +1,139 @@
+// The services a module instance gets from the agent (struct devplug_host):
+// logging, change notices, error reasons, and read-only typed access to its
+// own [[resource]] table. Callable from C; nothing throws across.
+#include <cerrno>
+
+#include <spdlog/spdlog.h>
+
+#include "modules/module_instance.h"
+
+namespace devplug::modules {
+namespace {
+
+spdlog::level::level_enum SpdLevel(int32_t level) {
+  switch (level) {
+    case DEVPLUG_LOG_ERROR: return spdlog::level::err;
+    case DEVPLUG_LOG_WARN: return spdlog::level::warn;
+    case DEVPLUG_LOG_INFO: return spdlog::level::info;
+    case DEVPLUG_LOG_DEBUG: return spdlog::level::debug;
+    default: return spdlog::level::trace;
+  }
+}
+
+}  // namespace
+
+ModuleInstance* ModuleInstance::Self(const devplug_host* h) {
+  return static_cast<ModuleInstance*>(h->agent_data);
+}
+
+void ModuleInstance::HostLog(const devplug_host* h, int32_t level, const char* msg) {
+  if (h == nullptr || msg == nullptr) return;
+  try {
+    ModuleInstance* self = Self(h);
+    spdlog::log(SpdLevel(level), "{} [{}]: {}", self->resource_.name, self->module_->name(), msg);
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
+  if (h == nullptr) return;
+  try {
+    Self(h)->RequestRescan();
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
+  if (h == nullptr) return;
+  try {
+    Self(h)->last_error_ = msg ? msg : "";
+  } catch (...) {
+  }
+}
+
+void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, const char* msg) {
+  if (h == nullptr) return;
+  try {
+    ModuleInstance* self = Self(h);
+    const config::ResourceConfig& r = self->resource_;
+    config::SourceLocation where = r.where;
+    std::string k = key ? key : "";
+    if (auto it = r.module_keys.find(k); it != r.module_keys.end()) where = it->second.where;
+    self->config_errors_.push_back(config::Located(where, config::ResourceKey(self->options_.index, k),
+                                                   msg ? msg : "invalid value"));
+  } catch (...) {
+  }
+}
+
+namespace {
+template <typename T>
+int Get(const config::ResourceConfig& r, const LoadedModule& m, const char* key, uint32_t type,
+        const T** out) {
+  if (key == nullptr || m.KeyType(key) != type) return -EINVAL;
+  auto it = r.module_keys.find(key);
+  if (it == r.module_keys.end()) return -ENOENT;
+  const T* v = std::get_if<T>(&it->second.value);
+  if (v == nullptr) return -EINVAL;
+  *out = v;
+  return 0;
+}
+}  // namespace
+
+int ModuleInstance::HostString(const devplug_host* h, const char* key, const char** ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const std::string* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_STRING, &v);
+  if (rc == 0) *ret = v->c_str();
+  return rc;
+}
+
+int ModuleInstance::HostInt(const devplug_host* h, const char* key, int64_t* ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const int64_t* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_INT, &v);
+  if (rc == 0) *ret = *v;
+  return rc;
+}
+
+int ModuleInstance::HostBool(const devplug_host* h, const char* key, int32_t* ret) {
+  if (h == nullptr || ret == nullptr) return -EINVAL;
+  const bool* v = nullptr;
+  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
+  if (rc == 0) *ret = *v ? 1 : 0;
+  return rc;
+}
+
+int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
+                                 size_t* ret_n) {
+  if (h == nullptr || ret == nullptr || ret_n == nullptr || key == nullptr) return -EINVAL;
+  ModuleInstance* self = Self(h);
+  if (self->module_->KeyType(key) != DEVPLUG_CONFIG_INT_ARRAY) return -EINVAL;
+  auto it = self->resource_.module_keys.find(key);
+  if (it == self->resource_.module_keys.end()) return -ENOENT;
+  static const int64_t kNone[] = {0};
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second.value)) {
+    *ret = v->data();
+    *ret_n = v->size();
+    return 0;
+  }
+  // An empty TOML array.
+  *ret = kNone;
+  *ret_n = 0;
+  return 0;
+}
+
+int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
+                                    const char* const** ret, size_t* ret_n) {
+  if (h == nullptr || ret == nullptr || ret_n == nullptr) return -EINVAL;
+  ModuleInstance* self = Self(h);
+  const std::vector<std::string>* v = nullptr;
+  const int rc = Get(self->resource_, *self->module_, key, DEVPLUG_CONFIG_STRING_ARRAY, &v);
+  if (rc != 0) return rc;
+  auto it = self->string_arrays_.find(std::string_view(key));
+  static const char* const kEmpty[] = {nullptr};
+  *ret = (it == self->string_arrays_.end() || it->second.empty()) ? kEmpty : it->second.data();
+  *ret_n = v->size();
+  return 0;
+}
+
+}  // namespace devplug::modules

@@ -1,0 +1,61 @@
+#include <algorithm>
+#include <string_view>
+
+#include "modules/device.h"
+#include "util/status.h"
+
+namespace devplug::modules {
+
+void Recipe::Merge(const Recipe& other) {
+  for (const DeviceNode& n : other.device_nodes) {
+    if (std::none_of(device_nodes.begin(), device_nodes.end(),
+                     [&](const DeviceNode& x) { return x.container_path == n.container_path; }))
+      device_nodes.push_back(n);
+  }
+  for (const MountSpec& m : other.mounts) {
+    if (std::none_of(mounts.begin(), mounts.end(),
+                     [&](const MountSpec& x) { return x.container_path == m.container_path; }))
+      mounts.push_back(m);
+  }
+  // (No structured bindings captured in lambdas: clang 14 cannot.)
+  for (const auto& kv : other.envs) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
+    auto it = std::find_if(envs.begin(), envs.end(), [&](const auto& e) { return e.first == key; });
+    if (it == envs.end()) {
+      envs.emplace_back(key, value);
+      continue;
+    }
+    // Join, skipping a value already present in the list.
+    bool present = false;
+    for (std::string_view rest = it->second; !present;) {
+      const size_t comma = rest.find(',');
+      present = rest.substr(0, comma) == value;
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    if (!present) StrAppend(&it->second, ",", value);
+  }
+  for (const auto& kv : other.annotations) {
+    auto it = std::find_if(annotations.begin(), annotations.end(),
+                           [&](const auto& e) { return e.first == kv.first; });
+    if (it == annotations.end()) annotations.emplace_back(kv);
+    else it->second = kv.second;
+  }
+  for (const std::string& cdi : other.cdi_devices) {
+    if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())
+      cdi_devices.push_back(cdi);
+  }
+}
+
+Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids) {
+  Recipe out;
+  for (const std::string& id : ids) {
+    auto it = std::lower_bound(devices.begin(), devices.end(), id,
+                               [](const Device& d, const std::string& v) { return d.id < v; });
+    if (it != devices.end() && it->id == id) out.Merge(it->recipe);
+  }
+  return out;
+}
+
+}  // namespace devplug::modules
