@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
 
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
+  o.owns_dir = true;  // a temporary directory
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return 1;
 

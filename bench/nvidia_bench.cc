@@ -98,6 +98,7 @@ Stats ThroughAgent(const std::string& dir, const std::string& root,
                      << kName << "\"\nmodule = \"nvidia\"\n" << Body(lib);
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
+  o.owns_dir = true;  // a temporary directory
   o.checkpoint_noise = false;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return {};

@@ -80,6 +80,7 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
                      << "\"\nmodule = \"kvm\"\nshares = 4\n";
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
+  o.owns_dir = true;  // a temporary directory
   o.checkpoint_noise = false;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return {};

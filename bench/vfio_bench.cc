@@ -138,6 +138,7 @@ EndToEnd RunAgent(const std::string& dir, const std::string& root, int vfs, int 
                      << "\"\nmodule = \"vfio\"\nvendor = \"8086\"\n";
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
+  o.owns_dir = true;  // a temporary directory
   o.checkpoint_noise = false;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return out;

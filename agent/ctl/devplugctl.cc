@@ -145,6 +145,7 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
   std::printf("== devplug demo: devplugd against a simulated kubelet in %s\n", dir.c_str());
   KubeletSim::Options o;
   o.dir = dir;
+  o.owns_dir = true;  // our temporary directory
   o.on_event = PrintLine;
   KubeletSim sim(o);
   if (devplug::Status st = sim.Start(); !st.ok()) {
@@ -238,11 +239,14 @@ int main(int argc, char** argv) {
   auto* sim = app.add_subcommand("simulate-kubelet",
                                  "Serve kubelet.sock in a directory like the kubelet does and "
                                  "print every registration and device list");
-  std::string dir = "/var/lib/kubelet/device-plugins";
+  std::string dir;
   int allocate = 0;
   double duration = 0;
   bool quiet = false;
-  sim->add_option("--dir", dir, "Device plugin directory")->capture_default_str();
+  sim->add_option("--dir", dir,
+                  "Device plugin directory (required; refused while a live kubelet serves "
+                  "kubelet.sock there; no socket or checkpoint it did not create is touched)")
+      ->required();
   sim->add_option("--allocate", allocate,
                   "After a resource's first device list, Allocate this many healthy devices "
                   "and print the answer");

@@ -14,12 +14,14 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "config/config.h"
+#include "kubelet/limits.h"
+#include "util/unix_socket.h"
 
 namespace devplug::sim {
 namespace {
 
-constexpr size_t kMaxSocketPath = 107;
-constexpr int kMaxMessageBytes = 4 * 1024 * 1024;
+using kubelet::kKubeletMaxMessageBytes;
+using kubelet::kMaxSocketPathBytes;
 constexpr char kKubeletSocket[] = "kubelet.sock";
 constexpr char kCheckpoint[] = "kubelet_internal_checkpoint";
 // The real kubelet sets no deadline on Allocate; the simulator bounds it so
@@ -59,7 +61,13 @@ class KubeletSim::RegistrationService final : public v1beta1::Registration::Serv
 
 KubeletSim::KubeletSim(Options options) : options_(std::move(options)) {}
 
-KubeletSim::~KubeletSim() { Stop(); }
+KubeletSim::~KubeletSim() {
+  Stop();
+  // A checkpoint we wrote into someone else's directory would mislead the
+  // next real kubelet that starts there.
+  if (checkpoint_ours_ && !options_.owns_dir)
+    unlink((options_.dir + "/" + kCheckpoint).c_str());
+}
 
 void KubeletSim::Event(const std::string& line) const {
   if (options_.on_event) options_.on_event(line);
@@ -75,12 +83,22 @@ void KubeletSim::Violation(const std::string& line) {
 }
 
 Status KubeletSim::Start() {
+  if (options_.dir.empty()) return InvalidArgumentError("no plugin directory given");
+  const std::string kubelet_sock = options_.dir + "/" + kKubeletSocket;
+  if (UnixSocketIsLive(kubelet_sock))
+    return FailedPreconditionError(StrCat("a kubelet already answers on ", kubelet_sock,
+                                          "; refusing to run beside it"));
   std::error_code ec;
   std::filesystem::create_directories(options_.dir, ec);
   if (ec) return InternalError(StrCat("cannot create ", options_.dir, ": ", ec.message()));
+  const std::string checkpoint = options_.dir + "/" + kCheckpoint;
+  if (!checkpoint_ours_)
+    checkpoint_ours_ = options_.owns_dir || access(checkpoint.c_str(), F_OK) != 0;
   // Like the kubelet: remove every socket at the top level, then listen.
   int removed = 0;
-  if (DIR* d = opendir(options_.dir.c_str())) {
+  if (!options_.owns_dir) {
+    // Not ours to wipe.
+  } else if (DIR* d = opendir(options_.dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string p = options_.dir + "/" + e->d_name;
       struct stat st;
@@ -99,8 +117,9 @@ Status KubeletSim::Start() {
     std::lock_guard lock(mu_);
     serving_ = true;
   }
-  Event(StrCat("kubelet: started, removed ", removed, " socket(s), serving ", options_.dir, "/",
-               kKubeletSocket));
+  Event(StrCat("kubelet: started, ",
+               options_.owns_dir ? StrCat("removed ", removed, " socket(s), ") : std::string(),
+               "serving ", kubelet_sock));
   WriteCheckpoint();
   return OkStatus();
 }
@@ -163,8 +182,9 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
   const std::string path = options_.dir + "/" + req.endpoint();
   if (req.endpoint().find('/') != std::string::npos)
     Violation(StrCat(name, ": endpoint \"", req.endpoint(), "\" is not a bare file name"));
-  if (path.size() > kMaxSocketPath)
-    Violation(StrCat(name, ": socket path ", path, " is longer than ", kMaxSocketPath, " bytes"));
+  if (path.size() > kMaxSocketPathBytes)
+    Violation(StrCat(name, ": socket path ", path, " is longer than ", kMaxSocketPathBytes,
+                     " bytes"));
   bool stream_open = false;
   {
     std::lock_guard lock(mu_);
@@ -179,7 +199,7 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
   ep->path = path;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(static_cast<int>(kKubeletMaxMessageBytes));
   ep->channel = grpc::CreateCustomChannel("unix:" + path, grpc::InsecureChannelCredentials(), args);
   // Blocking dial, like the kubelet's grpc.DialContext(WithBlock) with 10 s.
   const auto dial_deadline = std::chrono::system_clock::now() + options_.dial_timeout;
@@ -283,7 +303,7 @@ void KubeletSim::CheckSnapshot(const std::string& name, const v1beta1::ListAndWa
 }
 
 void KubeletSim::WriteCheckpoint() {
-  if (!options_.checkpoint_noise) return;
+  if (!options_.checkpoint_noise || !checkpoint_ours_) return;
   std::string body = "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{";
   uint64_t seq;
   {

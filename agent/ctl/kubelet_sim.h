@@ -3,8 +3,8 @@
 // simulate-kubelet, devplugctl demo) and for devplug's own tests.
 //
 // What it reproduces of the real kubelet (v1beta1, 1.25+):
-//  - serves v1beta1.Registration on <dir>/kubelet.sock, created after it
-//    removes every socket in <dir> (as the kubelet does at start);
+//  - serves v1beta1.Registration on <dir>/kubelet.sock; with owns_dir it
+//    first removes every socket in <dir>, as the kubelet does at start;
 //  - Register: checks version and resource name, joins the endpoint with
 //    <dir> unchecked, dials it (blocking, 10 s), calls GetDevicePluginOptions,
 //    answers, then opens exactly one ListAndWatch and never reopens it;
@@ -16,6 +16,12 @@
 //    and a rename on every update (inotify noise a plugin must ignore);
 //  - Allocate with one ContainerAllocateRequest, using container_responses[0].
 // In strict mode it also records contract violations (see violations()).
+//
+// Safe beside a real kubelet: it refuses a directory whose kubelet.sock
+// accepts connections, and unless it owns the directory (a test's or the
+// demo's temporary one) it deletes no socket and writes no checkpoint that it
+// did not create (a dead kubelet's kubelet.sock is replaced, as binding
+// needs).
 //
 // Thread safety: all public methods are thread-safe.
 #pragma once
@@ -54,8 +60,13 @@ struct ResourceView {
 class KubeletSim {
  public:
   struct Options {
-    std::string dir = "/var/lib/kubelet/device-plugins";
+    std::string dir;  // required
+    // The directory is the simulator's own (a temporary one): wipe its
+    // sockets at every start like the kubelet, write its checkpoint freely.
+    bool owns_dir = false;
     std::chrono::milliseconds dial_timeout{10'000};
+    // Rewrite kubelet_internal_checkpoint on every update (inotify noise a
+    // plugin must ignore); without owns_dir only when no checkpoint existed.
     bool checkpoint_noise = true;
     bool strict = true;
     // Called with a one-line description of everything that happens.
@@ -67,7 +78,8 @@ class KubeletSim {
   KubeletSim(const KubeletSim&) = delete;
   KubeletSim& operator=(const KubeletSim&) = delete;
 
-  // Removes every socket in the directory, then serves kubelet.sock.
+  // Serves kubelet.sock (after removing every socket, with owns_dir).
+  // Fails when a live kubelet answers on kubelet.sock.
   Status Start();
   // The kubelet goes away: kubelet.sock stops answering (and is removed) and
   // every plugin connection is closed.
@@ -127,6 +139,7 @@ class KubeletSim {
   uint64_t total_registrations_ = 0;                             // guarded by mu_
   uint64_t checkpoint_seq_ = 0;                                  // guarded by mu_
   bool serving_ = false;                                         // guarded by mu_
+  bool checkpoint_ours_ = false;  // set in Start(): may write (and remove) the checkpoint
 };
 
 }  // namespace devplug::sim

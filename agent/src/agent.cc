@@ -24,40 +24,80 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// After the kubelet ends a stream without restarting, wait this long before
-// re-registering: a restart's kubelet.sock creation usually arrives first, and
-// a kubelet that is still shutting the old connection down must not see the
-// new registration before the old stream's end.
+// After the kubelet ends our stream without restarting, or after we ended it
+// ourselves to serve on a new socket, wait this long before registering
+// again: a restart's kubelet.sock creation usually arrives first, and a
+// kubelet that is still closing the old connection must not see the new
+// registration before the old stream's end (it would drop the new one).
 constexpr milliseconds kStreamLostDelay{1000};
+// How long a removed socket may stay removed before we serve it again: a
+// kubelet restart removes it first and creates kubelet.sock next.
+constexpr milliseconds kSocketSettle{1000};
 constexpr milliseconds kMinBackoff{500};
 constexpr milliseconds kMaxBackoff{30'000};
+// Retries of a resource that could not start.
+constexpr milliseconds kMinStartBackoff{1000};
+constexpr milliseconds kMaxStartBackoff{60'000};
 // How long a server may take to end its calls when it is stopped.
 constexpr milliseconds kServerStopGrace{2000};
 
 std::string_view StateName(int s) {
-  static constexpr std::string_view kNames[] = {"idle", "waiting for kubelet", "registering",
+  static constexpr std::string_view kNames[] = {"down", "waiting for kubelet", "registering",
                                                 "registered", "retrying"};
   return kNames[s];
 }
 
+milliseconds Doubled(milliseconds current, milliseconds min, milliseconds max) {
+  return std::clamp(current * 2, min, max);
+}
+
 }  // namespace
 
-Agent::Agent(config::AgentConfig config) : config_(std::move(config)) {
-  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+// ---- Mailbox ------------------------------------------------------------------------------
+
+Agent::Mailbox::Mailbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+Agent::Mailbox::~Mailbox() {
+  if (fd_ >= 0) close(fd_);
 }
 
-Agent::~Agent() {
-  Shutdown();
-  if (event_fd_ >= 0) close(event_fd_);
+void Agent::Mailbox::Post(Event ev) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    events_.push_back(std::move(ev));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
 }
+
+std::vector<Agent::Event> Agent::Mailbox::Drain() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t rd = read(fd_, &count, sizeof(count));
+  std::vector<Event> out;
+  std::lock_guard lock(mu_);
+  out.swap(events_);
+  return out;
+}
+
+void Agent::Mailbox::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  events_.clear();
+}
+
+// ---- Agent --------------------------------------------------------------------------------
+
+Agent::Agent(config::AgentConfig config)
+    : config_(std::move(config)), mailbox_(std::make_shared<Mailbox>()) {}
+
+Agent::~Agent() { Shutdown(); }
 
 std::string Agent::KubeletSocketPath() const {
   return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
 }
 
-bool Agent::KubeletSocketExists() const { return KubeletSocketIdentity().has_value(); }
-
-std::optional<std::pair<uint64_t, int64_t>> Agent::KubeletSocketIdentity() const {
+std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
   struct stat st;
   if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
   return std::make_pair(static_cast<uint64_t>(st.st_ino),
@@ -65,49 +105,63 @@ std::optional<std::pair<uint64_t, int64_t>> Agent::KubeletSocketIdentity() const
 }
 
 Status Agent::Start() {
-  if (event_fd_ < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
+  if (mailbox_->fd() < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
 
   for (size_t i = 0; i < config_.resources.size(); ++i) {
     auto r = std::make_unique<Resource>();
+    r->index = i;
     r->cfg = config_.resources[i];
     r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
+    r->hub = std::make_unique<kubelet::StreamHub>([mailbox = mailbox_, i](uint64_t registration) {
+      mailbox->Post({Event::kStreamEnded, i, registration, OkStatus()});
+    });
     resources_.push_back(std::move(r));
   }
   // Load every module first: their subsystems make up the udev filter, and
   // the monitor must listen before the first scans so no event is lost.
-  // A configuration mistake is fatal at start (like a TOML error): the
-  // operator sees it at once instead of a silently missing resource. Other
-  // failures cost the resource, unless it is required.
-  auto failed = [&](size_t i, const Status& st) -> Status {
-    if (st.code() == StatusCode::kInvalidArgument) return st;
-    const config::ResourceConfig& cfg = resources_[i]->cfg;
-    if (cfg.required)
-      return FailedPreconditionError(
-          StrCat("required resource \"", cfg.name, "\" failed: ", st.message()));
-    spdlog::error("resource \"{}\" left out: {}", cfg.name, st.message());
-    return OkStatus();
-  };
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    if (Status st = LoadResource(i); !st.ok())
-      if (Status fatal = failed(i, st); !fatal.ok()) return fatal;
+  for (auto& r : resources_) {
+    if (Status st = LoadModule(*r); !st.ok()) {
+      // A mistake in the module's keys is fatal at start, like a TOML error:
+      // the operator sees it at once instead of a silently missing resource.
+      if (st.code() == StatusCode::kInvalidArgument) return st;
+      LeaveOut(*r, st, true);
+    }
   }
-  StartUdevMonitor();
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    if (!resources_[i]->module) continue;
-    if (Status st = StartResource(i); !st.ok())
-      if (Status fatal = failed(i, st); !fatal.ok()) return fatal;
+  RebuildUdevMonitor();
+  // Every create() and first scan run at once, each on its own worker.
+  for (auto& r : resources_)
+    if (r->module) Launch(*r);
+  const auto deadline = Clock::now() + config_.start_timeout;
+  auto starting = [&] {
+    return std::any_of(resources_.begin(), resources_.end(),
+                       [](const auto& r) { return r->starting != nullptr; });
+  };
+  while (starting() && Clock::now() < deadline) {
+    pollfd p{mailbox_->fd(), POLLIN, 0};
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
+    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) > 0)
+      for (Event& ev : mailbox_->Drain()) HandleEvent(ev);
+  }
+  for (auto& r : resources_)
+    if (r->starting) GiveUp(*r);
+  for (const auto& r : resources_) {
+    if (r->failure.ok()) continue;
+    if (r->failure.code() == StatusCode::kInvalidArgument) return r->failure;
+    if (r->cfg.required)
+      return FailedPreconditionError(
+          StrCat("required resource \"", r->cfg.name, "\" failed: ", r->failure.message()));
   }
   std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
   for (const auto& r : resources_)
     if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
   for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    if (resources_[i]->state != State::kIdle) Register(i);
-  }
+  for (auto& r : resources_)
+    if (r->instance) ServeAndRegister(*r);
   if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
+  started_ = true;
   UpdateStatus();
   sd_notify(0, "READY=1");
   uint64_t watchdog_usec = 0;
@@ -119,27 +173,127 @@ Status Agent::Start() {
   return OkStatus();
 }
 
-Status Agent::LoadResource(size_t index) {
-  Resource& r = *resources_[index];
+// ---- starting resources -------------------------------------------------------------------
+
+Status Agent::LoadModule(Resource& r) {
   const std::string path = modules::ResolveModulePath(r.cfg.module, config_.module_dir);
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
-  if (Status st = (*module)->CheckKeys(r.cfg, index); !st.ok()) return st;
+  if (Status st = (*module)->CheckKeys(r.cfg, r.index); !st.ok()) return st;
   r.module = *module;
   return OkStatus();
 }
 
-void Agent::StartUdevMonitor() {
-  udev_subscribers_.clear();
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    const auto& m = resources_[i]->module;
-    if (!m || m->descriptor().udev_subsystems == nullptr) continue;
-    for (const char* const* s = m->descriptor().udev_subsystems; *s; ++s)
-      if (**s) udev_subscribers_[*s].push_back(i);
+void Agent::Launch(Resource& r) {
+  modules::ModuleInstance::Options opts;
+  opts.host_root = config_.host_root;
+  opts.index = r.index;
+  // The kubelet drops a stream whose message exceeds its 4 MiB receive limit
+  // and never reconnects: such a list is held back (the previous one stays).
+  // Both run on the module's worker, on_change right after a check_list that
+  // passed for the same list: the message built for the check is the one sent.
+  auto checked = std::make_shared<kubelet::SnapshotPtr>();
+  opts.check_list = [checked](const modules::DeviceList& list) -> std::string {
+    *checked = kubelet::MakeSnapshot(list);
+    const size_t bytes = (*checked)->ByteSizeLong();
+    if (bytes <= kubelet::kKubeletMaxMessageBytes) return "";
+    checked->reset();
+    return StrCat(list.size(), " devices make a ", bytes,
+                  " byte device list, over the kubelet's 4 MiB message limit; not sending it");
+  };
+  opts.on_change = [hub = r.hub.get(), checked](modules::DeviceListPtr list) {
+    hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
+  };
+  opts.start_timeout = config_.start_timeout;
+  const uint64_t launch = ++r.launch;
+  ++r.attempts;
+  r.start_deadline = Clock::now() + config_.start_timeout;
+  r.starting = modules::ModuleInstance::Launch(
+      r.module, r.cfg, std::move(opts), [mailbox = mailbox_, i = r.index, launch](Status st) {
+        mailbox->Post({Event::kCreated, i, launch, std::move(st)});
+      });
+}
+
+void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
+  if (launch != r.launch || !r.starting) return;  // given up meanwhile
+  std::unique_ptr<modules::ModuleInstance> inst = std::move(r.starting);
+  r.start_deadline.reset();
+  if (!st.ok()) {
+    inst.reset();  // stops its (idle) worker
+    // A configuration problem found by the module needs the operator.
+    LeaveOut(r, st, st.code() != StatusCode::kInvalidArgument);
+    return;
   }
-  if (udev_subscribers_.empty()) return;
+  r.instance = std::move(inst);
+  const bool retried = !r.failure.ok();
+  r.failure = OkStatus();
+  r.start_backoff = milliseconds(0);
+  if (retried)
+    spdlog::info("resource \"{}\": started (attempt {})", r.cfg.name, r.attempts);
+  spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, r.module->name(),
+               r.module->version(), r.module->path());
+  // At start every resource is served together, once all are created.
+  if (started_ && !shut_down_) ServeAndRegister(r);
+}
+
+void Agent::LeaveOut(Resource& r, Status why, bool retry) {
+  const bool same = !r.failure.ok() && r.failure.message() == why.message();
+  r.retry_start = retry;
+  r.start_backoff = Doubled(r.start_backoff, kMinStartBackoff, kMaxStartBackoff);
+  if (retry) r.start_at = Clock::now() + r.start_backoff;
+  const std::string next =
+      retry ? StrCat("; retrying in ", r.start_backoff.count() / 1000, " s")
+            : std::string("; not retried (fix it, then restart devplugd)");
+  // The first failure, and a changed reason, are worth the operator's eye;
+  // the same reason again is not.
+  if (r.failure.ok())
+    spdlog::error("resource \"{}\" left out: {}{}", r.cfg.name, why.message(), next);
+  else if (!same)
+    spdlog::warn("resource \"{}\" still left out: {}{}", r.cfg.name, why.message(), next);
+  else
+    spdlog::debug("resource \"{}\" still left out: {}{}", r.cfg.name, why.message(), next);
+  r.failure = std::move(why);
+}
+
+void Agent::GiveUp(Resource& r) {
+  if (!r.starting) return;
+  const std::string why = r.starting->GiveUpMessage();
+  r.starting->RequestStop();
+  // Stuck inside the module: its worker may come back at any time, so the
+  // instance outlives us on purpose. Another attempt would only strand
+  // another thread in the same call.
+  if (!r.starting->WaitStopped(Clock::now())) (void)r.starting.release();
+  r.starting.reset();
+  r.start_deadline.reset();
+  ++r.launch;
+  LeaveOut(r, UnavailableError(why), false);
+}
+
+void Agent::TryStart(Resource& r) {
+  r.start_at.reset();
+  if (!r.module) {
+    if (Status st = LoadModule(r); !st.ok()) {
+      LeaveOut(r, st, st.code() != StatusCode::kInvalidArgument);
+      return;
+    }
+    RebuildUdevMonitor();  // before its first scan, so no event is missed
+  }
+  Launch(r);
+}
+
+void Agent::RebuildUdevMonitor() {
+  std::map<std::string, std::vector<size_t>, std::less<>> subscribers;
+  for (const auto& r : resources_) {
+    if (!r->module || r->module->descriptor().udev_subsystems == nullptr) continue;
+    for (const char* const* s = r->module->descriptor().udev_subsystems; *s; ++s)
+      if (**s) subscribers[*s].push_back(r->index);
+  }
   std::vector<std::string> subsystems;
-  for (const auto& [s, _] : udev_subscribers_) subsystems.push_back(s);
+  for (const auto& [s, _] : subscribers) subsystems.push_back(s);
+  udev_subscribers_ = std::move(subscribers);
+  if (subsystems == udev_subsystems_ && (udev_ || subsystems.empty())) return;
+  udev_subsystems_ = subsystems;
+  if (subsystems.empty()) return;
   const config::UdevSource source = udev::ResolveSource(config_.udev_source);
   auto monitor = udev::Monitor::Create(source, subsystems);
   if (!monitor.ok()) {
@@ -147,15 +301,17 @@ void Agent::StartUdevMonitor() {
                  monitor.status().message(), config_.resync_interval.count());
     return;
   }
+  // The new monitor listens before the old one goes: nothing falls between.
+  if (udev_) DispatchUdevEvents(*udev_);
   udev_ = std::move(*monitor);
   spdlog::info("listening for {} events on subsystems {}{}", config::UdevSourceName(source),
                StrJoin(subsystems, ","),
                config_.udev_source == config::UdevSource::kAuto ? " (udev_source auto)" : "");
 }
 
-void Agent::DispatchUdevEvents() {
+void Agent::DispatchUdevEvents(udev::Monitor& monitor) {
   bool overflowed = false;
-  std::vector<udev::Event> events = udev_->Drain(&overflowed);
+  std::vector<udev::Event> events = monitor.Drain(&overflowed);
   std::map<size_t, std::vector<udev::Event>> batches;
   for (udev::Event& e : events) {
     spdlog::trace("uevent {} {} {}", e.action, e.subsystem, e.syspath);
@@ -172,64 +328,28 @@ void Agent::DispatchUdevEvents() {
   }
 }
 
-Status Agent::StartResource(size_t index) {
-  Resource& r = *resources_[index];
-  r.hub = std::make_unique<kubelet::StreamHub>([this, index](bool by_agent, uint64_t gen) {
-    if (!by_agent) Post({Event::kStreamEnded, index, gen, grpc::Status::OK});
-  });
-  modules::ModuleInstance::Options opts;
-  opts.host_root = config_.host_root;
-  opts.index = index;
-  opts.on_change = [hub = r.hub.get(), name = r.cfg.name](modules::DeviceListPtr list) {
-    kubelet::SnapshotPtr snapshot = kubelet::MakeSnapshot(*list);
-    // The kubelet drops a stream whose message exceeds its 4 MiB receive
-    // limit and never reconnects: keep the previous list instead.
-    if (const size_t bytes = snapshot->ByteSizeLong(); bytes > kubelet::kKubeletMaxMessageBytes) {
-      spdlog::error("resource \"{}\": {} devices make a {} byte device list, over the kubelet's "
-                    "4 MiB message limit; not sending it",
-                    name, list->size(), bytes);
-      return;
-    }
-    hub->Publish(std::move(snapshot));
-  };
-  opts.start_timeout = config_.start_timeout;
-  auto instance = modules::ModuleInstance::Create(r.module, r.cfg, std::move(opts));
-  if (!instance.ok()) return instance.status();
-  r.instance = std::move(*instance);
-  spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, r.module->name(),
-               r.module->version(), r.module->path());
-
-  if (UnixSocketIsLive(r.socket_path)) {
-    r.instance.reset();
-    return FailedPreconditionError(StrCat(
-        "socket ", r.socket_path, " is served by another process (a second devplugd?)"));
-  }
-  if (Status st = StartServer(r); !st.ok()) {
-    r.instance.reset();
-    return st;
-  }
-  return OkStatus();
-}
+// ---- serving and registering --------------------------------------------------------------
 
 Status Agent::StartServer(Resource& r) {
   StopServer(r);
-  ++r.generation;
-  r.hub->set_generation(r.generation);
+  if (UnixSocketIsLive(r.socket_path))
+    return FailedPreconditionError(StrCat("socket ", r.socket_path,
+                                          " is served by another process (a second devplugd?)"));
   // gRPC removes a stale file at the path before it binds.
   r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get(),
                                                              &timers_, config_.call_timeout);
   grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials(),
-                           &bound_port);
+  builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());
   r.server = builder.BuildAndStart();
   if (!r.server) {
-    r.state = State::kIdle;
+    r.service.reset();
     return UnavailableError(StrCat("cannot serve on ", r.socket_path,
-                                               " (is the directory writable?)"));
+                                   " (is the directory writable?)"));
   }
-  r.state = State::kWaitingKubelet;
+  struct stat st;
+  if (stat(r.socket_path.c_str(), &st) == 0) r.socket_file = std::make_pair(st.st_dev, st.st_ino);
+  r.socket_check_at.reset();
   spdlog::debug("resource \"{}\": serving on {}", r.cfg.name, r.socket_path);
   return OkStatus();
 }
@@ -239,6 +359,8 @@ void Agent::StopServer(Resource& r) {
     r.pending->Cancel();
     r.pending.reset();
   }
+  r.hub->ExpectKubeletStream(0);
+  r.socket_file.reset();
   if (!r.server) return;
   // End our streams first so the kubelet sees a clean end, then stop the
   // server; Shutdown waits for calls in flight up to the deadline.
@@ -249,12 +371,29 @@ void Agent::StopServer(Resource& r) {
   r.service.reset();
 }
 
-void Agent::Register(size_t index) {
-  Resource& r = *resources_[index];
+bool Agent::SocketIsOurs(const Resource& r) const {
+  struct stat st;
+  return r.socket_file && stat(r.socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+         std::make_pair(st.st_dev, st.st_ino) == *r.socket_file;
+}
+
+// A fresh socket, then Register (or a retry later when serving failed).
+void Agent::ServeAndRegister(Resource& r) {
+  if (Status st = StartServer(r); !st.ok()) {
+    spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
+    r.state = State::kDown;
+    ScheduleRegister(r, milliseconds(0));
+    return;
+  }
+  Register(r);
+}
+
+void Agent::Register(Resource& r) {
   r.retry_at.reset();
   r.pending_kubelet = KubeletSocketIdentity();
   if (!r.pending_kubelet) {
-    spdlog::info("resource \"{}\": waiting for {} to appear", r.cfg.name, KubeletSocketPath());
+    if (r.state != State::kWaitingKubelet)
+      spdlog::info("resource \"{}\": waiting for {} to appear", r.cfg.name, KubeletSocketPath());
     r.state = State::kWaitingKubelet;
     return;
   }
@@ -264,79 +403,136 @@ void Agent::Register(size_t index) {
   req.set_resource_name(r.cfg.name);
   *req.mutable_options() = kubelet::OptionsFor(r.instance->module());
   r.state = State::kRegistering;
-  const uint64_t gen = r.generation;
+  const uint64_t registration = ++r.registration;
+  // Armed before the call: the kubelet may open its stream before Register
+  // returns.
+  r.hub->ExpectKubeletStream(registration);
   {
     std::lock_guard lock(register_mu_);
     ++registers_in_flight_;
   }
-  r.pending = kubelet::StartRegister(KubeletSocketPath(), req, kubelet::kRegisterDeadline,
-                                     [this, index, gen](const grpc::Status& st) {
-                                       Post({Event::kRegisterDone, index, gen, st});
-                                       std::lock_guard lock(register_mu_);
-                                       if (--registers_in_flight_ == 0)
-                                         register_cv_.notify_all();
-                                     });
+  r.pending = kubelet::StartRegister(
+      KubeletSocketPath(), req, kubelet::kRegisterDeadline,
+      [this, mailbox = mailbox_, i = r.index, registration](const grpc::Status& st) {
+        mailbox->Post({Event::kRegisterDone, i, registration,
+                       Status(static_cast<StatusCode>(st.error_code()), st.error_message())});
+        std::lock_guard lock(register_mu_);
+        if (--registers_in_flight_ == 0) register_cv_.notify_all();
+      });
 }
 
-void Agent::RestartAndRegister(size_t index) {
-  Resource& r = *resources_[index];
-  if (Status st = StartServer(r); !st.ok()) {
-    spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
-    ScheduleRetry(r, milliseconds(0));
-    return;
-  }
-  Register(index);
-}
-
-void Agent::ScheduleRetry(Resource& r, milliseconds min_delay) {
-  r.backoff = std::clamp(r.backoff * 2, kMinBackoff, kMaxBackoff);
-  r.state = State::kRetryWait;
+void Agent::ScheduleRegister(Resource& r, milliseconds min_delay) {
+  r.backoff = Doubled(r.backoff, kMinBackoff, kMaxBackoff);
+  if (r.state != State::kDown) r.state = State::kRetryWait;
   r.retry_at = Clock::now() + std::max(min_delay, r.backoff);
+}
+
+bool Agent::WithThisKubelet(const Resource& r, const std::optional<KubeletId>& kubelet) const {
+  return kubelet && ((r.state == State::kRegistered && r.registered_kubelet == kubelet) ||
+                     (r.state == State::kRegistering && r.pending_kubelet == kubelet));
 }
 
 void Agent::OnKubeletRestart() {
   const auto kubelet = KubeletSocketIdentity();
   if (!kubelet) return;  // already gone again; its successor will tell us
-  spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    Resource& r = *resources_[i];
-    if (!r.instance) continue;
-    // A retry may have registered with this very kubelet already.
-    if (r.state == State::kRegistered && r.registered_kubelet == kubelet) continue;
-    r.backoff = milliseconds(0);
-    RestartAndRegister(i);
+  bool said = false;
+  for (auto& r : resources_) {
+    if (!r->instance) continue;
+    // Already registered, or registering, with this very kubelet: a
+    // kubelet.sock that appeared during our own start, or a retry that got
+    // there first. Once per kubelet.sock identity.
+    if (WithThisKubelet(*r, kubelet)) continue;
+    if (!said)
+      spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
+    said = true;
+    r->backoff = milliseconds(0);
+    // The kubelet removed our socket and its old streams are gone.
+    ServeAndRegister(*r);
   }
 }
 
+void Agent::OnSocketRemoved(Resource& r) {
+  if (!r.server) return;
+  // Events queue up while we work: say only what is true now.
+  if (SocketIsOurs(r)) {
+    spdlog::trace("resource \"{}\": an earlier removal of {} (served again since)", r.cfg.name,
+                  r.cfg.socket);
+    return;
+  }
+  if (r.socket_check_at) return;
+  spdlog::info("resource \"{}\": socket {} was removed; serving it again in {} ms unless the "
+               "kubelet restarts",
+               r.cfg.name, r.socket_path, kSocketSettle.count());
+  r.socket_check_at = Clock::now() + kSocketSettle;
+}
+
+void Agent::CheckSocket(Resource& r) {
+  r.socket_check_at.reset();
+  if (!r.server || SocketIsOurs(r)) return;
+  const bool registered = r.state == State::kRegistered || r.state == State::kRegistering;
+  // A kubelet restart is under way: its kubelet.sock creation serves us anew.
+  if (registered && !WithThisKubelet(r, KubeletSocketIdentity())) return;
+  // Removed by someone else: the kubelet's stream still runs on the old
+  // socket, and a kubelet that restarts later could not reach us. End that
+  // stream (stop the server), serve a fresh socket, register once the
+  // kubelet has seen the end.
+  if (Status st = StartServer(r); !st.ok()) {
+    spdlog::error("resource \"{}\": {}", r.cfg.name, st.message());
+    r.state = State::kDown;
+    ScheduleRegister(r, milliseconds(0));
+    return;
+  }
+  if (registered) {
+    r.state = State::kRetryWait;
+    r.retry_at = Clock::now() + kStreamLostDelay;
+    spdlog::warn("resource \"{}\": serving {} again; registering again in {} ms", r.cfg.name,
+                 r.socket_path, kStreamLostDelay.count());
+  }
+}
+
+// ---- the main loop ------------------------------------------------------------------------
+
 void Agent::HandleEvent(const Event& ev) {
   Resource& r = *resources_[ev.resource];
-  if (ev.generation != r.generation || !r.instance) return;  // stale
   switch (ev.kind) {
+    case Event::kCreated:
+      OnCreated(r, ev.number, ev.status);
+      break;
     case Event::kRegisterDone:
+      if (ev.number != r.registration || r.state != State::kRegistering) return;  // stale
       r.pending.reset();
-      if (r.state != State::kRegistering) return;
       if (ev.status.ok()) {
         r.state = State::kRegistered;
         r.registered_kubelet = r.pending_kubelet;
         r.backoff = milliseconds(0);
-        ++r.registrations;
-        spdlog::info("resource \"{}\": registered with the kubelet (socket {})", r.cfg.name,
-                     r.cfg.socket);
+        spdlog::info("resource \"{}\": registered with the kubelet (socket {}{})", r.cfg.name,
+                     r.cfg.socket,
+                     r.register_failures > 0 ? StrCat(", after ", r.register_failures,
+                                                      " failed attempts")
+                                             : std::string());
+        r.register_failures = 0;
       } else {
-        ScheduleRetry(r, milliseconds(0));
-        spdlog::warn("resource \"{}\": Register failed ({}: {}); retrying in {} ms", r.cfg.name,
-                     static_cast<int>(ev.status.error_code()), ev.status.error_message(),
-                     r.backoff.count());
+        r.hub->ExpectKubeletStream(0);
+        ScheduleRegister(r, milliseconds(0));
+        // The server stays up; only Register is retried. One warning, then
+        // the retries at debug level until it works.
+        const auto level = r.register_failures++ == 0 ? spdlog::level::warn : spdlog::level::debug;
+        spdlog::log(level, "resource \"{}\": Register failed ({}: {}); retrying in {} ms",
+                    r.cfg.name, StatusCodeName(ev.status.code()), ev.status.message(),
+                    r.backoff.count());
       }
       break;
     case Event::kStreamEnded:
-      // The kubelet never reopens ListAndWatch: without a new registration
+      // Only the end of the stream that belongs to the current registration:
+      // the kubelet never reopens ListAndWatch, so without a new registration
       // this resource is gone from the node after its grace period.
+      if (ev.number != r.registration) return;
       if (r.state != State::kRegistered && r.state != State::kRegistering) return;
-      ScheduleRetry(r, kStreamLostDelay);
+      r.pending.reset();
+      r.state = State::kRetryWait;
+      r.retry_at = Clock::now() + kStreamLostDelay;
       spdlog::warn("resource \"{}\": the kubelet closed ListAndWatch; registering again in {} ms",
-                   r.cfg.name,
-                   std::chrono::duration_cast<milliseconds>(*r.retry_at - Clock::now()).count());
+                   r.cfg.name, kStreamLostDelay.count());
       break;
   }
   UpdateStatus();
@@ -344,9 +540,16 @@ void Agent::HandleEvent(const Event& ev) {
 
 int Agent::NextTimeoutMs() const {
   std::optional<Clock::time_point> next = next_resync_;
-  if (next_watchdog_ && (!next || *next_watchdog_ < *next)) next = next_watchdog_;
-  for (const auto& r : resources_)
-    if (r->retry_at && (!next || *r->retry_at < *next)) next = r->retry_at;
+  auto consider = [&](const std::optional<Clock::time_point>& t) {
+    if (t && (!next || *t < *next)) next = t;
+  };
+  consider(next_watchdog_);
+  for (const auto& r : resources_) {
+    consider(r->retry_at);
+    consider(r->start_at);
+    consider(r->start_deadline);
+    consider(r->socket_check_at);
+  }
   if (!next) return -1;
   const auto left = std::chrono::ceil<milliseconds>(*next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
@@ -354,6 +557,11 @@ int Agent::NextTimeoutMs() const {
 
 void Agent::FireTimers() {
   const auto now = Clock::now();
+  auto due = [&](std::optional<Clock::time_point>& t) {
+    if (!t || *t > now) return false;
+    t.reset();
+    return true;
+  };
   if (next_watchdog_ && *next_watchdog_ <= now) {
     // Reaching this line proves the main loop runs; a loop stuck anywhere
     // stops the pings and systemd restarts the service.
@@ -365,43 +573,44 @@ void Agent::FireTimers() {
     for (const auto& r : resources_)
       if (r->instance) r->instance->RequestRescan();
   }
-  for (size_t i = 0; i < resources_.size(); ++i) {
-    Resource& r = *resources_[i];
-    if (!r.retry_at || *r.retry_at > now) continue;
-    r.retry_at.reset();
+  for (auto& rp : resources_) {
+    Resource& r = *rp;
+    if (r.start_deadline && *r.start_deadline <= now) GiveUp(r);
+    if (due(r.start_at)) TryStart(r);
     if (!r.instance) continue;
-    RestartAndRegister(i);
+    if (due(r.socket_check_at)) CheckSocket(r);
+    if (due(r.retry_at)) {
+      // Register again on the same server, unless its socket is gone.
+      if (r.server && SocketIsOurs(r)) Register(r);
+      else ServeAndRegister(r);
+    }
   }
   UpdateStatus();
 }
 
-void Agent::Post(Event ev) {
-  {
-    std::lock_guard lock(events_mu_);
-    events_.push_back(std::move(ev));
-  }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof(one));
-}
-
 void Agent::UpdateStatus() {
-  size_t registered = 0, serving = 0;
+  size_t registered = 0, running = 0;
   for (const auto& r : resources_) {
     if (r->state == State::kRegistered) ++registered;
-    if (r->instance) ++serving;
+    if (r->instance) ++running;
   }
-  std::string status = StrCat("registered ", registered, "/", resources_.size(),
-                                    " resources");
-  if (serving < resources_.size()) StrAppend(&status, "; ", resources_.size() - serving, " failed");
-  if (registered < serving && !KubeletSocketExists()) StrAppend(&status, "; waiting for kubelet");
+  std::string status = StrCat("registered ", registered, "/", resources_.size(), " resources");
+  if (running < resources_.size()) {
+    const size_t retried = std::count_if(resources_.begin(), resources_.end(), [](const auto& r) {
+      return !r->instance && (r->starting || r->start_at);
+    });
+    StrAppend(&status, "; ", resources_.size() - running, " failed");
+    if (retried > 0) StrAppend(&status, " (", retried, " retrying)");
+  }
+  if (registered < running && !KubeletSocketIdentity()) StrAppend(&status, "; waiting for kubelet");
   // Say which resources offer nothing usable: on a fresh node that is the
   // hint to look at the journal and the configuration.
   std::vector<std::string> idle;
   for (const auto& r : resources_) {
     if (!r->instance) continue;
     const modules::DeviceListPtr list = r->instance->devices();
-    if (!list || std::none_of(list->begin(), list->end(),
-                              [](const modules::Device& d) { return d.healthy; }))
+    if (std::none_of(list->begin(), list->end(),
+                     [](const modules::Device& d) { return d.healthy; }))
       idle.push_back(r->cfg.name);
   }
   if (!idle.empty())
@@ -415,12 +624,13 @@ void Agent::UpdateStatus() {
   }
 }
 
-void Agent::Run(int signal_fd) {
+int Agent::Run(int signal_fd) {
+  int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
     pollfd fds[4] = {{signal_fd, POLLIN, 0},
                      {watch_.fd(), POLLIN, 0},
-                     {event_fd_, POLLIN, 0},
+                     {mailbox_->fd(), POLLIN, 0},
                      {udev_ ? udev_->fd() : -1, POLLIN, 0}};
     const int n = poll(fds, 4, timeout_ms);
     if (n < 0 && errno != EINTR) {
@@ -441,33 +651,29 @@ void Agent::Run(int signal_fd) {
     if (fds[1].revents & POLLIN) {
       kubelet::PluginDirWatch::Events ev = watch_.Drain();
       if (ev.dir_gone) {
-        spdlog::warn("{} was removed; recreating it and waiting for the kubelet",
-                     config_.plugin_dir);
-        if (Status st = watch_.Start(config_.plugin_dir); !st.ok())
-          spdlog::error("{}", st.message());
-        ev.kubelet_socket_created = KubeletSocketExists();
+        // A directory created anew (kubeadm reset, an operator) is a
+        // different directory: under systemd's ProtectSystem= our view of it
+        // is read-only, and a hostPath mount would still show the old one.
+        // A fresh process sees the new one: exit and let the service manager
+        // start us again.
+        spdlog::error("{} was removed; exiting (status {}) so that devplugd starts again with "
+                      "the new directory",
+                      config_.plugin_dir, kExitPluginDirLost);
+        exit_status = kExitPluginDirLost;
+        break;
       }
       if (ev.kubelet_socket_created) OnKubeletRestart();
-      for (const std::string& name : ev.removed) {
-        for (const auto& r : resources_)
-          if (name == r->cfg.socket)
-            spdlog::debug("resource \"{}\": socket {} removed", r->cfg.name, name);
-      }
+      for (const std::string& name : ev.removed)
+        for (auto& r : resources_)
+          if (name == r->cfg.socket) OnSocketRemoved(*r);
     }
-    if (fds[3].revents & POLLIN) DispatchUdevEvents();
-    if (fds[2].revents & POLLIN) {
-      uint64_t count;
-      [[maybe_unused]] ssize_t rd = read(event_fd_, &count, sizeof(count));
-      std::vector<Event> events;
-      {
-        std::lock_guard lock(events_mu_);
-        events.swap(events_);
-      }
-      for (const Event& e : events) HandleEvent(e);
-    }
+    if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
+    if (fds[2].revents & POLLIN)
+      for (const Event& e : mailbox_->Drain()) HandleEvent(e);
     FireTimers();
   }
   Shutdown();
+  return exit_status;
 }
 
 void Agent::Shutdown() {
@@ -475,25 +681,35 @@ void Agent::Shutdown() {
   shut_down_ = true;
   sd_notify(0, "STOPPING=1");
   for (auto& r : resources_) {
+    const bool served = r->server != nullptr;
     StopServer(*r);
-    if (r->instance) unlink(r->socket_path.c_str());
+    if (served) unlink(r->socket_path.c_str());
   }
   // Destroy module instances after every server is down: no call can reach
-  // them any more. A module stuck in a call costs its thread, not shutdown.
+  // them any more. All stop at once, under one deadline; a module stuck in a
+  // call costs its thread, not the shutdown.
+  const auto deadline = Clock::now() + config_.start_timeout;
   for (auto& r : resources_) {
-    if (r->instance && !r->instance->Stop(config_.start_timeout)) {
-      spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
-                    r->cfg.name, r->module->name(), config_.start_timeout.count());
-      (void)r->instance.release();  // its thread may still use it
+    if (r->instance) r->instance->RequestStop();
+    if (r->starting) r->starting->RequestStop();
+  }
+  for (auto& r : resources_) {
+    for (auto* inst : {&r->instance, &r->starting}) {
+      if (!*inst) continue;
+      if (!(*inst)->WaitStopped(deadline)) {
+        spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
+                      r->cfg.name, r->module->name(), config_.start_timeout.count());
+        (void)inst->release();  // its thread may still use it
+      }
+      inst->reset();
     }
-    r->instance.reset();
   }
   {
-    // Cancelled above; their callbacks still reference this agent.
+    // Cancelled above; their callbacks count down here.
     std::unique_lock lock(register_mu_);
     register_cv_.wait(lock, [&] { return registers_in_flight_ == 0; });
   }
-  // Stream-end callbacks may have posted events; nothing reads them now.
+  mailbox_->Close();
   spdlog::info("stopped");
 }
 

@@ -1,11 +1,25 @@
 // devplugd's orchestrator: loads modules, runs one module instance, one gRPC
-// server and one kubelet registration per [[resource]], and follows the
-// kubelet through restarts.
+// server and one kubelet registration per [[resource]], follows the kubelet
+// through restarts, and keeps retrying resources that could not start.
+//
+// Per resource, the kubelet side moves through these states:
+//
+//   down ──serve──▶ waiting for kubelet ──kubelet.sock──▶ registering ──OK──▶ registered
+//                                                            │  ▲                │
+//                                         Register failed ───┘  └── retry_at ◀───┘ our stream
+//                                         (server stays up)        (retry wait)     ended
+//
+// A kubelet restart (kubelet.sock created anew) serves on a fresh socket and
+// registers at once; our socket removed by someone else is served again
+// (after its stream ended) and registered after a short wait. Only the
+// stream that belongs to the current registration counts (see StreamHub).
 //
 // Thread safety: Start(), Run() and the destructor are called from the main
 // thread. Other threads (gRPC, module workers) only reach the agent through
-// its event queue.
+// its mailbox, which outlives the agent for callbacks that come late.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -19,16 +33,20 @@
 #include <grpcpp/grpcpp.h>
 
 #include "config/config.h"
-#include "util/status.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
 #include "udev/udev_monitor.h"
+#include "util/status.h"
 #include "util/timers.h"
 
 namespace devplug {
+
+// Exit status when the plugin directory was removed under us: a fresh
+// process (a fresh sandbox under systemd) is the only way to see the new one.
+inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 
 class Agent {
  public:
@@ -37,98 +55,144 @@ class Agent {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Loads modules, creates instances, starts every resource's server and
-  // the first registrations. Fails with INVALID_ARGUMENT for a configuration
-  // mistake in a resource's module keys, and otherwise only when a
-  // `required` resource fails or the plugin directory cannot be watched;
-  // other resource failures (a module that cannot be loaded or created) are
-  // logged and that resource is left out.
+  // Loads modules, creates every instance (in parallel, each within
+  // start_timeout), starts every resource's server and the first
+  // registrations. Fails with INVALID_ARGUMENT for a configuration mistake in
+  // a resource's module keys, and otherwise only when a `required` resource
+  // fails or the plugin directory cannot be watched; other resources that
+  // fail are logged, left out and retried with backoff.
   Status Start();
 
   // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), then
-  // stops serving and removes the sockets.
-  void Run(int signal_fd);
+  // stops serving and removes the sockets. Returns the process exit status:
+  // 0, or kExitPluginDirLost.
+  int Run(int signal_fd);
 
   // Stops every resource (idempotent; also done by the destructor).
   void Shutdown();
 
  private:
   using Clock = std::chrono::steady_clock;
+  // A kubelet.sock instance: inode and change time (ns).
+  using KubeletId = std::pair<uint64_t, int64_t>;
 
   enum class State {
-    kIdle,            // not serving (failed, or stopped)
+    kDown,            // not serving (not started, failed, or stopped)
     kWaitingKubelet,  // serving; kubelet.sock absent
     kRegistering,     // Register in flight
     kRegistered,      // kubelet accepted us
-    kRetryWait,       // waiting for retry_at
+    kRetryWait,       // serving; Register again at retry_at
   };
 
   struct Resource {
+    size_t index = 0;
     config::ResourceConfig cfg;
     std::string socket_path;
-    std::shared_ptr<const modules::LoadedModule> module;  // null: failed to load
-    // The hub outlives the instance that publishes into it.
+    std::shared_ptr<const modules::LoadedModule> module;  // null: not loaded (yet)
+    // The hub outlives every instance that publishes into it.
     std::unique_ptr<kubelet::StreamHub> hub;
-    std::unique_ptr<modules::ModuleInstance> instance;
+
+    // ---- the module instance ----
+    std::unique_ptr<modules::ModuleInstance> instance;  // running
+    std::unique_ptr<modules::ModuleInstance> starting;  // create() and first scan under way
+    uint64_t launch = 0;                                 // numbers create attempts
+    std::optional<Clock::time_point> start_deadline;     // for `starting`
+    // Why the resource is not running ("" when it is), and its retries.
+    Status failure;
+    bool retry_start = false;  // worth another attempt (not a config error, not hung)
+    std::optional<Clock::time_point> start_at;
+    std::chrono::milliseconds start_backoff{0};
+    uint64_t attempts = 0;
+
+    // ---- serving ----
     std::unique_ptr<kubelet::DevicePluginService> service;
     std::unique_ptr<grpc::Server> server;
+    std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
+    std::optional<Clock::time_point> socket_check_at;    // our socket was removed
+
+    // ---- registration ----
+    State state = State::kDown;
     std::shared_ptr<kubelet::PendingRegister> pending;
-    uint64_t generation = 0;  // bumped on every server start
-    State state = State::kIdle;
+    uint64_t registration = 0;  // number of the latest Register sent
     std::optional<Clock::time_point> retry_at;
     std::chrono::milliseconds backoff{0};
-    uint64_t registrations = 0;
-    // Which kubelet.sock (inode and change time) the pending and the
-    // accepted registration went to: a kubelet.sock creation event for the
-    // instance we are already registered with changes nothing.
-    std::optional<std::pair<uint64_t, int64_t>> pending_kubelet;
-    std::optional<std::pair<uint64_t, int64_t>> registered_kubelet;
+    uint64_t register_failures = 0;  // in a row
+    std::optional<KubeletId> pending_kubelet;     // kubelet.sock the pending Register went to
+    std::optional<KubeletId> registered_kubelet;  // ... and the accepted one
   };
 
   struct Event {
-    enum Kind { kRegisterDone, kStreamEnded } kind;
+    enum Kind { kCreated, kRegisterDone, kStreamEnded } kind;
     size_t resource;
-    uint64_t generation;
-    grpc::Status status;
+    uint64_t number;  // kCreated: launch; otherwise: registration
+    Status status;
   };
 
-  Status LoadResource(size_t index);
-  Status StartResource(size_t index);
-  void StartUdevMonitor();
-  void DispatchUdevEvents();
+  // Where other threads post events; an eventfd wakes the main loop. Shared
+  // with every callback, so one that runs after the agent is gone (a given-up
+  // module finishing create() at last) finds it closed.
+  class Mailbox {
+   public:
+    Mailbox();
+    ~Mailbox();
+    int fd() const { return fd_; }
+    void Post(Event ev);
+    std::vector<Event> Drain();
+    void Close();
+
+   private:
+    int fd_ = -1;
+    std::mutex mu_;
+    std::vector<Event> events_;  // guarded by mu_
+    bool closed_ = false;        // guarded by mu_
+  };
+
+  // ---- starting resources ----
+  Status LoadModule(Resource& r);
+  void Launch(Resource& r);
+  void OnCreated(Resource& r, uint64_t launch, Status st);
+  void LeaveOut(Resource& r, Status why, bool retry);
+  void GiveUp(Resource& r);
+  void TryStart(Resource& r);
+  void RebuildUdevMonitor();
+  void DispatchUdevEvents(udev::Monitor& monitor);
+
+  // ---- serving and registering ----
   Status StartServer(Resource& r);
   void StopServer(Resource& r);
-  void Register(size_t index);
-  // A fresh server (socket) and a Register; on failure a retry later.
-  void RestartAndRegister(size_t index);
-  void ScheduleRetry(Resource& r, std::chrono::milliseconds min_delay);
+  bool SocketIsOurs(const Resource& r) const;
+  void ServeAndRegister(Resource& r);
+  void Register(Resource& r);
+  void ScheduleRegister(Resource& r, std::chrono::milliseconds min_delay);
   void OnKubeletRestart();
+  void OnSocketRemoved(Resource& r);
+  void CheckSocket(Resource& r);
+  bool WithThisKubelet(const Resource& r, const std::optional<KubeletId>& kubelet) const;
+
+  // ---- the main loop ----
   void HandleEvent(const Event& ev);
-  void Post(Event ev);
   void FireTimers();
-  // Milliseconds until the nearest timer, or -1 for none.
   int NextTimeoutMs() const;
   void UpdateStatus();
-  bool KubeletSocketExists() const;
-  // (inode, ctime in ns) of the current kubelet.sock, if it is a socket.
-  std::optional<std::pair<uint64_t, int64_t>> KubeletSocketIdentity() const;
+  std::optional<KubeletId> KubeletSocketIdentity() const;
   std::string KubeletSocketPath() const;
 
   const config::AgentConfig config_;
+  const std::shared_ptr<Mailbox> mailbox_;
   // Call deadlines; declared before the resources so it outlives them.
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
   std::unique_ptr<udev::Monitor> udev_;
+  std::vector<std::string> udev_subsystems_;  // the monitor's filter, sorted
   // Subsystem -> indices of the resources whose module declared it.
   std::map<std::string, std::vector<size_t>, std::less<>> udev_subscribers_;
-  int event_fd_ = -1;
-  std::mutex events_mu_;
-  std::vector<Event> events_;  // guarded by events_mu_
-  // Register calls whose callback has not run yet; Shutdown waits for them.
+  // Register calls whose callback has not run yet; Shutdown waits for them
+  // (their callbacks run on gRPC threads and count down here).
   std::mutex register_mu_;
   std::condition_variable register_cv_;
   int registers_in_flight_ = 0;  // guarded by register_mu_
+  bool started_ = false;  // Start() is done: a resource created now is served at once
   bool shut_down_ = false;
   std::string last_status_;
   // Next safety rescan of every resource (resync_interval); unset if 0.

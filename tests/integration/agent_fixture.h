@@ -67,6 +67,7 @@ class AgentTest : public ::testing::Test {
   void StartSim() {
     KubeletSim::Options o;
     o.dir = plugin_dir();
+    o.owns_dir = true;
     sim_ = std::make_unique<KubeletSim>(o);
     ASSERT_TRUE(sim_->Start().ok());
   }

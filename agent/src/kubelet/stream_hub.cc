@@ -1,5 +1,7 @@
 #include "kubelet/stream_hub.h"
 
+#include <utility>
+
 #include <spdlog/spdlog.h>
 
 namespace devplug::kubelet {
@@ -18,7 +20,8 @@ SnapshotPtr MakeSnapshot(const modules::DeviceList& devices) {
 
 class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse> {
  public:
-  Stream(StreamHub* hub, uint64_t generation) : hub_(hub), generation_(generation) {}
+  // registration: the one this stream belongs to, or 0 (someone else's).
+  Stream(StreamHub* hub, uint64_t registration) : hub_(hub), registration_(registration) {}
 
   // Hub lock held.
   void Offer(SnapshotPtr snapshot) {
@@ -65,7 +68,7 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
       std::lock_guard lock(mu_);
       by_agent = by_agent_;
     }
-    hub_->Remove(this, by_agent, generation_);
+    hub_->Remove(this, by_agent, registration_);
     delete this;
   }
 
@@ -90,7 +93,7 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
   }
 
   StreamHub* const hub_;
-  const uint64_t generation_;
+  const uint64_t registration_;
   std::mutex mu_;
   SnapshotPtr current_;  // the message being written; kept alive until done
   SnapshotPtr pending_;  // newest snapshot not yet written
@@ -114,11 +117,15 @@ SnapshotPtr StreamHub::latest() const {
 
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream() {
   std::lock_guard lock(mu_);
-  auto* s = new Stream(this, generation_);
+  auto* s = new Stream(this, std::exchange(expected_, 0));
   streams_.insert(s);
-  ++opened_;
   if (latest_) s->Offer(latest_);
   return s;
+}
+
+void StreamHub::ExpectKubeletStream(uint64_t registration) {
+  std::lock_guard lock(mu_);
+  expected_ = registration;
 }
 
 void StreamHub::CloseAll() {
@@ -126,27 +133,12 @@ void StreamHub::CloseAll() {
   for (Stream* s : streams_) s->Close();
 }
 
-void StreamHub::Remove(Stream* s, bool by_agent, uint64_t generation) {
+void StreamHub::Remove(Stream* s, bool by_agent, uint64_t registration) {
   {
     std::lock_guard lock(mu_);
     streams_.erase(s);
   }
-  if (on_end_) on_end_(by_agent, generation);
-}
-
-void StreamHub::set_generation(uint64_t g) {
-  std::lock_guard lock(mu_);
-  generation_ = g;
-}
-
-size_t StreamHub::open_streams() const {
-  std::lock_guard lock(mu_);
-  return streams_.size();
-}
-
-uint64_t StreamHub::streams_opened() const {
-  std::lock_guard lock(mu_);
-  return opened_;
+  if (on_end_ && !by_agent && registration != 0) on_end_(registration);
 }
 
 }  // namespace devplug::kubelet

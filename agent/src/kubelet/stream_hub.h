@@ -4,6 +4,13 @@
 // only the newest pending snapshot: at most one write is in flight per stream
 // and a slow reader never builds a queue.
 //
+// Whose stream counts: the kubelet opens exactly one ListAndWatch per
+// registration, possibly before Register returns. The agent arms the hub
+// with the registration's number just before it sends Register, and the
+// first stream opened after that belongs to that registration: only its end
+// is "the kubelet went away". Any other stream (grpcurl, a probe, a
+// monitoring client) gets the same snapshots and may come and go freely.
+//
 // Thread safety: all methods are thread-safe. Lock order: hub, then stream.
 #pragma once
 
@@ -27,12 +34,11 @@ SnapshotPtr MakeSnapshot(const modules::DeviceList& devices);
 
 class StreamHub {
  public:
-  // Called (without locks held) whenever a stream ends. by_agent: the agent
-  // closed it (shutdown, restart) rather than the kubelet going away.
-  // generation: the hub's generation when the stream opened.
-  using StreamEndListener = std::function<void(bool by_agent, uint64_t generation)>;
+  // Called (without locks held) when the stream that belongs to a
+  // registration ends other than by CloseAll(): the kubelet went away.
+  using KubeletStreamEnded = std::function<void(uint64_t registration)>;
 
-  explicit StreamHub(StreamEndListener on_end) : on_end_(std::move(on_end)) {}
+  explicit StreamHub(KubeletStreamEnded on_end) : on_end_(std::move(on_end)) {}
   StreamHub(const StreamHub&) = delete;
   StreamHub& operator=(const StreamHub&) = delete;
 
@@ -44,25 +50,21 @@ class StreamHub {
   // snapshot.
   grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* OpenStream();
 
-  // Tags streams opened from now on (the agent bumps it per server start).
-  void set_generation(uint64_t g);
+  // The next stream opened belongs to `registration` (non-zero); 0 disarms.
+  void ExpectKubeletStream(uint64_t registration);
 
   // Ends every open stream with status OK (agent shutdown or restart).
   void CloseAll();
 
-  size_t open_streams() const;
-  uint64_t streams_opened() const;
-
  private:
   class Stream;
-  void Remove(Stream* s, bool by_agent, uint64_t generation);
+  void Remove(Stream* s, bool by_agent, uint64_t registration);
 
-  const StreamEndListener on_end_;
+  const KubeletStreamEnded on_end_;
   mutable std::mutex mu_;
-  SnapshotPtr latest_;         // guarded by mu_
-  std::set<Stream*> streams_;  // guarded by mu_
-  uint64_t opened_ = 0;        // guarded by mu_
-  uint64_t generation_ = 0;    // guarded by mu_
+  SnapshotPtr latest_;          // guarded by mu_
+  std::set<Stream*> streams_;   // guarded by mu_
+  uint64_t expected_ = 0;       // guarded by mu_: registration of the next stream
 };
 
 }  // namespace devplug::kubelet
