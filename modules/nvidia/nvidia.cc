@@ -31,6 +31,8 @@
 
 namespace {
 
+constexpr uint32_t kNvidiaVendor = 0x10de;
+
 using devplug::common::DeviceSink;
 using devplug::common::Host;
 using devplug::common::HostRoot;
@@ -164,7 +166,6 @@ class Nvidia : public Instance {
         if (cdi_) r->Cdi("nvidia.com/gpu=" + uuid);
       }
     }
-    first_scan_ = false;
   }
 
   bool OnUdevEvent(const devplug_udev_event& ev) override {
@@ -181,10 +182,26 @@ class Nvidia : public Instance {
       reinit_nvml_ = true;
       return true;
     }
-    // Another PCI function: a new GPU only matters if it is NVIDIA's, and
-    // that needs a rescan to tell. Cheap enough; the agent rate-limits.
-    if (action == "add" || action == "bind") reinit_nvml_ = true;
-    return action == "add" || action == "bind" || action == "remove" || action == "unbind";
+    // Another PCI function. Only a new NVIDIA one can be a new GPU: SR-IOV
+    // VFs of a NIC coming and going on a GPU node must not re-initialise
+    // NVML (or rescan). A function we never listed leaving changes nothing.
+    if ((action == "add" || action == "bind") && IsNvidiaFunction(ev)) {
+      reinit_nvml_ = true;
+      return true;
+    }
+    return false;
+  }
+
+  bool IsNvidiaFunction(const devplug_udev_event& ev) const {
+    // The event's own device folder, else the bus's link to it.
+    for (const std::string& dir :
+         {ev.syspath ? root_.Path(ev.syspath) : std::string(),
+          root_.Path("/sys/bus/pci/devices/" + std::string(ev.sysname))}) {
+      if (dir.empty()) continue;
+      if (auto vendor = devplug::common::ReadHexAttr(dir + "/vendor"); vendor.ok())
+        return *vendor == kNvidiaVendor;
+    }
+    return false;
   }
 
   std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
@@ -530,7 +547,6 @@ class Nvidia : public Instance {
   bool nvml_up_ = false;
   bool reinit_nvml_ = false;
   bool warned_no_events_ = false;
-  bool first_scan_ = true;
   std::map<std::string, Gpu> gpus_;            // by UUID; worker thread only
   std::map<std::string, std::string> reported_;  // uuid -> last logged problem
   std::vector<std::string> topo_ids_;            // UUIDs, index of links_/levels_

@@ -65,9 +65,9 @@ std::string NormalizeBusId(const char* bus_id) {
   char tail = 0;
   if (bus_id == nullptr ||
       std::sscanf(bus_id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4 ||
-      domain > 0xffff || bus > 0xff || dev > 0x1f || fn > 7)
+      bus > 0xff || dev > 0x1f || fn > 7)
     return {};
-  char out[16];
+  char out[24];
   std::snprintf(out, sizeof(out), "%04x:%02x:%02x.%x", domain, bus, dev, fn);
   return out;
 }

@@ -50,6 +50,8 @@ class GpuFixture {
     return ok;
   }
 
+  SysfsFixture& sysfs() { return fx_; }
+
   // Rewrites the fake NVML's script only (read at the next nvmlInit_v2).
   void Script(const std::vector<FakeGpu>& gpus, const std::vector<std::string>& extra = {}) {
     std::string script;

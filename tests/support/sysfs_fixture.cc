@@ -21,12 +21,13 @@ std::string Hex(uint32_t v, int width) {
 }  // namespace
 
 std::string SysfsFixture::DeviceRel(const PciSpec& spec) const {
-  const std::string domain = spec.address.substr(0, 4);
-  if (spec.parent.empty()) {
-    return "sys/devices/pci" + domain + ":" + spec.address.substr(5, 2) + "/" + spec.address;
-  }
-  const std::string pd = spec.parent.substr(0, 4), pb = spec.parent.substr(5, 2);
-  return "sys/devices/pci" + pd + ":" + pb + "/" + spec.parent + "/" + spec.address;
+  // The root bus of "<domain>:<bus>:<dev>.<fn>" is "pci<domain>:<bus>"; the
+  // domain has 4 digits, or more above ffff (Intel VMD).
+  auto root_bus = [](const std::string& address) {
+    return "pci" + address.substr(0, address.find(':') + 3);
+  };
+  if (spec.parent.empty()) return "sys/devices/" + root_bus(spec.address) + "/" + spec.address;
+  return "sys/devices/" + root_bus(spec.parent) + "/" + spec.parent + "/" + spec.address;
 }
 
 std::string SysfsFixture::DevicePath(const std::string& address) const {

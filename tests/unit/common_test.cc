@@ -43,7 +43,13 @@ TEST(CommonIdsTest, PciAddresses) {
   EXPECT_EQ(NormalizePciAddress("0000:3b:02.1"), "0000:3b:02.1");
   EXPECT_EQ(NormalizePciAddress("3b:02.1"), "0000:3b:02.1");
   EXPECT_EQ(NormalizePciAddress("0000:AF:1F.7"), "0000:af:1f.7");
-  EXPECT_EQ(NormalizePciAddress("10000:3b:02.1"), std::nullopt);
+  // Domains above ffff (Intel VMD): as many digits as the kernel prints.
+  EXPECT_EQ(NormalizePciAddress("10000:3b:02.1"), "10000:3b:02.1");
+  EXPECT_EQ(NormalizePciAddress("00010000:3B:02.1"), "10000:3b:02.1");
+  EXPECT_EQ(NormalizePciAddress("ffffffff:00:00.0"), "ffffffff:00:00.0");
+  EXPECT_EQ(NormalizePciAddress("100000000:00:00.0"), std::nullopt);
+  EXPECT_TRUE(IsPciAddress("10000:e1:00.0"));
+  EXPECT_FALSE(IsPciAddress("010000:e1:00.0"));  // the kernel prints no such zero
   EXPECT_EQ(NormalizePciAddress("0000:3b:20.0"), std::nullopt);  // slot > 0x1f
   EXPECT_EQ(NormalizePciAddress("0000:3b:02.8"), std::nullopt);  // function > 7
   EXPECT_EQ(NormalizePciAddress("0000-3b:02.1"), std::nullopt);
@@ -127,6 +133,10 @@ void BuildMixedTree(SysfsFixture& fx) {
              .iommu_group = 200});  // unbound
   fx.AddPci({.address = "0000:00:1f.0", .vendor = 0x8086, .device = 0xa1c1,
              .class_code = 0x060100});  // no group, numa -1
+  // An NVMe drive behind Intel VMD: PCI domain 10000, a 13-character address.
+  fx.AddPci({.address = "10000:e1:00.0", .vendor = 0x8086, .device = 0x0a54,
+             .class_code = 0x010802, .driver = "nvme", .numa_node = 0, .iommu_group = 30,
+             .parent = "10000:e0:06.0"});
 }
 
 TEST(CommonPciTest, EnumeratesAFixtureTreeLikeSysfs) {
@@ -136,7 +146,7 @@ TEST(CommonPciTest, EnumeratesAFixtureTreeLikeSysfs) {
   auto scan = EnumeratePci(HostRoot(t.path()));
   ASSERT_TRUE(scan.ok()) << scan.error().ToString();
   EXPECT_TRUE(scan->problems.empty());
-  ASSERT_EQ(scan->functions.size(), 16u);
+  ASSERT_EQ(scan->functions.size(), 17u);
   std::map<std::string, PciFunction> by;
   for (const auto& f : scan->functions) by[f.address] = f;
 
@@ -165,6 +175,11 @@ TEST(CommonPciTest, EnumeratesAFixtureTreeLikeSysfs) {
   EXPECT_EQ(by.at("0000:00:1f.0").iommu_group, -1);
   EXPECT_EQ(by.at("0000:00:1f.0").numa_node, -1);
   EXPECT_EQ(by.at("0000:00:1f.0").class_code, 0x060100u);
+
+  // Seen in review: domains above ffff were skipped.
+  const PciFunction& vmd = by.at("10000:e1:00.0");
+  EXPECT_EQ(vmd.driver, "nvme");
+  EXPECT_EQ(vmd.iommu_group, 30);
 
   auto one = ReadPciFunction(HostRoot(t.path()), "0000:af:00.0");
   ASSERT_TRUE(one.ok());

@@ -140,6 +140,37 @@ TEST_F(NvidiaModuleTest, CriticalXidMakesTheGpuUnhealthyUntilItReappears) {
   ASSERT_TRUE(WaitHealth(**inst, kD, false));
 }
 
+// Seen in review: any PCI add or bind on the host (SR-IOV VFs of a NIC on a
+// GPU node) re-initialised NVML. Only NVIDIA's own functions count.
+TEST_F(NvidiaModuleTest, OtherVendorsPciEventsAreNotTheModulesBusiness) {
+  ASSERT_TRUE(Build());
+  auto inst = Open("");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  auto event = [&](const std::string& action, const std::string& address) {
+    udev::Event ev;
+    ev.action = action;
+    ev.subsystem = "pci";
+    ev.sysname = address;
+    ev.syspath = fx_.sysfs().DevicePath(address).substr(root_.path().size());
+    (*inst)->OnUdevEvents({ev});
+  };
+  fx_.sysfs().AddPci({.address = "0000:3b:02.0", .vendor = 0x8086, .device = 0x1889,
+                      .driver = "iavf", .numa_node = 0});
+  uint64_t scans = (*inst)->scans();
+  event("add", "0000:3b:02.0");
+  event("bind", "0000:3b:02.0");
+  event("unbind", "0000:3b:02.0");
+  harness::Rescan(**inst);  // one scan of our own, queued after the events
+  EXPECT_EQ((*inst)->scans(), scans + 1) << "an Intel VF made the module rescan";
+  // A new NVIDIA function may be a new GPU: that one is looked at.
+  fx_.sysfs().AddPci({.address = "0000:86:00.0", .vendor = 0x10de, .device = 0x20b0,
+                      .driver = "nvidia", .numa_node = 1});
+  scans = (*inst)->scans();
+  event("add", "0000:86:00.0");
+  harness::Rescan(**inst);
+  EXPECT_EQ((*inst)->scans(), scans + 2);
+}
+
 TEST_F(NvidiaModuleTest, IgnoredXidsAreConfigurableAndNullDeviceHitsAll) {
   ASSERT_TRUE(Build());
   auto inst = Open("ignored_xids = [79]\n");

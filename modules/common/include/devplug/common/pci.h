@@ -111,7 +111,6 @@ class DriverBindings {
  private:
   struct Entry {
     uint64_t ino = 0;
-    int64_t ctime_ns = 0;
     PciFunction function;
     bool valid = false;  // the read succeeded and the function is bound here
   };
@@ -123,11 +122,12 @@ class DriverBindings {
 };
 
 // True for a PCI function address in sysfs's form: "0000:3b:00.0", lower
-// case.
+// case; domains above ffff have more digits ("10000:01:00.0", Intel VMD).
 bool IsPciAddress(std::string_view s);
 
-// "0000:3b:00.0" (lower case), also accepting "3b:00.0" (domain 0) and
-// upper-case hex; nullopt if it is not a PCI function address.
+// "0000:3b:00.0" (lower case), also accepting "3b:00.0" (domain 0),
+// upper-case hex and a zero-padded domain ("00010000:01:00.0"); nullopt if
+// it is not a PCI function address.
 std::optional<std::string> NormalizePciAddress(std::string_view s);
 
 // A 16-bit PCI ID written in hex, with or without 0x, any case.
