@@ -19,7 +19,6 @@
 namespace devplug {
 namespace {
 
-constexpr char kKvmUevent[] = "/sys/class/misc/kvm/uevent";
 constexpr char kDir[] = "test.example/dir";
 
 // Writes an action to a sysfs uevent file: the kernel emits that uevent.
@@ -50,6 +49,24 @@ int Sh(const std::string& cmd) {
 
 class UdevTest : public AgentTest {
  protected:
+  // The kvm module serving a real misc device of this machine (kvm, or tun
+  // where there is no kvm): its node in the fixture tree, real uevents.
+  bool UseMiscDevice() {
+    misc_ = testing::RealMiscDevice();
+    return misc_.has_value();
+  }
+  std::string MiscResource(int shares) const {
+    return Resource(kKvm, "kvm",
+                    "shares = " + std::to_string(shares) + "\ndevice = \"" + misc_->node + "\"");
+  }
+  bool MakeMiscNode() {
+    return testing::MakeCharDevice(host_root() + misc_->node, misc_->major, misc_->minor);
+  }
+  void RemoveMiscNode() { std::remove((host_root() + misc_->node).c_str()); }
+  bool TriggerMisc() { return Trigger(misc_->uevent); }
+
+  std::optional<testing::MiscDevice> misc_;
+
   std::vector<std::string> Ids(const std::string& name) {
     std::vector<std::string> ids;
     const auto r = sim_->resource(name);
@@ -58,39 +75,41 @@ class UdevTest : public AgentTest {
   }
 };
 
-TEST_F(UdevTest, KvmNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
-  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
-  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+TEST_F(UdevTest, MiscNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
+  if (!testing::IsRoot()) GTEST_SKIP() << "writing uevent files needs root";
+  ASSERT_TRUE(UseMiscDevice()) << "no /sys/class/misc/kvm or /sys/class/misc/tun";
+  ASSERT_TRUE(MakeMiscNode());
   StartSim();
-  StartAgent(Resource(kKvm, "kvm", "shares = 3"), "0s", "udev_source = \"kernel\"");
+  StartAgent(MiscResource(3), "0s", "udev_source = \"kernel\"");
   ASSERT_TRUE(Registered(kKvm));
   ASSERT_TRUE(HealthyIs(kKvm, 3, 3));
   ASSERT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems misc", kWait));
 
   // Without an event nothing looks: the change stays unseen.
-  std::remove((host_root() + "/dev/kvm").c_str());
+  RemoveMiscNode();
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(sim_->resource(kKvm)->healthy(), 3u) << "the agent polled";
 
-  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(TriggerMisc());
   ASSERT_TRUE(HealthyIs(kKvm, 3, 0));
-  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
-  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(MakeMiscNode());
+  ASSERT_TRUE(TriggerMisc());
   ASSERT_TRUE(HealthyIs(kKvm, 3, 3));
   // Health changes are new snapshots on the same stream.
   EXPECT_EQ(sim_->resource(kKvm)->registrations, 1u);
 }
 
 TEST_F(UdevTest, EventStormEndsInTheRightState) {
-  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
-  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  if (!testing::IsRoot()) GTEST_SKIP() << "writing uevent files needs root";
+  ASSERT_TRUE(UseMiscDevice()) << "no /sys/class/misc/kvm or /sys/class/misc/tun";
+  ASSERT_TRUE(MakeMiscNode());
   StartSim();
-  StartAgent(Resource(kKvm, "kvm", "shares = 2"), "0s", "udev_source = \"kernel\"");
+  StartAgent(MiscResource(2), "0s", "udev_source = \"kernel\"");
   ASSERT_TRUE(Registered(kKvm));
   ASSERT_TRUE(HealthyIs(kKvm, 2, 2));
   for (int i = 0; i < 1000; ++i) {
-    if (i == 500) std::remove((host_root() + "/dev/kvm").c_str());
-    ASSERT_TRUE(Trigger(kKvmUevent));
+    if (i == 500) RemoveMiscNode();
+    ASSERT_TRUE(TriggerMisc());
   }
   ASSERT_TRUE(HealthyIs(kKvm, 2, 0));
   // Far fewer snapshots than events: only changes are pushed.
@@ -257,19 +276,20 @@ TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
 }
 
 TEST_F(UdevTest, UdevSourceThroughSystemdUdevd) {
-  if (!CanTrigger(kKvmUevent)) GTEST_SKIP() << "needs root and " << kKvmUevent;
+  if (!testing::IsRoot()) GTEST_SKIP() << "writing uevent files needs root";
+  ASSERT_TRUE(UseMiscDevice()) << "no /sys/class/misc/kvm or /sys/class/misc/tun";
   testing::Udevd udevd;
   if (!udevd.ready()) GTEST_SKIP() << "systemd-udevd could not be started here";
-  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
+  ASSERT_TRUE(MakeMiscNode());
   StartSim();
-  StartAgent(Resource(kKvm, "kvm", "shares = 2"), "0s", "udev_source = \"udev\"");
+  StartAgent(MiscResource(2), "0s", "udev_source = \"udev\"");
   ASSERT_TRUE(Registered(kKvm));
   ASSERT_TRUE(agent_->WaitForLog("listening for udev events on subsystems misc", kWait));
-  std::remove((host_root() + "/dev/kvm").c_str());
-  ASSERT_TRUE(Trigger(kKvmUevent));
+  RemoveMiscNode();
+  ASSERT_TRUE(TriggerMisc());
   ASSERT_TRUE(HealthyIs(kKvm, 2, 0));
-  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/kvm", 10, 232));
-  ASSERT_TRUE(Trigger(kKvmUevent));
+  ASSERT_TRUE(MakeMiscNode());
+  ASSERT_TRUE(TriggerMisc());
   ASSERT_TRUE(HealthyIs(kKvm, 2, 2));
 }
 

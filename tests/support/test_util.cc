@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -171,6 +172,28 @@ RunResult RunProcess(const std::vector<std::string>& argv) {
   res.output = ReadFile(tmpl);
   unlink(tmpl);
   return res;
+}
+
+std::optional<MiscDevice> RealMiscDevice() {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, std::string>> candidates = {{"kvm", "/dev/kvm"},
+                                                                 {"tun", "/dev/net/tun"}};
+  if (const char* want = std::getenv("DEVPLUG_TEST_MISC_DEVICE"))
+    std::erase_if(candidates, [&](const auto& c) { return c.first != want; });
+  for (const auto& [name, node] : candidates) {
+    MiscDevice d;
+    d.name = name;
+    d.node = node;
+    d.uevent = "/sys/class/misc/" + name + "/uevent";
+    if (!IsRoot() || access(d.uevent.c_str(), W_OK) != 0) continue;
+    std::error_code ec;
+    d.syspath = fs::canonical("/sys/class/misc/" + name, ec).string();
+    if (ec || std::sscanf(ReadFile("/sys/class/misc/" + name + "/dev").c_str(), "%u:%u", &d.major,
+                          &d.minor) != 2)
+      continue;
+    return d;
+  }
+  return std::nullopt;
 }
 
 RunResult RunDevplugd(const std::vector<std::string>& args) {

@@ -32,6 +32,20 @@ bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor);
 bool IsRoot();
 bool FileExists(const std::string& path);
 
+// A real misc device of this machine whose uevent file a test writes to (the
+// kernel then sends a real "change" uevent naming it): kvm where the machine
+// has /sys/class/misc/kvm, else tun, which nearly every kernel has. The
+// environment variable DEVPLUG_TEST_MISC_DEVICE=<name> picks one. nullopt
+// when there is none, or it cannot be written to (not root).
+struct MiscDevice {
+  std::string name;     // "kvm", "tun"
+  std::string node;     // its device node: "/dev/kvm", "/dev/net/tun"
+  std::string uevent;   // "/sys/class/misc/kvm/uevent"
+  std::string syspath;  // "/sys/devices/virtual/misc/kvm", as events name it
+  unsigned major = 0, minor = 0;
+};
+std::optional<MiscDevice> RealMiscDevice();
+
 // Starts argv[0] with argv; stderr (and stdout too if `both`) to `log_path`.
 // -1 on failure.
 pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log_path,
