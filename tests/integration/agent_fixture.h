@@ -47,8 +47,11 @@ class AgentTest : public ::testing::Test {
     if (agent_ && agent_->Running()) {
       // Every test ends with a clean shutdown (under the sanitizers this is
       // also where leaks and errors at exit surface).
-      KeepLog();
       EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+    }
+    if (agent_) {
+      KeepLog();
+      if (!agent_->ending().empty()) agent_log_ += "(devplugd " + agent_->ending() + ")\n";
     }
     agent_.reset();
     if (sim_) {

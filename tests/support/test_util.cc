@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -91,14 +92,20 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path, b
   return SpawnProcess(argv, out_path, both);
 }
 
-std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited) {
+std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited,
+                           std::string* ending) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) {
       *exited = true;
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFEXITED(status)) {
+        *ending = "exited with status " + std::to_string(WEXITSTATUS(status));
+        return WEXITSTATUS(status);
+      }
+      *ending = "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                strsignal(WTERMSIG(status)) + ")" + (WCOREDUMP(status) ? ", core dumped" : "");
       return std::nullopt;
     }
     if (std::chrono::steady_clock::now() > end) return std::nullopt;
@@ -128,24 +135,26 @@ AgentProcess::~AgentProcess() {
 std::optional<int> AgentProcess::Stop(int sig, std::chrono::milliseconds timeout) {
   if (exited_) return std::nullopt;
   kill(pid_, sig);
-  auto rc = WaitPid(pid_, timeout, &exited_);
+  auto rc = WaitPid(pid_, timeout, &exited_, &ending_);
   if (!exited_) {
     kill(pid_, SIGKILL);
     int status;
     waitpid(pid_, &status, 0);
     exited_ = true;
+    ending_ = "still running " + std::to_string(timeout.count()) + " ms after signal " +
+              std::to_string(sig) + "; killed";
   }
   return rc;
 }
 
 bool AgentProcess::Running() {
-  if (!exited_) WaitPid(pid_, std::chrono::milliseconds(0), &exited_);
+  if (!exited_) WaitPid(pid_, std::chrono::milliseconds(0), &exited_, &ending_);
   return !exited_;
 }
 
 std::optional<int> AgentProcess::Wait(std::chrono::milliseconds timeout) {
   if (exited_) return std::nullopt;
-  return WaitPid(pid_, timeout, &exited_);
+  return WaitPid(pid_, timeout, &exited_, &ending_);
 }
 
 std::string AgentProcess::Log() const { return ReadFile(log_path_); }

@@ -77,11 +77,15 @@ class AgentProcess {
   // Waits for the process to exit by itself.
   std::optional<int> Wait(std::chrono::milliseconds timeout);
   std::string Log() const;
+  // How the process ended ("exited with status 0", "killed by signal 11
+  // (Segmentation fault)", ...), or "" while it runs.
+  const std::string& ending() const { return ending_; }
   bool WaitForLog(const std::string& needle, std::chrono::milliseconds timeout) const;
 
  private:
   pid_t pid_ = -1;
   bool exited_ = false;
+  std::string ending_;
   std::string log_path_;
 };
 
