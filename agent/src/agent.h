@@ -159,7 +159,9 @@ class Agent {
 
   // ---- serving and registering ----
   Status StartServer(Resource& r);
-  void StopServer(Resource& r);
+  // Ends the streams and stops the server. `exiting`: the process ends next
+  // (see Shutdown), the server object is not destroyed.
+  void StopServer(Resource& r, bool exiting = false);
   bool SocketIsOurs(const Resource& r) const;
   void ServeAndRegister(Resource& r);
   void Register(Resource& r);

@@ -14,6 +14,11 @@ PluginDirWatch::~PluginDirWatch() {
   if (fd_ >= 0) close(fd_);
 }
 
+void PluginDirWatch::StopWatching() {
+  if (fd_ >= 0 && wd_ >= 0) inotify_rm_watch(fd_, wd_);
+  wd_ = -1;
+}
+
 Status PluginDirWatch::Start(const std::string& dir) {
   dir_ = dir;
   std::error_code ec;

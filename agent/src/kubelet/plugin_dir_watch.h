@@ -35,6 +35,9 @@ class PluginDirWatch {
   // Creates the directory if missing and starts watching it.
   Status Start(const std::string& dir);
   int fd() const { return fd_; }
+  // Removes the watch (shutdown): the kernel then retires it while the agent
+  // stops its servers, instead of in close(), which would wait for that.
+  void StopWatching();
   // Reads every pending event (non-blocking).
   Events Drain();
 
