@@ -79,6 +79,7 @@ int InspectModule(const InspectOptions& o) {
   if ((*module)->has_allocate()) hooks += " allocate";
   if ((*module)->has_preferred_allocation()) hooks += " preferred_allocation";
   if ((*module)->has_pre_start()) hooks += " pre_start";
+  if ((*module)->has_on_release()) hooks += " on_release";
   std::printf("  optional hooks:%s\n", hooks.empty() ? " none" : hooks.c_str());
   std::string subsystems;
   for (const char* const* s = d.udev_subsystems; s && *s; ++s) StrAppend(&subsystems, " ", *s);
@@ -126,10 +127,11 @@ int InspectModule(const InspectOptions& o) {
       std::printf("    ... %zu more (--all shows every device)\n", devices->size() - 20);
       break;
     }
-    std::printf("    %-24s %-9s numa %-3s %s\n", dev.id.c_str(),
+    std::printf("    %-24s %-9s numa %-3s %s%s\n", dev.id.c_str(),
                 dev.healthy ? "Healthy" : "Unhealthy",
                 dev.numa_node < 0 ? "-" : std::to_string(dev.numa_node).c_str(),
-                Describe(dev.recipe).c_str());
+                Describe(dev.recipe).c_str(),
+                dev.health_reason.empty() ? "" : (" (" + dev.health_reason + ")").c_str());
   }
   return 0;
 }

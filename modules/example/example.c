@@ -7,7 +7,14 @@
  * character device. A container given devices receives the node under its
  * own name (/dev/example-<k>) and EXAMPLE_DEVICES=<comma-separated IDs>.
  *
- * Keys: count (integer, 1..1024, default 2), node (string, default /dev/null).
+ * Keys: count (integer, 1..1024, default 2), node (string, default /dev/null),
+ * exclusive (boolean, default false): each device goes to one pod at a time,
+ * and is "given back" (on_release) after it; otherwise pods share them and
+ * release tracking is off.
+ *
+ * ABI 1.2 in use, each checked at run time so that the module also runs on
+ * older agents: set_health_reason (why a device is Unhealthy), on_release
+ * and track_releases (what to do when a pod has given a device back).
  *
  * Build: see README.md beside this file.
  */
@@ -22,6 +29,7 @@
 struct devplug_instance {
   const struct devplug_host *host; /* valid until destroy() */
   int64_t count;
+  int32_t exclusive;
   char node[256];       /* as the kubelet sees it */
   char host_node[4096]; /* host_root + node: what we stat */
 };
@@ -40,10 +48,16 @@ static int example_create(const struct devplug_host *host, struct devplug_instan
     host->config_error(host, "node", "must be an absolute path shorter than 256 bytes");
     return -EINVAL;
   }
+  int32_t exclusive = 0;
+  host->config_bool(host, "exclusive", &exclusive);
+  /* Shared devices are never "given back": no release tracking for them. */
+  if (!exclusive && DEVPLUG_HAS_MEMBER(host, struct devplug_host, track_releases))
+    host->track_releases(host, 0);
   struct devplug_instance *inst = calloc(1, sizeof(*inst));
   if (inst == NULL) return -ENOMEM;
   inst->host = host;
   inst->count = count;
+  inst->exclusive = exclusive;
   snprintf(inst->node, sizeof(inst->node), "%s", node);
   snprintf(inst->host_node, sizeof(inst->host_node), "%s%s",
            strcmp(host->host_root, "/") == 0 ? "" : host->host_root, node);
@@ -64,6 +78,10 @@ static int example_list_devices(struct devplug_instance *inst, struct devplug_de
     int rc = sink->add_device(sink, id, healthy ? DEVPLUG_HEALTHY : DEVPLUG_UNHEALTHY,
                               DEVPLUG_NO_NUMA_NODE, &recipe);
     if (rc < 0) return rc;
+    /* Why it is Unhealthy, in a few words: the agent logs it and shows it in
+     * its status. */
+    if (!healthy && DEVPLUG_HAS_MEMBER(sink, struct devplug_device_sink, set_health_reason))
+      sink->set_health_reason(sink, "backing node missing");
     /* The default recipe: what Allocate returns for this device. Values of
      * one env key from several devices are joined with ','. */
     if ((rc = recipe->add_device_node(recipe, inst->node, container_path, "rw")) < 0) return rc;
@@ -72,9 +90,21 @@ static int example_list_devices(struct devplug_instance *inst, struct devplug_de
   return 0;
 }
 
+/* A pod has given these devices back (exclusive mode). A real module resets
+ * or scrubs the hardware here; -EAGAIN asks the agent to try again later.
+ * Meanwhile the devices are Unhealthy ("releasing"). */
+static int example_release(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  char msg[256];
+  snprintf(msg, sizeof(msg), "%zu device(s) given back, first %s: nothing to reset", n,
+           n > 0 ? ids[0] : "-");
+  inst->host->log(inst->host, DEVPLUG_LOG_INFO, msg);
+  return 0;
+}
+
 static const struct devplug_config_key example_keys[] = {
     {"count", DEVPLUG_CONFIG_INT, 0, "number of devices (default 2)"},
     {"node", DEVPLUG_CONFIG_STRING, 0, "character device behind them (default /dev/null)"},
+    {"exclusive", DEVPLUG_CONFIG_BOOL, 0, "one pod per device, released after it"},
     {NULL, 0, 0, NULL},
 };
 
@@ -91,6 +121,7 @@ static const struct devplug_module example_module = {
     .destroy = example_destroy,
     .list_devices = example_list_devices,
     /* allocate, preferred_allocation, pre_start, on_udev_event: optional. */
+    .on_release = example_release, /* ABI 1.2; older agents never read it */
 };
 
 DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_abi_minor,

@@ -77,7 +77,13 @@ static void kvm_destroy(struct devplug_instance *inst) { free(inst); }
 
 static int kvm_list_devices(struct devplug_instance *inst, struct devplug_device_sink *sink) {
   struct stat st;
-  const int healthy = stat(inst->host_path, &st) == 0 && S_ISCHR(st.st_mode);
+  const int present = stat(inst->host_path, &st) == 0;
+  const int healthy = present && S_ISCHR(st.st_mode);
+  char reason[300];
+  snprintf(reason, sizeof(reason), "%s %s", inst->device,
+           present ? "is not a character device" : "missing");
+  /* ABI 1.2: older agents have no set_health_reason. */
+  const int reasons = DEVPLUG_HAS_MEMBER(sink, struct devplug_device_sink, set_health_reason);
 
   if (healthy != inst->last_healthy) {
     if (healthy)
@@ -94,6 +100,7 @@ static int kvm_list_devices(struct devplug_instance *inst, struct devplug_device
     int rc = sink->add_device(sink, id, healthy ? DEVPLUG_HEALTHY : DEVPLUG_UNHEALTHY,
                               DEVPLUG_NO_NUMA_NODE, &recipe);
     if (rc < 0) return rc;
+    if (!healthy && reasons) sink->set_health_reason(sink, reason);
     rc = recipe->add_device_node(recipe, inst->device, inst->device, "rw");
     if (rc < 0) return rc;
   }

@@ -59,6 +59,7 @@ struct Gpu {
   nvml::Device handle = nullptr;
   bool found = false;    // in the latest discovery
   std::string problem;   // why it cannot be used, "" when healthy
+  bool lost = false;     // NVML says it fell off the bus
 };
 
 // "Key:   value" lines of a procfs information file.
@@ -141,25 +142,32 @@ class Nvidia : public Instance {
       bad_xid = bad_xid_;
     }
     for (auto& [uuid, g] : gpus_) {
-      std::string problem;
+      // `problem` for the log, `reason` (a few words) for the status.
+      std::string problem, reason;
       const std::string node = "/dev/nvidia" + std::to_string(g.minor);
-      if (!g.found)
+      if (!g.found) {
         problem = "is gone (not reported by " + std::string(nvml_up_ ? "NVML" : "procfs") + ")";
-      else if (!g.problem.empty())
+        reason = "gone";
+      } else if (!g.problem.empty()) {
         problem = g.problem;
-      else if (!devplug::common::IsCharDevice(root_.Path(node)))
+        reason = g.lost ? "fallen off the bus" : "NVML error";
+      } else if (!devplug::common::IsCharDevice(root_.Path(node))) {
         problem = node + " is missing";
-      else if (procfs && !devplug::common::Exists(
-                             root_.Path(std::string(kProcGpus) + "/" + g.pci + "/information")))
+        reason = node + " missing";
+      } else if (procfs && !devplug::common::Exists(root_.Path(std::string(kProcGpus) + "/" +
+                                                               g.pci + "/information"))) {
         problem = std::string(kProcGpus) + "/" + g.pci + "/information is missing";
-      else if (auto it = bad_xid.find(uuid); it != bad_xid.end())
+        reason = "procfs entry missing";
+      } else if (auto it = bad_xid.find(uuid); it != bad_xid.end()) {
         problem = "critical XID " + std::to_string(it->second) +
                   "; Unhealthy until the GPU is reset or re-appears";
+        reason = "XID " + std::to_string(it->second);
+      }
       Report(g, problem);
       const bool healthy = problem.empty();
       for (int64_t k = 0; k < shares_; k++) {
         const std::string id = shares_ == 1 ? uuid : uuid + "::" + std::to_string(k);
-        auto r = sink.Add(id, healthy, g.numa_node);
+        auto r = sink.Add(id, healthy, g.numa_node, reason);
         if (!r || !healthy) continue;
         for (const std::string& c : control) r->Node(c);
         r->Node(node).Env("NVIDIA_VISIBLE_DEVICES", uuid);
@@ -276,6 +284,7 @@ class Nvidia : public Instance {
       g.handle = dev;
       g.found = true;
       g.problem.clear();
+      g.lost = false;
       nvml::PciInfo pci{};
       if ((rc = api.DeviceGetPciInfo(dev, &pci)) == nvml::kSuccess)
         g.pci = nvml::NormalizeBusId(pci.busId);
@@ -284,7 +293,10 @@ class Nvidia : public Instance {
         g.minor = minor;
       else
         g.problem = "NVML cannot tell its device minor: " + lib_->Error(rc);
-      if (rc == nvml::kErrorGpuIsLost) g.problem = "has fallen off the bus (" + lib_->Error(rc) + ")";
+      if (rc == nvml::kErrorGpuIsLost) {
+        g.problem = "has fallen off the bus (" + lib_->Error(rc) + ")";
+        g.lost = true;
+      }
       char name[nvml::kNameBufferSize] = {};
       if (api.DeviceGetName && api.DeviceGetName(dev, name, sizeof(name)) == nvml::kSuccess)
         g.model = name;
@@ -324,6 +336,7 @@ class Nvidia : public Instance {
       g.numa_node = Numa(g.pci);
       g.found = true;
       g.problem.clear();
+      g.lost = false;
     }
   }
 

@@ -82,6 +82,19 @@ struct Hca {
     });
   }
   bool usable() const { return port_active() && verbs_node; }
+  // A few words for the status: "port 1 DOWN", "uverbs0 missing".
+  std::string Reason() const {
+    if (!verbs_node) return uverbs.empty() ? "no verbs device" : uverbs + " missing";
+    static constexpr const char* kStates[] = {"unreadable", "DOWN",   "INIT",
+                                              "ARMED",      "ACTIVE", "ACTIVE_DEFER"};
+    std::string s;
+    for (const Port& p : ports) {
+      if (!s.empty()) s += ", ";
+      s += "port " + std::to_string(p.number) + " " +
+           (p.state >= 0 && p.state <= 5 ? kStates[p.state] : std::to_string(p.state));
+    }
+    return s.empty() ? "no ports" : s;
+  }
   std::string Why() const {
     if (!verbs_node)
       return uverbs.empty() ? "has no verbs device (is ib_uverbs loaded?)" : uverbs + " is missing";
@@ -169,7 +182,7 @@ class Rdma : public Instance {
     };
     if (exclusive_) {
       for (const Hca& h : hcas) {
-        auto r = sink.Add(h.ibdev, h.usable(), h.numa_node);
+        auto r = sink.Add(h.ibdev, h.usable(), h.numa_node, h.usable() ? "" : h.Reason());
         if (!r || !h.usable()) continue;
         add_nodes(*r, h);
         if (rdma_cm) r->Node(kRdmaCm);
@@ -180,8 +193,14 @@ class Rdma : public Instance {
       int numa = hcas.empty() ? -1 : hcas.front().numa_node;
       for (const Hca& h : hcas)
         if (h.numa_node != numa) numa = -1;
+      std::string reason;
+      if (!healthy) {
+        reason = hcas.empty() ? "no adapter found" : "no usable adapter: ";
+        for (size_t i = 0; i < hcas.size() && i < 4; ++i)
+          reason += (i ? "; " : "") + hcas[i].ibdev + " " + hcas[i].Reason();
+      }
       for (int64_t k = 0; k < shares_; k++) {
-        auto r = sink.Add("rdma-" + std::to_string(k), healthy, numa);
+        auto r = sink.Add("rdma-" + std::to_string(k), healthy, numa, reason);
         if (!r || !healthy) continue;
         for (const Hca& h : hcas) add_nodes(*r, h);
         if (rdma_cm) r->Node(kRdmaCm);

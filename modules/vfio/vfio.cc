@@ -46,6 +46,17 @@ struct Seen {
   bool healthy() const { return why == Why::kNone; }
 };
 
+// What the status shows for an Unhealthy function: a few words.
+std::string Reason(const Seen& s) {
+  switch (s.why) {
+    case Why::kNoGroup: return "no IOMMU group";
+    case Why::kNoGroupNode: return "/dev/vfio/" + std::to_string(s.group) + " missing";
+    case Why::kNoContainerNode: return std::string(kContainerNode) + " missing";
+    case Why::kNone: break;
+  }
+  return "";
+}
+
 std::string Describe(const Seen& s) {
   switch (s.why) {
     case Why::kNoGroup: return "has no IOMMU group (is the IOMMU enabled?)";
@@ -107,7 +118,7 @@ class Vfio : public Instance {
         s.why = Why::kNoContainerNode;
       healthy += s.healthy();
 
-      auto recipe = sink.Add(f.address, s.healthy(), f.numa_node);
+      auto recipe = sink.Add(f.address, s.healthy(), f.numa_node, Reason(s));
       if (recipe && s.healthy()) recipe->Node(kContainerNode).Node(node).Env(env_key_, f.address);
       for (; old != seen_.cend() && old->address < s.address; ++old)
         changes_[left].push_back(old->address);

@@ -28,13 +28,14 @@ PIN_OFFSET(devplug_recipe, add_env, 32);
 PIN_OFFSET(devplug_recipe, add_annotation, 40);
 PIN_OFFSET(devplug_recipe, add_cdi_device, 48);
 
-PIN_SIZE(devplug_device_sink, 24);
+PIN_SIZE(devplug_device_sink, 32);
 PIN_OFFSET(devplug_device_sink, add_device, 16);
+PIN_OFFSET(devplug_device_sink, set_health_reason, 24); /* minor 2 */
 
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);
 
-PIN_SIZE(devplug_host, 104);
+PIN_SIZE(devplug_host, 120);
 PIN_OFFSET(devplug_host, abi_minor, 4);
 PIN_OFFSET(devplug_host, agent_data, 8);
 PIN_OFFSET(devplug_host, resource_name, 16);
@@ -47,7 +48,15 @@ PIN_OFFSET(devplug_host, config_string, 64);
 PIN_OFFSET(devplug_host, config_int, 72);
 PIN_OFFSET(devplug_host, config_bool, 80);
 PIN_OFFSET(devplug_host, config_string_array, 88);
-PIN_OFFSET(devplug_host, config_int_array, 96);
+PIN_OFFSET(devplug_host, config_int_array, 96); /* minor 1 */
+PIN_OFFSET(devplug_host, pod_of, 104);          /* minor 2 */
+PIN_OFFSET(devplug_host, track_releases, 112);  /* minor 2 */
+
+PIN_SIZE(devplug_pod, 40);
+PIN_OFFSET(devplug_pod, pod_namespace, 8);
+PIN_OFFSET(devplug_pod, pod_name, 16);
+PIN_OFFSET(devplug_pod, pod_uid, 24);
+PIN_OFFSET(devplug_pod, container, 32);
 
 PIN_SIZE(devplug_config_key, 24);
 PIN_OFFSET(devplug_config_key, type, 8);
@@ -62,7 +71,7 @@ PIN_OFFSET(devplug_udev_event, syspath, 32);
 PIN_OFFSET(devplug_udev_event, sysname, 40);
 PIN_OFFSET(devplug_udev_event, devnode, 48);
 
-PIN_SIZE(devplug_module, 112);
+PIN_SIZE(devplug_module, 120);
 PIN_OFFSET(devplug_module, abi_major, 4);
 PIN_OFFSET(devplug_module, abi_minor, 8);
 PIN_OFFSET(devplug_module, name, 16);
@@ -77,6 +86,7 @@ PIN_OFFSET(devplug_module, on_udev_event, 80);
 PIN_OFFSET(devplug_module, allocate, 88);
 PIN_OFFSET(devplug_module, preferred_allocation, 96);
 PIN_OFFSET(devplug_module, pre_start, 104);
+PIN_OFFSET(devplug_module, on_release, 112); /* minor 2 */
 #endif
 
 /* Values other code relies on. */

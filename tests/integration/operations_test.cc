@@ -27,7 +27,7 @@ TEST(InspectModuleTest, DescribesAModuleAndWhatItFinds) {
   WriteFile(root / "dev/kvm", "");  // not a character device: Unhealthy
   auto r = Inspect({testing::ModuleDir() + "/kvm.so", "--host-root", root.path(), "shares=3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"name: kvm", "ABI: 1.1", "optional hooks: on_udev_event",
+  for (const char* want : {"name: kvm", "ABI: 1.2", "optional hooks: on_udev_event",
                            "udev subsystems: misc", "shares", "integer", "devices: 3 (0 healthy)",
                            "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;

@@ -57,7 +57,10 @@ TEST(KvmModuleTest, MissingOrWrongNodeMeansAllUnhealthyAndBack) {
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   DeviceListPtr list = (*inst)->devices();
   ASSERT_EQ(list->size(), 3u);
-  for (const Device& d : *list) EXPECT_FALSE(d.healthy);
+  for (const Device& d : *list) {
+    EXPECT_FALSE(d.healthy);
+    EXPECT_EQ(d.health_reason, "/dev/kvm missing");
+  }
   auto r = AllocateSync(**inst, {"kvm-0"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -65,7 +68,10 @@ TEST(KvmModuleTest, MissingOrWrongNodeMeansAllUnhealthyAndBack) {
   // A regular file where the node should be is not a device.
   WriteFile(root / "dev/kvm", "");
   Rescan(**inst);
-  for (const Device& d : *(*inst)->devices()) EXPECT_FALSE(d.healthy);
+  for (const Device& d : *(*inst)->devices()) {
+    EXPECT_FALSE(d.healthy);
+    EXPECT_EQ(d.health_reason, "/dev/kvm is not a character device");
+  }
 
   if (!devplug::testing::IsRoot()) GTEST_SKIP() << "mknod needs root for the recovery half";
   std::remove((root / "dev/kvm").c_str());

@@ -121,6 +121,7 @@ TEST_F(NvidiaModuleTest, CriticalXidMakesTheGpuUnhealthyUntilItReappears) {
   fx_.Xid(1, 13);  // an application's fault: ignored by default
   fx_.Xid(1, 79);  // fallen off the bus
   ASSERT_TRUE(WaitHealth(**inst, kB, false));
+  EXPECT_EQ(Find(*(*inst)->devices(), kB)->health_reason, "XID 79");
   EXPECT_TRUE(Find(*(*inst)->devices(), kA)->healthy);
   EXPECT_EQ(harness::Allocate(**inst, {kB}).status().code(), StatusCode::kInvalidArgument);
 

@@ -144,6 +144,9 @@ TEST_F(RdmaModuleTest, PortDownTakesTheAdapterOutUntilItComesBack) {
   harness::Rescan(*excl);
   harness::Rescan(*shared);
   EXPECT_FALSE(Find(*excl->devices(), "mlx5_0")->healthy);
+  EXPECT_EQ(Find(*excl->devices(), "mlx5_0")->health_reason, "port 1 DOWN");
+  EXPECT_EQ(Find(*shared->devices(), "rdma-0")->health_reason,
+            "no usable adapter: mlx5_0 port 1 DOWN; mlx5_1 port 1 DOWN");
   EXPECT_EQ(Ids(*excl->devices(), true), Strings{"irdma0"});
   EXPECT_EQ(Ids(*shared->devices(), true), Strings{});  // no selected adapter is up
 
@@ -170,6 +173,7 @@ TEST_F(RdmaModuleTest, AdaptersLeaveAndReturnAndNodesAreChecked) {
   std::filesystem::remove(root_ / "dev/infiniband/rdma_cm");
   harness::Rescan(*inst);
   EXPECT_FALSE(Find(*inst->devices(), "irdma0")->healthy);
+  EXPECT_EQ(Find(*inst->devices(), "irdma0")->health_reason, "/dev/infiniband/uverbs1 missing");
   auto r = harness::Allocate(*inst, {"mlx5_0"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Nodes(*r), Strings{"/dev/infiniband/uverbs0"});

@@ -77,6 +77,8 @@ TEST_F(VfioModuleTest, DiscoveryIdsHealthAndTopology) {
   EXPECT_EQ(Find(*list, "0000:3b:01.2")->numa_node, 0);
   EXPECT_EQ(Find(*list, "0000:d8:00.1")->numa_node, 1);
   EXPECT_FALSE(Find(*list, "0000:af:01.2")->healthy);  // /dev/vfio/72 is missing
+  EXPECT_EQ(Find(*list, "0000:af:01.2")->health_reason, "/dev/vfio/72 missing");
+  EXPECT_EQ(Find(*list, "0000:3b:01.0")->health_reason, "");
   EXPECT_EQ(Ids(*list, true).size(), 8u);
 }
 

@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 1
+#define DEVPLUG_MODULE_ABI_MINOR 2
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -171,6 +171,19 @@ struct devplug_device_sink {
   int (*add_device)(struct devplug_device_sink *s, const char *id,
                     int32_t health, int32_t numa_node,
                     struct devplug_recipe **ret_recipe);
+
+  /* ---- ABI minor 2 ---- */
+
+  /**
+   * Says in a few words why the device added last is Unhealthy ("port 1
+   * DOWN", "XID 79", "/dev/vfio/72 missing"), or what else is worth knowing
+   * about it. The agent logs one line when a device's health or reason
+   * changes and shows the reason in its status; at most 127 bytes are kept.
+   * Returns 0, -EINVAL for NULL, -ENOENT when the last add_device() was
+   * refused (or none came yet). Check DEVPLUG_HAS_MEMBER(s, struct
+   * devplug_device_sink, set_health_reason) first: older agents lack it.
+   */
+  int (*set_health_reason)(struct devplug_device_sink *s, const char *reason);
 };
 
 /**
@@ -187,6 +200,20 @@ struct devplug_id_sink {
 /* ------------------------------------------------------------------------ */
 /* Host services                                                             */
 /* ------------------------------------------------------------------------ */
+
+/**
+ * Who holds a device: the pod and container the kubelet's PodResources API
+ * lists it under (ABI minor 2, see devplug_host.pod_of). The caller sets
+ * struct_size; the agent fills what fits.
+ */
+struct devplug_pod {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char *pod_namespace;
+  const char *pod_name;
+  const char *pod_uid;   /**< "" when the kubelet does not say (API v1) */
+  const char *container;
+};
 
 /**
  * Services the agent gives one module instance. Valid from create() until
@@ -257,6 +284,29 @@ struct devplug_host {
    */
   int (*config_int_array)(const struct devplug_host *h, const char *key,
                           const int64_t **ret, size_t *ret_n);
+
+  /* ---- ABI minor 2 ---- */
+
+  /**
+   * Which pod holds device `id` of this resource, as the kubelet's
+   * PodResources API lists it: fills *ret and returns 0; -ENOENT when no
+   * running container holds it; -EAGAIN when the kubelet cannot be asked
+   * now (no PodResources socket, rate limited, an error); -EINVAL for bad
+   * arguments. Worker thread only: it may wait for one List call (at most
+   * 5 s); an answer at most 1 s old is reused, and the agent shares one List
+   * among every resource. Strings in *ret stay valid until the next pod_of()
+   * or the end of the current module call.
+   */
+  int (*pod_of)(const struct devplug_host *h, const char *id,
+                struct devplug_pod *ret);
+
+  /**
+   * create() only. A module with on_release() gets release tracking for
+   * every instance; an instance whose devices are shared by many pods at
+   * once (replica IDs) calls this with 0 to opt out: its devices are then
+   * never tracked or released. Returns 0.
+   */
+  int (*track_releases)(const struct devplug_host *h, int32_t on);
 };
 
 /* ------------------------------------------------------------------------ */
@@ -370,6 +420,25 @@ struct devplug_module {
    */
   int (*pre_start)(struct devplug_instance *inst, const char *const *ids,
                    size_t n_ids);
+
+  /* ---- ABI minor 2 (optional, read only when struct_size covers it) ---- */
+
+  /**
+   * Gives devices back after their pod: ids[0..n) are no longer held (the
+   * kubelet's PodResources API has stopped listing them past the agent's
+   * grace period), or, right before a container start, were handed to a new
+   * pod while the agent still counted them as held. Reset, scrub, power
+   * down here. Returns 0 (released: the devices turn Healthy again),
+   * -EAGAIN (still busy: asked again at the next poll) or another negative
+   * errno with set_error() (failed: retried with backoff; the devices stay
+   * Unhealthy with that reason meanwhile). While a release runs, the
+   * devices are reported Unhealthy ("releasing"). Its presence makes the
+   * agent track the resource's devices (see host->track_releases) and
+   * advertise PreStartContainer. Each release runs exactly once per
+   * holder.
+   */
+  int (*on_release)(struct devplug_instance *inst, const char *const *ids,
+                    size_t n_ids);
 };
 
 /**

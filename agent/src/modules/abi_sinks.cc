@@ -62,12 +62,31 @@ int DeviceSink::AddDevice(devplug_device_sink* s, const char* id, int32_t health
     } else {
       self->scratch = {};
     }
+    self->last_added = rc == 0;
     if (self->recipe)
       self->recipe->target = target;
     else
       self->recipe = std::make_unique<RecipeSink>(target);
     if (ret_recipe) *ret_recipe = &self->recipe->c;
     return rc;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
+int DeviceSink::SetHealthReason(devplug_device_sink* s, const char* reason) {
+  if (s == nullptr || reason == nullptr) return -EINVAL;
+  auto* self = static_cast<DeviceSink*>(s->agent_data);
+  if (!self->last_added || self->list.empty()) return -ENOENT;
+  try {
+    std::string r(reason, strnlen(reason, kMaxHealthReasonBytes));
+    // A cut in the middle of a character, or bytes that are no text: the
+    // reason goes into logs, status JSON and protobuf strings.
+    while (!r.empty() && !IsValidUtf8(r)) r.pop_back();
+    for (char& c : r)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    self->list.back().health_reason = std::move(r);
+    return 0;
   } catch (...) {
     return -ENOMEM;
   }

@@ -86,17 +86,23 @@ struct DeviceSink {
   std::vector<std::string> problems;
   Recipe scratch;  // target of rejected devices' recipes
   std::unique_ptr<RecipeSink> recipe;
+  bool last_added = false;  // the last add_device() was accepted (list.back())
 
   DeviceSink() {
     c.struct_size = sizeof(c);
     c.agent_data = this;
     c.add_device = &AddDevice;
+    c.set_health_reason = &SetHealthReason;
   }
 
   // The sink's add_device: checks the ID and health, then appends the
   // device (or records why not and hands out a scratch recipe).
   static int AddDevice(devplug_device_sink* s, const char* id, int32_t health, int32_t numa,
                        devplug_recipe** ret_recipe);
+  // The reason of the device added last (ABI 1.2); cut to
+  // kMaxHealthReasonBytes on a UTF-8 boundary, control characters replaced.
+  static int SetHealthReason(devplug_device_sink* s, const char* reason);
+  static constexpr size_t kMaxHealthReasonBytes = 127;
 };
 
 struct IdSink {

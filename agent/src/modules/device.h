@@ -48,6 +48,12 @@ struct Device {
   bool healthy = false;
   int32_t numa_node = -1;  // -1: no NUMA affinity
   Recipe recipe;           // default allocation recipe
+  // Why it is Unhealthy (or what else is worth knowing), in a few words:
+  // the module's (ABI 1.2), or the agent's while it releases the device.
+  std::string health_reason;
+  // Healthy as the module sees it, held back by the agent (a release runs):
+  // reported Unhealthy, yet Allocate still accepts it.
+  bool held_back = false;
   bool operator==(const Device&) const = default;
 };
 

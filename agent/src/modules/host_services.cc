@@ -2,6 +2,7 @@
 // logging, change notices, error reasons, and read-only typed access to its
 // own [[resource]] table. Callable from C; nothing throws across.
 #include <cerrno>
+#include <cstddef>
 
 #include <spdlog/spdlog.h>
 
@@ -133,6 +134,34 @@ int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
   static const char* const kEmpty[] = {nullptr};
   *ret = (it == self->string_arrays_.end() || it->second.empty()) ? kEmpty : it->second.data();
   *ret_n = v->size();
+  return 0;
+}
+
+int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret) {
+  if (h == nullptr || id == nullptr || ret == nullptr ||
+      ret->struct_size < offsetof(devplug_pod, pod_namespace) + sizeof(ret->pod_namespace))
+    return -EINVAL;
+  ModuleInstance* self = Self(h);
+  if (!self->options_.pod_of) return -EAGAIN;
+  try {
+    PodHolder holder;
+    const int rc = self->options_.pod_of(id, &holder);
+    if (rc != 0) return rc;
+    self->pod_answer_ = std::move(holder);
+    const PodHolder& a = self->pod_answer_;
+    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_namespace)) ret->pod_namespace = a.pod_namespace.c_str();
+    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_name)) ret->pod_name = a.pod_name.c_str();
+    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_uid)) ret->pod_uid = a.pod_uid.c_str();
+    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, container)) ret->container = a.container.c_str();
+    return 0;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
+int ModuleInstance::HostTrackReleases(const devplug_host* h, int32_t on) {
+  if (h == nullptr) return -EINVAL;
+  Self(h)->track_releases_ = on != 0;
   return 0;
 }
 

@@ -107,6 +107,7 @@ bool LoadedModule::has_preferred_allocation() const {
   return DEVPLUG_OPTIONAL(preferred_allocation);
 }
 bool LoadedModule::has_pre_start() const { return DEVPLUG_OPTIONAL(pre_start); }
+bool LoadedModule::has_on_release() const { return DEVPLUG_OPTIONAL(on_release); }
 #undef DEVPLUG_OPTIONAL
 
 uint32_t LoadedModule::KeyType(std::string_view key) const {

@@ -28,6 +28,7 @@ class LoadedModule {
   bool has_allocate() const;
   bool has_preferred_allocation() const;
   bool has_pre_start() const;
+  bool has_on_release() const;  // ABI 1.2
 
   // Checks a [[resource]] table's module keys against the declared keys:
   // unknown keys, wrong types, missing required keys. Each problem is one

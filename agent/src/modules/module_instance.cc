@@ -20,6 +20,36 @@
 
 
 namespace devplug::modules {
+namespace {
+
+// One line per device whose health or reason changed (new devices count as
+// changed when Unhealthy), at most kMaxLines, then a summary line.
+void LogHealthChanges(const std::string& resource, const DeviceList& before,
+                      const DeviceList& after) {
+  constexpr size_t kMaxLines = 10;
+  size_t changed = 0;
+  for (const Device& d : after) {
+    auto it = std::lower_bound(before.begin(), before.end(), d.id,
+                               [](const Device& x, const std::string& id) { return x.id < id; });
+    const Device* old = it != before.end() && it->id == d.id ? &*it : nullptr;
+    if (old ? (old->healthy == d.healthy && old->health_reason == d.health_reason)
+            : d.healthy)
+      continue;
+    if (++changed > kMaxLines) continue;
+    const std::string reason = d.health_reason.empty() ? "" : " (" + d.health_reason + ")";
+    if (d.healthy)
+      spdlog::info("{}: device {} is Healthy{}", resource, d.id, reason);
+    else
+      spdlog::warn("{}: device {} is Unhealthy{}", resource, d.id, reason);
+  }
+  const size_t healthy =
+      std::count_if(after.begin(), after.end(), [](const Device& d) { return d.healthy; });
+  spdlog::info("{}: {} devices, {} healthy{}", resource, after.size(), healthy,
+               changed > kMaxLines ? StrCat(" (", changed - kMaxLines, " more changes not shown)")
+                                   : std::string());
+}
+
+}  // namespace
 
 ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
                                config::ResourceConfig resource, Options options)
@@ -41,6 +71,8 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   host_.config_bool = &HostBool;
   host_.config_string_array = &HostStringArray;
   host_.config_int_array = &HostIntArray;
+  host_.pod_of = &HostPodOf;
+  host_.track_releases = &HostTrackReleases;
   for (const auto& [key, value] : resource_.module_keys) {
     if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
       auto& arr = string_arrays_[key];
@@ -284,8 +316,16 @@ Status ModuleInstance::ScanOnWorker() {
                  module_->path(), p);
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
-  DeviceListPtr next = std::make_shared<const DeviceList>(std::move(sink.list));
-  if (published_ && *devices() == *next) return OkStatus();
+  // Kept for Republish() when the agent's release state can change it.
+  if (tracks_releases()) scanned_ = sink.list;
+  return PublishOnWorker(std::move(sink.list));
+}
+
+Status ModuleInstance::PublishOnWorker(DeviceList list) {
+  if (tracks_releases() && options_.release.apply) options_.release.apply(list);
+  DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
+  const DeviceListPtr previous = devices();
+  if (published_ && *previous == *next) return OkStatus();
   // A list the kubelet cannot take is not sent, and so never becomes the
   // list Allocate checks against.
   if (options_.check_list) {
@@ -299,10 +339,9 @@ Status ModuleInstance::ScanOnWorker() {
     std::lock_guard lock(devices_mu_);
     devices_ = next;
   }
+  const bool first = !published_;
   published_ = true;
-  const size_t healthy =
-      std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
-  spdlog::info("{}: {} devices, {} healthy", resource_.name, next->size(), healthy);
+  LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
   if (options_.on_change && !abandoned_) options_.on_change(next);
   return OkStatus();
 }
@@ -324,7 +363,10 @@ Status CheckIds(const std::string& resource, const DeviceList& list,
                                [](const Device& d, const std::string& v) { return d.id < v; });
     if (it == list.end() || it->id != id)
       return InvalidArgumentError(StrCat(resource, ": unknown device ID \"", id, "\""));
-    if (!it->healthy)
+    // Held back while a release runs: the kubelet may still offer it (it
+    // has not seen the change yet), and an admission failure is final; the
+    // release then runs at PreStart.
+    if (!it->healthy && !it->held_back)
       return InvalidArgumentError(StrCat(resource, ": device \"", id, "\" is unhealthy"));
     if (std::find(unique->begin(), unique->end(), id) == unique->end()) unique->push_back(id);
   }
@@ -421,8 +463,32 @@ void ModuleInstance::PreferredAllocation(
 void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
                               std::function<bool()> wanted) {
   auto refuse = done;
-  PostCall([this, ids = std::move(ids), done = std::move(done)] {
-    if (!module_->has_pre_start() || inst_ == nullptr) {
+  PostCall([this, ids = std::move(ids), done = std::move(done), wanted] {
+    if (inst_ == nullptr) {
+      done(OkStatus());
+      return;
+    }
+    // Guarantee before reuse: a device handed to this container while the
+    // agent still counted it as someone else's is released first.
+    if (tracks_releases() && options_.release.due_before_start) {
+      const std::vector<std::string> due = options_.release.due_before_start(ids);
+      while (!due.empty()) {
+        std::string why;
+        const int rc = ReleaseOnWorker(due, &why, true);
+        if (rc == 0) break;
+        if (rc != -EAGAIN) {
+          done(Status(StatusCode::kInternal,
+                      StrCat(resource_.name, ": release before the container starts failed: ",
+                             why)));
+          return;
+        }
+        // Still busy: ask again while the kubelet waits for this call.
+        if (wanted && !wanted()) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (wanted && !wanted()) return;
+      }
+    }
+    if (!module_->has_pre_start()) {
       done(OkStatus());
       return;
     }
@@ -431,6 +497,49 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
     const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
     done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
   }, std::move(wanted), refuse);
+}
+
+bool ModuleInstance::tracks_releases() const {
+  return module_->has_on_release() && track_releases_.load();
+}
+
+int ModuleInstance::ReleaseOnWorker(const std::vector<std::string>& ids, std::string* why,
+                                    bool before_start) {
+  int rc = -ENODEV;
+  if (inst_ == nullptr) {
+    *why = "the module instance is stopped";
+  } else {
+    auto c = CStrings(ids);
+    last_error_.clear();
+    rc = module_->descriptor().on_release(inst_, c.data(), ids.size());
+    if (rc > 0) rc = 0;
+    *why = rc == 0 ? "" : last_error_.empty() ? std::strerror(-rc) : last_error_;
+  }
+  const std::string what = StrCat(resource_.name, ": release of ", StrJoin(ids, ","),
+                                  before_start ? " (before a container start)" : "");
+  if (rc == 0)
+    spdlog::info("{}: done", what);
+  else if (rc == -EAGAIN)
+    spdlog::debug("{}: still busy ({}); asking again", what, *why);
+  else
+    spdlog::warn("{}: failed: {}", what, *why);
+  if (options_.release.released) options_.release.released(ids, rc, *why, before_start);
+  return rc;
+}
+
+void ModuleInstance::Release(std::vector<std::string> ids,
+                             std::function<void(int rc, const std::string& why)> done) {
+  Post([this, ids = std::move(ids), done = std::move(done)] {
+    std::string why;
+    const int rc = ReleaseOnWorker(ids, &why, false);
+    if (done) done(rc, why);
+  });
+}
+
+void ModuleInstance::Republish() {
+  Post([this] {
+    if (published_ && inst_ != nullptr) (void)PublishOnWorker(scanned_);
+  });
 }
 
 }  // namespace devplug::modules

@@ -29,6 +29,11 @@
 
 namespace devplug::modules {
 
+// The pod and container holding a device (host->pod_of()).
+struct PodHolder {
+  std::string pod_namespace, pod_name, pod_uid, container;
+};
+
 class ModuleInstance {
  public:
   // Called on the worker thread with every new device list that differs from
@@ -47,6 +52,25 @@ class ModuleInstance {
     // kubelet's message limit), or "" when it can. A list it refuses is
     // dropped: the previous one stays current for the kubelet and Allocate.
     std::function<std::string(const DeviceList&)> check_list;
+    // host->pod_of() (ABI 1.2): the holder of one of this resource's
+    // devices: 0, -ENOENT (nobody) or -EAGAIN (cannot ask now). Called on
+    // the worker; may wait for one PodResources List.
+    std::function<int(const std::string& id, PodHolder* holder)> pod_of;
+    // Release tracking (ABI 1.2), used when the module has on_release() and
+    // the instance did not opt out (tracks_releases()):
+    //  - apply: marks devices the agent holds back (a release runs) in a list
+    //    about to be published; true if it changed anything;
+    //  - due_before_start: which of a starting container's devices must be
+    //    released first;
+    //  - released: every on_release() result (0, -EAGAIN, -errno with the
+    //    module's reason), on the worker; before_start for those of PreStart.
+    struct ReleaseHooks {
+      std::function<bool(DeviceList&)> apply;
+      std::function<std::vector<std::string>(const std::vector<std::string>&)> due_before_start;
+      std::function<void(const std::vector<std::string>& ids, int rc, const std::string& why,
+                         bool before_start)>
+          released;
+    } release;
   };
 
   // Starts the worker and queues create() and the first list_devices() on
@@ -122,8 +146,23 @@ class ModuleInstance {
                            std::vector<std::string> must_include, int32_t size,
                            std::function<void(StatusOr<std::vector<std::string>>)> done,
                            std::function<bool()> wanted = {});
+  // PreStartContainer: first the release of any device that must be given
+  // back before this container starts (release tracking; -EAGAIN is asked
+  // again every 100 ms while the call is wanted), then the module's
+  // pre_start().
   void PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
                 std::function<bool()> wanted = {});
+
+  // True when the module has on_release() and this instance did not opt out
+  // of release tracking in create() (host->track_releases(h, 0)).
+  bool tracks_releases() const;
+  // on_release(ids) on the worker; `done` gets its result and reason there,
+  // after options.release.released saw it.
+  void Release(std::vector<std::string> ids,
+               std::function<void(int rc, const std::string& why)> done = {});
+  // Publishes the last scan again through options.release.apply (when what
+  // the agent holds back changed), without calling the module.
+  void Republish();
 
   // Number of completed list_devices() calls (for tests and benchmarks).
   uint64_t scans() const { return scans_.load(); }
@@ -141,6 +180,12 @@ class ModuleInstance {
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
   Status ScanOnWorker();
+  // Publishes `list` (the module's, before the agent's adjustments) if what
+  // comes out differs from the current list.
+  Status PublishOnWorker(DeviceList list);
+  // on_release(ids): 0, -EAGAIN or -errno (reason in *why); logged and
+  // reported to options.release.released.
+  int ReleaseOnWorker(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
   Status ModuleError(std::string_view call, int rc);
 
@@ -156,6 +201,8 @@ class ModuleInstance {
                           size_t* ret_n);
   static int HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
                              size_t* ret_n);
+  static int HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret);
+  static int HostTrackReleases(const devplug_host* h, int32_t on);
   static ModuleInstance* Self(const devplug_host* h);
 
   const std::shared_ptr<const LoadedModule> module_;
@@ -168,6 +215,9 @@ class ModuleInstance {
   devplug_instance* inst_ = nullptr;  // worker thread only
   std::string last_error_;            // worker thread only
   bool published_ = false;            // worker thread only: a list went out
+  DeviceList scanned_;                // worker thread only: the module's last list
+  PodHolder pod_answer_;              // worker thread only: what pod_of() points into
+  std::atomic<bool> track_releases_{true};
   std::vector<std::string> config_errors_;  // worker thread only
 
   mutable std::mutex devices_mu_;

@@ -91,13 +91,32 @@ Recipe& Recipe::Cdi(const std::string& name) {
   return *this;
 }
 
-std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy, int32_t numa_node) {
+std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy, int32_t numa_node,
+                                      const std::string& reason) {
   devplug_recipe* r = nullptr;
   int rc = s_->add_device(s_, id.c_str(), healthy ? DEVPLUG_HEALTHY : DEVPLUG_UNHEALTHY,
                           numa_node < 0 ? DEVPLUG_NO_NUMA_NODE : numa_node, &r);
   if (rc == -ENOMEM) throw std::bad_alloc();
   if (rc < 0 || r == nullptr) return std::nullopt;
+  if (!reason.empty() && DEVPLUG_HAS_MEMBER(s_, devplug_device_sink, set_health_reason))
+    s_->set_health_reason(s_, reason.c_str());
   return Recipe(r);
+}
+
+std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
+  if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, pod_of))
+    throw ModuleError(EAGAIN, "this agent cannot tell who holds a device (ABI 1.2 needed)");
+  devplug_pod pod{};
+  pod.struct_size = sizeof(pod);
+  const int rc = h_->pod_of(h_, id.c_str(), &pod);
+  if (rc == -ENOENT) return std::nullopt;
+  if (rc < 0) throw ModuleError(-rc, "cannot ask the kubelet who holds " + id);
+  auto str = [](const char* s) { return std::string(s ? s : ""); };
+  return Pod{str(pod.pod_namespace), str(pod.pod_name), str(pod.pod_uid), str(pod.container)};
+}
+
+void Host::TrackReleases(bool on) const {
+  if (DEVPLUG_HAS_MEMBER(h_, devplug_host, track_releases)) h_->track_releases(h_, on ? 1 : 0);
 }
 
 std::vector<std::string> Instance::PreferredAllocation(const Ids& available,

@@ -65,6 +65,17 @@ class Host {
   // Needs an agent of ABI minor 1 (throws otherwise).
   std::optional<std::vector<int64_t>> Ints(const char* key) const;
 
+  // ABI minor 2. Who holds device `id` (nullopt: nobody); throws
+  // ModuleError(EAGAIN) when the kubelet cannot be asked now, and on agents
+  // older than 1.2.
+  struct Pod {
+    std::string pod_namespace, pod_name, pod_uid, container;
+  };
+  std::optional<Pod> PodOf(const std::string& id) const;
+  // create() only: opt this instance out of release tracking (its devices
+  // are shared by many pods). A no-op on agents older than 1.2.
+  void TrackReleases(bool on) const;
+
  private:
   const devplug_host* h_;
 };
@@ -91,8 +102,10 @@ class DeviceSink {
   explicit DeviceSink(devplug_device_sink* s) : s_(s) {}
   // Adds a device; the returned recipe is its default Allocate answer.
   // An ID the agent refuses (invalid, duplicate) yields nullopt: the agent
-  // has logged why and the scan goes on.
-  std::optional<Recipe> Add(const std::string& id, bool healthy, int32_t numa_node);
+  // has logged why and the scan goes on. `reason` says why it is Unhealthy
+  // (a few words, "port 1 DOWN"); agents older than ABI 1.2 ignore it.
+  std::optional<Recipe> Add(const std::string& id, bool healthy, int32_t numa_node,
+                            const std::string& reason = {});
 
  private:
   devplug_device_sink* s_;
@@ -120,6 +133,9 @@ class Instance {
   virtual std::vector<std::string> PreferredAllocation(const Ids& available,
                                                        const Ids& must_include, size_t size);
   virtual void PreStart(const Ids& /*ids*/) {}
+  // on_release (kHookRelease): true when released, false when still busy
+  // (asked again later); throw ModuleError to fail with a reason.
+  virtual bool Release(const Ids& /*ids*/) { return true; }
 
  private:
   Host host_;
@@ -131,6 +147,7 @@ enum Hooks : unsigned {
   kHookAllocate = 1u << 1,
   kHookPreferred = 1u << 2,
   kHookPreStart = 1u << 3,
+  kHookRelease = 1u << 4,  // ABI 1.2: on_release, and with it release tracking
 };
 
 // Creates an instance; returns nullptr after host.ConfigError() for bad
@@ -221,6 +238,10 @@ struct Thunks {
       return 0;
     });
   }
+  static int Release(devplug_instance* inst, const char* const* ids, size_t n) {
+    return Guard(inst->impl->host().raw(),
+                 [&] { return inst->impl->Release(ToIds(ids, n)) ? 0 : -EAGAIN; });
+  }
 };
 
 template <CreateFn kCreate>
@@ -244,6 +265,7 @@ constexpr devplug_module MakeModule(const char* name, const char* version,
   m.allocate = (hooks & kHookAllocate) ? &T::Allocate : nullptr;
   m.preferred_allocation = (hooks & kHookPreferred) ? &T::Preferred : nullptr;
   m.pre_start = (hooks & kHookPreStart) ? &T::PreStart : nullptr;
+  m.on_release = (hooks & kHookRelease) ? &T::Release : nullptr;
   return m;
 }
 
