@@ -68,7 +68,7 @@ void PrintResources(const KubeletSim& sim) {
 
 // Allocates `count` healthy devices of one resource, like the kubelet does for
 // one container, and prints the answer. Returns false if Allocate failed.
-bool AllocateOne(KubeletSim& sim, const std::string& name, int count) {
+bool AllocateOne(KubeletSim& sim, const std::string& name, int count, bool record = false) {
   auto r = sim.resource(name);
   std::vector<std::string> ids;
   for (const auto& d : r->devices)
@@ -86,14 +86,29 @@ bool AllocateOne(KubeletSim& sim, const std::string& name, int count) {
                 st.error_message().c_str());
   } else {
     std::printf("Allocate %s [%s] ->\n%s\n", name.c_str(), joined.c_str(), ToJson(resp).c_str());
+    // Like the kubelet: PreStartContainer when asked for, and the
+    // allocation shows in PodResources (pod devplug-sim/<resource>).
+    if (r->options.pre_start_required()) {
+      grpc::Status ps = sim.PreStartContainer(name, ids);
+      std::printf("PreStartContainer %s [%s]: %s\n", name.c_str(), joined.c_str(),
+                  ps.ok() ? "OK" : ps.error_message().c_str());
+    }
+    if (record) {
+      std::string pod = name;
+      for (char& c : pod)
+        if (c == '/' || c == '.' || c == '_') c = '-';
+      sim.BindPod("devplug-sim", pod, "main", name, ids);
+    }
   }
   std::fflush(stdout);
   return st.ok();
 }
 
-int SimulateKubelet(const std::string& dir, int allocate, double duration_s, bool quiet) {
+int SimulateKubelet(const std::string& dir, const std::string& pod_resources, int allocate,
+                    double duration_s, bool quiet) {
   KubeletSim::Options o;
   o.dir = dir;
+  o.pod_resources_socket = pod_resources;
   o.strict = true;
   if (!quiet) o.on_event = PrintLine;
   KubeletSim sim(o);
@@ -113,7 +128,7 @@ int SimulateKubelet(const std::string& dir, int allocate, double duration_s, boo
       auto r = sim.resource(name);
       if (allocated.count(name) || !r->connected || r->stream_snapshots == 0) continue;
       allocated.insert(name);
-      AllocateOne(sim, name, allocate);
+      AllocateOne(sim, name, allocate, !pod_resources.empty());
     }
   }
   sim.Stop();
@@ -239,7 +254,7 @@ int main(int argc, char** argv) {
   auto* sim = app.add_subcommand("simulate-kubelet",
                                  "Serve kubelet.sock in a directory like the kubelet does and "
                                  "print every registration and device list");
-  std::string dir;
+  std::string dir, pod_resources;
   int allocate = 0;
   double duration = 0;
   bool quiet = false;
@@ -247,6 +262,9 @@ int main(int argc, char** argv) {
                   "Device plugin directory (required; refused while a live kubelet serves "
                   "kubelet.sock there; no socket or checkpoint it did not create is touched)")
       ->required();
+  sim->add_option("--pod-resources", pod_resources,
+                  "Also serve the PodResources API (List, GetAllocatableResources) on this "
+                  "socket; allocations made with --allocate show there");
   sim->add_option("--allocate", allocate,
                   "After a resource's first device list, Allocate this many healthy devices "
                   "and print the answer");
@@ -277,6 +295,6 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  if (*sim) return SimulateKubelet(dir, allocate, duration, quiet);
+  if (*sim) return SimulateKubelet(dir, pod_resources, allocate, duration, quiet);
   return Demo(agent, module_dir, config);
 }

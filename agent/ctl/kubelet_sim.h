@@ -14,7 +14,12 @@
 //  - a new Register for a resource replaces its endpoint;
 //  - rewrites kubelet_internal_checkpoint through a dot-prefixed temp file
 //    and a rename on every update (inotify noise a plugin must ignore);
-//  - Allocate with one ContainerAllocateRequest, using container_responses[0].
+//  - Allocate with one ContainerAllocateRequest, using container_responses[0];
+//  - with pod_resources_socket set, the PodResources v1 API on its own
+//    socket: List (active pods; a device once per NUMA node it sits on) and
+//    GetAllocatableResources (healthy devices), behind the kubelet's token
+//    bucket (100 QPS, burst 10; RESOURCE_EXHAUSTED beyond). Tests bind
+//    allocated IDs to pods (BindPod) and end pods (DeletePod).
 // In strict mode it also records contract violations (see violations()).
 //
 // Safe beside a real kubelet: it refuses a directory whose kubelet.sock
@@ -40,6 +45,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "podresources/v1/api.grpc.pb.h"
 #include "util/status.h"
 
 namespace devplug::sim {
@@ -71,6 +77,10 @@ class KubeletSim {
     bool strict = true;
     // Called with a one-line description of everything that happens.
     std::function<void(const std::string&)> on_event;
+    // Serves PodResources here ("" = not at all).
+    std::string pod_resources_socket;
+    double pod_resources_qps = 100;
+    int pod_resources_burst = 10;
   };
 
   explicit KubeletSim(Options options);
@@ -114,9 +124,28 @@ class KubeletSim {
                                       std::vector<std::string>* out);
   grpc::Status PreStartContainer(const std::string& name, const std::vector<std::string>& ids);
 
+  // PodResources: the container `container` of pod namespace/name holds
+  // `ids` of `resource` (what the kubelet records after Allocate), until
+  // DeletePod. Pods survive a simulated kubelet restart.
+  void BindPod(const std::string& pod_namespace, const std::string& pod_name,
+               const std::string& container, const std::string& resource,
+               const std::vector<std::string>& ids);
+  void DeletePod(const std::string& pod_namespace, const std::string& pod_name);
+  // List calls answered, and those refused by the token bucket.
+  uint64_t pod_resources_lists() const;
+  uint64_t pod_resources_refused() const;
+
  private:
   class RegistrationService;
+  class PodResourcesService;
   struct Endpoint;
+  struct PodRecord {
+    // container -> resource -> IDs
+    std::map<std::string, std::map<std::string, std::vector<std::string>>> containers;
+  };
+  grpc::Status HandleList(v1::ListPodResourcesResponse* out);
+  grpc::Status HandleAllocatable(v1::AllocatableResourcesResponse* out);
+  bool TakeToken();
 
   grpc::Status HandleRegister(const v1beta1::RegisterRequest& req);
   void RunStream(std::shared_ptr<Endpoint> ep);
@@ -129,6 +158,8 @@ class KubeletSim {
   const Options options_;
   std::unique_ptr<RegistrationService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<PodResourcesService> pod_service_;
+  std::unique_ptr<grpc::Server> pod_server_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -140,6 +171,11 @@ class KubeletSim {
   uint64_t checkpoint_seq_ = 0;                                  // guarded by mu_
   bool serving_ = false;                                         // guarded by mu_
   bool checkpoint_ours_ = false;  // set in Start(): may write (and remove) the checkpoint
+  // PodResources, guarded by mu_.
+  std::map<std::pair<std::string, std::string>, PodRecord> pods_;
+  uint64_t pod_lists_ = 0, pod_refused_ = 0;
+  double tokens_ = 0;
+  std::chrono::steady_clock::time_point tokens_at_{};
 };
 
 }  // namespace devplug::sim

@@ -88,8 +88,18 @@ void Agent::Mailbox::Close() {
 
 // ---- Agent --------------------------------------------------------------------------------
 
+namespace {
+kubelet::PodResourcesClient::Options PodOptions(const config::AgentConfig& c) {
+  kubelet::PodResourcesClient::Options o;
+  o.socket = c.pod_resources_socket;
+  return o;
+}
+}  // namespace
+
 Agent::Agent(config::AgentConfig config)
-    : config_(std::move(config)), mailbox_(std::make_shared<Mailbox>()) {}
+    : config_(std::move(config)),
+      mailbox_(std::make_shared<Mailbox>()),
+      pods_(std::make_shared<kubelet::PodResourcesClient>(PodOptions(config_))) {}
 
 Agent::~Agent() { Shutdown(); }
 
@@ -117,7 +127,7 @@ Status Agent::Start() {
     r->cfg = config_.resources[i];
     r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
     r->hub = std::make_unique<kubelet::StreamHub>([mailbox = mailbox_, i](uint64_t registration) {
-      mailbox->Post({Event::kStreamEnded, i, registration, OkStatus()});
+      mailbox->Post({Event::kStreamEnded, i, registration, OkStatus(), nullptr});
     });
     resources_.push_back(std::move(r));
   }
@@ -213,12 +223,55 @@ void Agent::Launch(Resource& r) {
     hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
   };
   opts.start_timeout = config_.start_timeout;
+  // host->pod_of(): one shared List, at most 1 s old.
+  // host->pod_of(): the shared List if it is at most 1 s old; when that one
+  // does not know the device (it may predate the kubelet's record of a
+  // fresh allocation), one List of its own.
+  opts.pod_of = [pods = pods_, name = r.cfg.name](const std::string& id,
+                                                   modules::PodHolder* holder) {
+    const auto before = Clock::now();
+    for (auto fresh : {milliseconds(1000), milliseconds(0)}) {
+      auto snapshot = pods->Get(fresh);
+      if (!snapshot.ok()) return -EAGAIN;
+      if (const lifecycle::Holder* h = (*snapshot)->Find(name, id)) {
+        holder->pod_namespace = h->pod_namespace;
+        holder->pod_name = h->pod_name;
+        holder->container = h->container;
+        return 0;
+      }
+      if ((*snapshot)->taken >= before) break;  // already a List of our own
+    }
+    return -ENOENT;
+  };
+  r.tracker.reset();
+  if (r.module->has_on_release() && config_.pod_resources_poll.count() > 0) {
+    lifecycle::ReleaseTiming timing;
+    timing.grace = config_.release_grace;
+    timing.settle = config_.kubelet_settle;
+    timing.unseen = config_.unseen_timeout;
+    r.tracker = std::make_shared<lifecycle::ReleaseTracker>(timing);
+    opts.release.apply = [tracker = r.tracker](modules::DeviceList& list) {
+      return tracker->Apply(list);
+    };
+    opts.release.due_before_start = [tracker = r.tracker](const std::vector<std::string>& ids) {
+      return tracker->ReleasesBeforeStart(ids);
+    };
+    opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.index](
+                                const std::vector<std::string>& ids, int rc,
+                                const std::string& why, bool before_start) {
+      if (before_start)
+        tracker->OnReleasedBeforeStart(ids, rc == 0, Clock::now());
+      else
+        tracker->OnReleased(ids, rc, why, Clock::now());
+      mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
+    };
+  }
   const uint64_t launch = ++r.launch;
   ++r.attempts;
   r.start_deadline = Clock::now() + config_.start_timeout;
   r.starting = modules::ModuleInstance::Launch(
       r.module, r.cfg, std::move(opts), [mailbox = mailbox_, i = r.index, launch](Status st) {
-        mailbox->Post({Event::kCreated, i, launch, std::move(st)});
+        mailbox->Post({Event::kCreated, i, launch, std::move(st), nullptr});
       });
 }
 
@@ -233,6 +286,12 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
     return;
   }
   r.instance = std::move(inst);
+  if (r.tracker && !r.instance->tracks_releases()) r.tracker.reset();  // opted out
+  if (r.tracker) {
+    spdlog::info("resource \"{}\": tracking device releases through {}", r.cfg.name,
+                 pods_->socket());
+    SchedulePodList(true);  // the first List is the truth about what is held
+  }
   const bool retried = !r.failure.ok();
   r.failure = OkStatus();
   r.start_backoff = milliseconds(0);
@@ -344,8 +403,15 @@ Status Agent::StartServer(Resource& r) {
     return FailedPreconditionError(StrCat("socket ", r.socket_path,
                                           " is served by another process (a second devplugd?)"));
   // gRPC removes a stale file at the path before it binds.
-  r.service = std::make_unique<kubelet::DevicePluginService>(r.instance.get(), r.hub.get(),
-                                                             &timers_, config_.call_timeout);
+  std::function<void(const std::vector<std::string>&)> on_allocated;
+  if (r.tracker)
+    on_allocated = [tracker = r.tracker, mailbox = mailbox_,
+                    i = r.index](const std::vector<std::string>& ids) {
+      tracker->OnAllocated(ids, Clock::now());
+      mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
+    };
+  r.service = std::make_unique<kubelet::DevicePluginService>(
+      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, std::move(on_allocated));
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());
@@ -434,7 +500,8 @@ void Agent::Register(Resource& r) {
       KubeletSocketPath(), req, kubelet::kRegisterDeadline,
       [this, mailbox = mailbox_, i = r.index, registration](const grpc::Status& st) {
         mailbox->Post({Event::kRegisterDone, i, registration,
-                       Status(static_cast<StatusCode>(st.error_code()), st.error_message())});
+                       Status(static_cast<StatusCode>(st.error_code()), st.error_message()),
+                       nullptr});
         std::lock_guard lock(register_mu_);
         if (--registers_in_flight_ == 0) register_cv_.notify_all();
       });
@@ -461,8 +528,11 @@ void Agent::OnKubeletRestart() {
     // kubelet.sock that appeared during our own start, or a retry that got
     // there first. Once per kubelet.sock identity.
     if (WithThisKubelet(*r, kubelet)) continue;
-    if (!said)
+    if (!said) {
       spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
+      // Its pod list may be incomplete for a while: no release meanwhile.
+      last_kubelet_restart_ = Clock::now();
+    }
     said = true;
     r->backoff = milliseconds(0);
     // The kubelet removed our socket and its old streams are gone.
@@ -509,9 +579,69 @@ void Agent::CheckSocket(Resource& r) {
   }
 }
 
+// ---- pod identity and releases --------------------------------------------------------------
+
+void Agent::SchedulePodList(bool now) {
+  if (config_.pod_resources_poll.count() == 0) return;
+  const auto when = Clock::now() + (now ? milliseconds(0) : config_.pod_resources_poll);
+  if (!next_pod_list_ || when < *next_pod_list_) next_pod_list_ = when;
+}
+
+void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods) {
+  pod_list_in_flight_ = false;
+  bool needed = false;
+  for (const auto& r : resources_) needed = needed || (r->tracker && r->tracker->NeedsList());
+  if (!status.ok()) {
+    // Never taken for "nothing is held": the next period asks again.
+    if (status.message() != pods_problem_) {
+      if (status.code() == StatusCode::kNotFound)
+        spdlog::info("release tracking waits: {}", status.message());
+      else
+        spdlog::warn("release tracking: {}", status.message());
+    }
+    pods_problem_ = status.message();
+    if (needed) SchedulePodList(false);
+    UpdateStatus();
+    return;
+  }
+  if (!pods_problem_.empty()) spdlog::info("release tracking: PodResources List works again");
+  pods_problem_.clear();
+  static const std::map<std::string, lifecycle::Holder, std::less<>> kNone;
+  const auto now = Clock::now();
+  for (auto& r : resources_) {
+    if (!r->tracker || !r->instance) continue;
+    auto it = pods->holders.find(r->cfg.name);
+    const std::vector<std::string> due =
+        r->tracker->OnList(it == pods->holders.end() ? kNone : it->second, now,
+                           last_kubelet_restart_);
+    // The kubelet hears "Unhealthy (releasing)" before the release runs.
+    OnTrackerChanged(*r);
+    if (!due.empty()) {
+      spdlog::info("resource \"{}\": {} no longer held; releasing", r->cfg.name,
+                   StrJoin(due, ","));
+      r->instance->Release(due);
+    }
+  }
+  UpdateStatus();
+}
+
+void Agent::OnTrackerChanged(Resource& r) {
+  if (!r.tracker || !r.instance) return;
+  // What the kubelet is told about releases changed: publish again.
+  if (const uint64_t g = r.tracker->generation(); g != r.tracker_generation) {
+    r.tracker_generation = g;
+    r.instance->Republish();
+  }
+  if (r.tracker->NeedsList()) SchedulePodList(false);
+}
+
 // ---- the main loop ------------------------------------------------------------------------
 
 void Agent::HandleEvent(const Event& ev) {
+  if (ev.kind == Event::kPodList) {
+    OnPodList(ev.status, ev.pods);
+    return;
+  }
   Resource& r = *resources_[ev.resource];
   switch (ev.kind) {
     case Event::kCreated:
@@ -541,6 +671,11 @@ void Agent::HandleEvent(const Event& ev) {
                     r.backoff.count());
       }
       break;
+    case Event::kTrackerChanged:
+      OnTrackerChanged(r);
+      break;
+    case Event::kPodList:
+      break;  // handled above
     case Event::kStreamEnded:
       // Only the end of the stream that belongs to the current registration:
       // the kubelet never reopens ListAndWatch, so without a new registration
@@ -563,6 +698,7 @@ int Agent::NextTimeoutMs() const {
     if (t && (!next || *t < *next)) next = t;
   };
   consider(next_watchdog_);
+  consider(next_pod_list_);
   for (const auto& r : resources_) {
     consider(r->retry_at);
     consider(r->start_at);
@@ -586,6 +722,17 @@ void Agent::FireTimers() {
     // stops the pings and systemd restarts the service.
     sd_notify(0, "WATCHDOG=1");
     next_watchdog_ = now + watchdog_interval_;
+  }
+  if (next_pod_list_ && *next_pod_list_ <= now && !pod_list_in_flight_) {
+    next_pod_list_.reset();
+    pod_list_in_flight_ = true;
+    // Answers from the last List when it is younger than half a period:
+    // every resource shares one List.
+    pods_->Fetch(std::min<milliseconds>(milliseconds(1000), config_.pod_resources_poll / 2),
+                 [mailbox = mailbox_](StatusOr<kubelet::PodSnapshotPtr> s) {
+                   mailbox->Post({Event::kPodList, 0, 0, s.ok() ? OkStatus() : s.status(),
+                                  s.ok() ? *s : nullptr});
+                 });
   }
   if (next_resync_ && *next_resync_ <= now) {
     next_resync_ = now + config_.resync_interval;
@@ -634,6 +781,7 @@ void Agent::UpdateStatus() {
   }
   if (!idle.empty())
     StrAppend(&status, "; no healthy devices: ", StrJoin(idle, ", "), " (see the journal)");
+  if (!pods_problem_.empty()) StrAppend(&status, "; release tracking waits: ", pods_problem_);
   if (status != last_status_) {
     last_status_ = status;
     sd_notifyf(0, "STATUS=%s", status.c_str());

@@ -35,6 +35,8 @@
 #include "config/config.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
+#include "kubelet/pod_resources.h"
+#include "lifecycle/release_tracker.h"
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
@@ -110,6 +112,10 @@ class Agent {
     std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
     std::optional<Clock::time_point> socket_check_at;    // our socket was removed
 
+    // ---- release tracking (a module with on_release) ----
+    std::shared_ptr<lifecycle::ReleaseTracker> tracker;
+    uint64_t tracker_generation = 0;  // of the last published list
+
     // ---- registration ----
     State state = State::kDown;
     std::shared_ptr<kubelet::PendingRegister> pending;
@@ -122,10 +128,17 @@ class Agent {
   };
 
   struct Event {
-    enum Kind { kCreated, kRegisterDone, kStreamEnded } kind;
+    enum Kind {
+      kCreated,         // number: launch
+      kRegisterDone,    // number: registration
+      kStreamEnded,     // number: registration
+      kTrackerChanged,  // an Allocate or a release moved a device
+      kPodList,         // a PodResources List finished (resource unused)
+    } kind;
     size_t resource;
-    uint64_t number;  // kCreated: launch; otherwise: registration
+    uint64_t number;
     Status status;
+    kubelet::PodSnapshotPtr pods;  // kPodList, when it worked
   };
 
   // Where other threads post events; an eventfd wakes the main loop. Shared
@@ -171,6 +184,11 @@ class Agent {
   void CheckSocket(Resource& r);
   bool WithThisKubelet(const Resource& r, const std::optional<KubeletId>& kubelet) const;
 
+  // ---- pod identity and releases ----
+  void SchedulePodList(bool now);
+  void OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods);
+  void OnTrackerChanged(Resource& r);
+
   // ---- the main loop ----
   void HandleEvent(const Event& ev);
   void FireTimers();
@@ -181,6 +199,13 @@ class Agent {
 
   const config::AgentConfig config_;
   const std::shared_ptr<Mailbox> mailbox_;
+  // One PodResources client for every resource; shared with module workers
+  // (pod_of), which may outlive the agent when given up.
+  const std::shared_ptr<kubelet::PodResourcesClient> pods_;
+  std::optional<Clock::time_point> next_pod_list_;
+  bool pod_list_in_flight_ = false;
+  std::optional<Clock::time_point> last_kubelet_restart_;  // since our start
+  std::string pods_problem_;  // why tracking waits ("" when Lists work)
   // Call deadlines; declared before the resources so it outlives them.
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;

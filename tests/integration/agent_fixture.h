@@ -71,6 +71,9 @@ class AgentTest : public ::testing::Test {
     KubeletSim::Options o;
     o.dir = plugin_dir();
     o.owns_dir = true;
+    o.pod_resources_socket = sim_pod_resources_;
+    o.pod_resources_qps = sim_pod_resources_qps_;
+    o.pod_resources_burst = sim_pod_resources_burst_;
     sim_ = std::make_unique<KubeletSim>(o);
     ASSERT_TRUE(sim_->Start().ok());
   }
@@ -121,6 +124,10 @@ class AgentTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  // The simulator also serves PodResources here when set.
+  std::string sim_pod_resources_;
+  double sim_pod_resources_qps_ = 100;
+  int sim_pod_resources_burst_ = 10;
   std::unique_ptr<KubeletSim> sim_;
   std::unique_ptr<AgentProcess> agent_;
   std::string agent_log_;

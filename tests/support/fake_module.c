@@ -9,6 +9,7 @@
  *   fake_short       descriptor shorter than the required members
  *   fake_createfail  create() fails with a reason
  *   fake_unresolved  needs a symbol nothing provides (dlopen RTLD_NOW fails)
+ *   fake_release     fake_full plus on_release() (ABI 1.2)
  *
  * Keys (fake_full, fake_minimal):
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
@@ -32,6 +33,20 @@
  *   fail_while (string)          list_devices() fails while this path exists
  *   late_config_error (bool)     create() reports a bad "count" through
  *                                config_error() and returns an instance
+ *
+ * Unhealthy devices carry the reason "listed unhealthy" (ABI 1.2).
+ *
+ * Keys (fake_release):
+ *   release_log (string)         on_release() appends "release <ids>" here;
+ *                                with log_holder, pre_start() appends
+ *                                "holder <id> <ns>/<pod>/<container>" (or
+ *                                "holder <id> none <rc>") from pod_of()
+ *   release_busy (string)        on_release() returns -EAGAIN while this
+ *                                path exists
+ *   release_fail (string)        on_release() fails (-EIO, "scrub failed")
+ *                                while this path exists
+ *   shared (bool)                opts out of release tracking
+ *   log_holder (bool)            see release_log
  */
 #include <errno.h>
 #include <stdio.h>
@@ -57,6 +72,10 @@ struct devplug_instance {
   const char *default_for;
   const char *count_file;
   const char *fail_while;
+  const char *release_log;
+  const char *release_busy;
+  const char *release_fail;
+  int32_t log_holder;
 };
 
 static void hang(void) {
@@ -101,6 +120,14 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   int64_t create_delay_ms = 0;
   host->config_int(host, "create_delay_ms", &create_delay_ms);
   if (create_delay_ms > 0) sleep_ms(create_delay_ms);
+  host->config_string(host, "release_log", &inst->release_log);
+  host->config_string(host, "release_busy", &inst->release_busy);
+  host->config_string(host, "release_fail", &inst->release_fail);
+  host->config_bool(host, "log_holder", &inst->log_holder);
+  int32_t shared = 0;
+  host->config_bool(host, "shared", &shared);
+  if (shared && DEVPLUG_HAS_MEMBER(host, struct devplug_host, track_releases))
+    host->track_releases(host, 0);
   int32_t late_config_error = 0;
   host->config_bool(host, "late_config_error", &late_config_error);
   if (late_config_error) host->config_error(host, "count", "is reported bad, yet create() succeeds");
@@ -146,9 +173,12 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
     struct devplug_recipe *r = NULL;
     snprintf(id, sizeof(id), "fake-%lld", (long long)i);
     snprintf(node, sizeof(node), "/dev/fake%lld", (long long)i);
-    int rc = sink->add_device(sink, id, is_unhealthy(inst, id) ? DEVPLUG_UNHEALTHY : DEVPLUG_HEALTHY,
+    const int unhealthy = is_unhealthy(inst, id);
+    int rc = sink->add_device(sink, id, unhealthy ? DEVPLUG_UNHEALTHY : DEVPLUG_HEALTHY,
                               (int32_t)inst->numa, &r);
     if (rc < 0) return rc;
+    if (unhealthy && DEVPLUG_HAS_MEMBER(sink, struct devplug_device_sink, set_health_reason))
+      sink->set_health_reason(sink, "listed unhealthy");
     r->add_device_node(r, node, NULL, NULL);
     r->add_env(r, "FAKE_VISIBLE", id);
   }
@@ -205,13 +235,56 @@ static int fake_preferred(struct devplug_instance *inst, const char *const *avai
   return 0;
 }
 
+static void append_line(const char *path, const char *line) {
+  if (path == NULL) return;
+  FILE *f = fopen(path, "a");
+  if (f == NULL) return;
+  fprintf(f, "%s\n", line);
+  fclose(f);
+}
+
 static int fake_pre_start(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  if (inst->log_holder && DEVPLUG_HAS_MEMBER(inst->host, struct devplug_host, pod_of)) {
+    for (size_t i = 0; i < n; i++) {
+      struct devplug_pod pod;
+      memset(&pod, 0, sizeof(pod));
+      pod.struct_size = sizeof(pod);
+      char line[512];
+      int rc = inst->host->pod_of(inst->host, ids[i], &pod);
+      if (rc == 0)
+        snprintf(line, sizeof(line), "holder %s %s/%s/%s", ids[i], pod.pod_namespace,
+                 pod.pod_name, pod.container);
+      else
+        snprintf(line, sizeof(line), "holder %s none %d", ids[i], rc);
+      append_line(inst->release_log, line);
+    }
+  }
   for (size_t i = 0; i < n; i++) {
     if (inst->fail_pre_start && strcmp(ids[i], inst->fail_pre_start) == 0) {
       inst->host->set_error(inst->host, "device refused to reset");
       return -EIO;
     }
   }
+  return 0;
+}
+#endif
+
+#ifdef FAKE_RELEASE
+static int fake_release(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  if (inst->release_busy && access(inst->release_busy, F_OK) == 0) {
+    inst->host->set_error(inst->host, "the card is still busy");
+    return -EAGAIN;
+  }
+  if (inst->release_fail && access(inst->release_fail, F_OK) == 0) {
+    inst->host->set_error(inst->host, "scrub failed");
+    return -EIO;
+  }
+  char line[1024] = "release ";
+  for (size_t i = 0; i < n; i++) {
+    if (i) strncat(line, ",", sizeof(line) - strlen(line) - 1);
+    strncat(line, ids[i], sizeof(line) - strlen(line) - 1);
+  }
+  append_line(inst->release_log, line);
   return 0;
 }
 #endif
@@ -231,6 +304,11 @@ static const struct devplug_config_key fake_keys[] = {
     {"count_file", DEVPLUG_CONFIG_STRING, 0, "file holding the device count"},
     {"fail_while", DEVPLUG_CONFIG_STRING, 0, "scans fail while this path exists"},
     {"late_config_error", DEVPLUG_CONFIG_BOOL, 0, "config_error() in a create() that succeeds"},
+    {"release_log", DEVPLUG_CONFIG_STRING, 0, "file on_release() and pre_start() write to"},
+    {"release_busy", DEVPLUG_CONFIG_STRING, 0, "on_release() is busy while this path exists"},
+    {"release_fail", DEVPLUG_CONFIG_STRING, 0, "on_release() fails while this path exists"},
+    {"shared", DEVPLUG_CONFIG_BOOL, 0, "opt out of release tracking"},
+    {"log_holder", DEVPLUG_CONFIG_BOOL, 0, "pre_start() logs pod_of() answers"},
     {NULL, 0, 0, NULL},
 };
 
@@ -258,6 +336,9 @@ static const struct devplug_module fake_module = {
     .allocate = fake_allocate,
     .preferred_allocation = fake_preferred,
     .pre_start = fake_pre_start,
+#endif
+#ifdef FAKE_RELEASE
+    .on_release = fake_release,
 #endif
 };
 

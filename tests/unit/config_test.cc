@@ -77,6 +77,11 @@ TEST(ConfigTest, DefaultsApplyWhenAgentTableIsAbsent) {
   EXPECT_EQ(cfg->udev_source, UdevSource::kAuto);
   EXPECT_EQ(cfg->call_timeout, std::chrono::seconds(10));
   EXPECT_EQ(cfg->start_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(cfg->pod_resources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
+  EXPECT_EQ(cfg->pod_resources_poll, std::chrono::seconds(5));
+  EXPECT_EQ(cfg->release_grace, std::chrono::seconds(10));
+  EXPECT_EQ(cfg->kubelet_settle, std::chrono::seconds(60));
+  EXPECT_EQ(cfg->unseen_timeout, std::chrono::seconds(120));
   EXPECT_EQ(cfg->resources.size(), 1u);
 }
 
@@ -140,6 +145,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "devplug.toml:2: agent.start_timeout: \"3000000h\" is over the maximum of 10m"},
         BadCase{"call_timeout_over_max", "[agent]\n\ncall_timeout = \"61s\"\n",
                 "devplug.toml:3: agent.call_timeout: \"61s\" is over the maximum of 1m"},
+        BadCase{"pod_resources_poll_over_max", "[agent]\npod_resources_poll = \"61m\"\n",
+                "devplug.toml:2: agent.pod_resources_poll: \"61m\" is over the maximum of 1h"},
+        BadCase{"pod_resources_poll_too_short", "[agent]\npod_resources_poll = \"5ms\"\n",
+                "devplug.toml:2: agent.pod_resources_poll: \"5ms\" is shorter than the minimum"},
+        BadCase{"release_grace_over_max", "[agent]\nrelease_grace = \"2h\"\n",
+                "devplug.toml:2: agent.release_grace: \"2h\" is over the maximum of 1h"},
+        BadCase{"pod_resources_socket_relative",
+                "[agent]\npod_resources_socket = \"pod-resources/kubelet.sock\"\n",
+                "devplug.toml:2: agent.pod_resources_socket: must be an absolute path"},
         BadCase{"call_timeout_zero", "[agent]\ncall_timeout = \"0s\"\n",
                 "devplug.toml:2: agent.call_timeout: \"0s\" is shorter than the minimum of 1ms"},
         BadCase{"bad_source", "[agent]\nudev_source = \"netlink\"\n",

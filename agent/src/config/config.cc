@@ -34,6 +34,14 @@ constexpr DurationKey kDurationKeys[] = {
     {"call_timeout", &AgentConfig::call_timeout, std::chrono::milliseconds(1), kMaxCallTimeout},
     {"start_timeout", &AgentConfig::start_timeout, std::chrono::milliseconds(1),
      kMaxStartTimeout},
+    {"pod_resources_poll", &AgentConfig::pod_resources_poll, std::chrono::milliseconds(0),
+     kMaxPodResourcesDuration},
+    {"release_grace", &AgentConfig::release_grace, std::chrono::milliseconds(0),
+     kMaxPodResourcesDuration},
+    {"kubelet_settle", &AgentConfig::kubelet_settle, std::chrono::milliseconds(0),
+     kMaxPodResourcesDuration},
+    {"unseen_timeout", &AgentConfig::unseen_timeout, std::chrono::milliseconds(0),
+     kMaxPodResourcesDuration},
 };
 
 class Errors {
@@ -138,7 +146,15 @@ class Parser {
     for (auto&& [k, node] : t) {
       const std::string key = StrCat("agent.", k.str());
       const std::string_view name = k.str();
-      if (std::string AgentConfig::*field = PathField(name)) {
+      if (name == "pod_resources_socket") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (std::string why = SetPath(*s, &cfg_.pod_resources_socket); !why.empty())
+          Error(node, key, why);
+        else if (s->size() > kMaxSocketPathBytes)
+          Error(node, key, StrCat("is ", s->size(), " bytes; a Unix socket path holds at most ",
+                                  kMaxSocketPathBytes));
+      } else if (std::string AgentConfig::*field = PathField(name)) {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (std::string why = SetPath(*s, &(cfg_.*field)); !why.empty()) Error(node, key, why);
@@ -157,7 +173,8 @@ class Parser {
         } else if (dk->min.count() > 0 && *d < dk->min) {
           Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
                                   FormatDuration(dk->min)));
-        } else if (name == "resync_interval" && d->count() > 0 && *d < kMinResyncInterval) {
+        } else if ((name == "resync_interval" || name == "pod_resources_poll") &&
+                   d->count() > 0 && *d < kMinResyncInterval) {
           Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
                                   FormatDuration(kMinResyncInterval), " (\"0s\" turns it off)"));
         } else {
@@ -174,7 +191,7 @@ class Parser {
                                         "\" (expected auto|udev|kernel)"));
       } else {
         std::vector<std::string> known{"plugin_dir", "module_dir", "host_root", "log_level",
-                                            "udev_source"};
+                                       "udev_source", "pod_resources_socket"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }

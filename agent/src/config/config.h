@@ -77,6 +77,18 @@ struct AgentConfig {
   // scan, or to destroy it at shutdown; past it the resource is given up.
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
 
+  // ---- pod identity and device release (contracts/lifecycle.md) ----
+  // The kubelet's PodResources socket.
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  // List period while a tracked device is not free; zero turns tracking off.
+  std::chrono::milliseconds pod_resources_poll{std::chrono::seconds(5)};
+  // A device absent from List this long (and for two Lists) is released.
+  std::chrono::milliseconds release_grace{std::chrono::seconds(10)};
+  // No release this long after the kubelet restarted.
+  std::chrono::milliseconds kubelet_settle{std::chrono::seconds(60)};
+  // An allocated device never seen in List this long is released.
+  std::chrono::milliseconds unseen_timeout{std::chrono::seconds(120)};
+
   // ---- [[resource]] tables, main file first, then drop-ins in order ----
   std::vector<ResourceConfig> resources;
 
@@ -89,6 +101,7 @@ inline constexpr std::chrono::milliseconds kMaxResyncInterval = std::chrono::hou
 inline constexpr std::chrono::milliseconds kMinResyncInterval = std::chrono::milliseconds(100);
 inline constexpr std::chrono::milliseconds kMaxStartTimeout = std::chrono::minutes(10);
 inline constexpr std::chrono::milliseconds kMaxCallTimeout = std::chrono::seconds(60);
+inline constexpr std::chrono::milliseconds kMaxPodResourcesDuration = std::chrono::hours(1);
 
 struct LoadOptions {
   // Default for agent.module_dir when the file does not set it.

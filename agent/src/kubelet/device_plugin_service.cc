@@ -119,7 +119,7 @@ class PendingCall {
 
 v1beta1::DevicePluginOptions OptionsFor(const modules::LoadedModule& module) {
   v1beta1::DevicePluginOptions o;
-  o.set_pre_start_required(module.has_pre_start());
+  o.set_pre_start_required(module.has_pre_start() || module.has_on_release());
   o.set_get_preferred_allocation_available(module.has_preferred_allocation());
   return o;
 }
@@ -142,13 +142,16 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
   for (const auto& c : recipe.cdi_devices) out->add_cdi_devices()->set_name(c);
 }
 
-DevicePluginService::DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub,
-                                         Timers* timers, std::chrono::milliseconds call_timeout)
+DevicePluginService::DevicePluginService(
+    modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
+    std::chrono::milliseconds call_timeout,
+    std::function<void(const std::vector<std::string>&)> on_allocated)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
       call_timeout_(call_timeout),
-      options_(OptionsFor(instance->module())) {}
+      options_(OptionsFor(instance->module())),
+      on_allocated_(std::move(on_allocated)) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor,
                                                         const char* rpc, std::string ids) {
@@ -193,8 +196,12 @@ namespace {
 class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
  public:
   AllocateCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
-               const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp)
-      : call_(std::move(call)), instance_(instance), resp_(resp) {
+               const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp,
+               std::function<void(const std::vector<std::string>&)> on_allocated)
+      : call_(std::move(call)),
+        instance_(instance),
+        resp_(resp),
+        on_allocated_(std::move(on_allocated)) {
     for (const auto& c : req.container_requests()) requests_.push_back(ToVector(c.devices_ids()));
   }
 
@@ -204,7 +211,11 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
         call_->Complete(ToGrpc(st));
         return;
       }
-      call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); });
+      if (call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); }) && on_allocated_) {
+        std::vector<std::string> ids;
+        for (const auto& r : requests_) ids.insert(ids.end(), r.begin(), r.end());
+        on_allocated_(ids);
+      }
       return;
     }
     instance_->Allocate(
@@ -225,6 +236,8 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   const std::shared_ptr<PendingCall> call_;
   modules::ModuleInstance* const instance_;
   v1beta1::AllocateResponse* const resp_;  // only inside a winning Complete()
+  // A copy: the call may finish after its service is gone.
+  const std::function<void(const std::vector<std::string>&)> on_allocated_;
   std::vector<std::vector<std::string>> requests_;
   v1beta1::AllocateResponse built_;
 };
@@ -291,7 +304,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
   auto call = Track(r, "Allocate",
                     IdsForLog(req->container_requests(),
                               [](const auto& c) -> const auto& { return c.devices_ids(); }));
-  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp)->Next();
+  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_)->Next();
   return r;
 }
 

@@ -28,7 +28,9 @@
 namespace devplug::kubelet {
 
 // The options a resource advertises, derived from the module's hooks; used
-// identically in RegisterRequest and GetDevicePluginOptions.
+// identically in RegisterRequest and GetDevicePluginOptions. A module with
+// on_release() gets PreStartContainer: devices reused before their release
+// are released there.
 v1beta1::DevicePluginOptions OptionsFor(const modules::LoadedModule& module);
 
 // Fills one container's Allocate answer from a recipe.
@@ -38,8 +40,11 @@ class PendingCall;
 
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
+  // `on_allocated` (optional) learns the IDs of every successful Allocate
+  // (release tracking), on a gRPC or worker thread.
   DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
-                      std::chrono::milliseconds call_timeout);
+                      std::chrono::milliseconds call_timeout,
+                      std::function<void(const std::vector<std::string>&)> on_allocated = {});
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx,
                                                    const v1beta1::Empty* req,
@@ -70,6 +75,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   Timers* const timers_;
   const std::chrono::milliseconds call_timeout_;
   const v1beta1::DevicePluginOptions options_;
+  const std::function<void(const std::vector<std::string>&)> on_allocated_;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
   uint64_t next_call_ = 0;                                   // guarded by mu_

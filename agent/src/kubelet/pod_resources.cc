@@ -1,0 +1,134 @@
+#include "kubelet/pod_resources.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <future>
+
+namespace devplug::kubelet {
+
+PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
+                       std::chrono::steady_clock::time_point taken) {
+  PodSnapshot s;
+  s.taken = taken;
+  for (const v1::PodResources& pod : response.pod_resources()) {
+    for (const v1::ContainerResources& c : pod.containers()) {
+      for (const v1::ContainerDevices& d : c.devices()) {
+        auto& ids = s.holders[d.resource_name()];
+        for (const std::string& id : d.device_ids())
+          ids.try_emplace(id, lifecycle::Holder{pod.namespace_(), pod.name(), c.name()});
+      }
+    }
+  }
+  return s;
+}
+
+namespace {
+struct ListCall {
+  grpc::ClientContext ctx;
+  v1::ListPodResourcesRequest request;
+  v1::ListPodResourcesResponse response;
+};
+}  // namespace
+
+PodResourcesClient::PodResourcesClient(Options options) : options_(std::move(options)) {}
+
+PodResourcesClient::~PodResourcesClient() {
+  std::unique_lock lock(mu_);
+  idle_cv_.wait(lock, [&] { return !in_flight_; });
+}
+
+uint64_t PodResourcesClient::lists() const {
+  std::lock_guard lock(mu_);
+  return lists_;
+}
+
+void PodResourcesClient::Fetch(std::chrono::milliseconds fresh, Done done) {
+  std::unique_lock lock(mu_);
+  const auto now = Clock::now();
+  if (latest_ && now - latest_->taken <= fresh) {
+    PodSnapshotPtr s = latest_;
+    lock.unlock();
+    done(std::move(s));
+    return;
+  }
+  if (in_flight_) {
+    waiting_.push_back(std::move(done));
+    return;
+  }
+  if (!failure_.ok() && now < retry_at_) {
+    const Status f = failure_;
+    lock.unlock();
+    done(Status(f.code(), StrCat(f.message(), " (asking again in ",
+                                 std::chrono::ceil<std::chrono::seconds>(retry_at_ - now).count(),
+                                 " s)")));
+    return;
+  }
+  if (access(options_.socket.c_str(), F_OK) != 0) {
+    lock.unlock();
+    done(NotFoundError(StrCat("no PodResources socket at ", options_.socket,
+                              " (is the kubelet running?)")));
+    return;
+  }
+  waiting_.push_back(std::move(done));
+  StartListLocked();
+}
+
+StatusOr<PodSnapshotPtr> PodResourcesClient::Get(std::chrono::milliseconds fresh) {
+  auto answer = std::make_shared<std::promise<StatusOr<PodSnapshotPtr>>>();
+  auto future = answer->get_future();
+  Fetch(fresh, [answer](StatusOr<PodSnapshotPtr> s) { answer->set_value(std::move(s)); });
+  return future.get();
+}
+
+void PodResourcesClient::StartListLocked() {
+  if (!channel_) {
+    grpc::ChannelArguments args;
+    // Big nodes list many pods; the kubelet does not cap its answer.
+    args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel_ = grpc::CreateCustomChannel("unix:" + options_.socket,
+                                         grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::PodResourcesLister::NewStub(channel_);
+  }
+  in_flight_ = true;
+  ++lists_;
+  auto call = std::make_shared<ListCall>();
+  call->ctx.set_deadline(std::chrono::system_clock::now() + options_.deadline);
+  stub_->async()->List(&call->ctx, &call->request, &call->response,
+                       [this, call](grpc::Status st) { OnListDone(st, call->response); });
+}
+
+void PodResourcesClient::OnListDone(const grpc::Status& st,
+                                    const v1::ListPodResourcesResponse& response) {
+  std::vector<Done> waiters;
+  StatusOr<PodSnapshotPtr> result = Status(StatusCode::kInternal, "unset");
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    waiters.swap(waiting_);
+    if (st.ok()) {
+      latest_ = std::make_shared<const PodSnapshot>(ToSnapshot(response, now));
+      failure_ = OkStatus();
+      backoff_ = {};
+      result = latest_;
+    } else {
+      // Never taken for "nothing is held": the callers keep their state.
+      failure_ = Status(static_cast<StatusCode>(st.error_code()),
+                        StrCat("PodResources List failed (",
+                               StatusCodeName(static_cast<StatusCode>(st.error_code())), ": ",
+                               st.error_message(), ")"));
+      backoff_ = std::clamp(backoff_ * 2, options_.min_backoff, options_.max_backoff);
+      retry_at_ = now + backoff_;
+      result = failure_;
+      // A kubelet that restarted serves a new socket at the same path.
+      channel_.reset();
+      stub_.reset();
+    }
+    in_flight_ = false;
+    idle_cv_.notify_all();
+  }
+  for (Done& w : waiters) w(result);
+}
+
+}  // namespace devplug::kubelet

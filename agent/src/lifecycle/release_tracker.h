@@ -1,0 +1,127 @@
+// Who still holds each device of one resource, and when a device is given
+// back: the release state machine of contracts/lifecycle.md, for resources
+// whose module has on_release().
+//
+//   FREE ──Allocate returned it──▶ ASSIGNED ──seen in List──▶ HELD
+//   HELD ──absent ≥ grace and ≥ 2 Lists, kubelet settled──▶ RELEASING
+//   ASSIGNED ──never seen for unseen_timeout (kubelet settled)──▶ RELEASING
+//   RELEASING ──on_release 0──▶ FREE   ──-EAGAIN──▶ again at the next List
+//             ──error──▶ FAILED ──backoff──▶ RELEASING
+//   an Allocate of an ID not FREE marks it pending: the release runs at
+//   PreStartContainer, before the container starts (then ASSIGNED).
+//
+// Only List results move HELD devices: a failed List never counts as
+// "absent". The first List after the agent started is the truth: listed
+// devices are HELD, the rest FREE. Devices RELEASING or FAILED are reported
+// Unhealthy (reason "releasing" or the error) so the kubelet hands them out
+// no more; Allocate still accepts them (an admission failure is final) and
+// the release then runs at PreStart.
+//
+// Pure logic: every input carries the time, so tests drive it with a fake
+// clock. Thread safety: thread-safe (gRPC threads report Allocate and
+// PreStart, the main loop reports List results and releases).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "modules/device.h"
+#include "util/status.h"
+
+namespace devplug::lifecycle {
+
+using Clock = std::chrono::steady_clock;
+
+// A container holding a device, as PodResources lists it.
+struct Holder {
+  std::string pod_namespace, pod_name, container;
+  bool operator==(const Holder&) const = default;
+};
+
+struct ReleaseTiming {
+  std::chrono::milliseconds grace{std::chrono::seconds(10)};    // release_grace
+  std::chrono::milliseconds settle{std::chrono::seconds(60)};   // kubelet_settle
+  std::chrono::milliseconds unseen{std::chrono::seconds(120)};  // unseen_timeout
+  std::chrono::milliseconds min_backoff{std::chrono::seconds(1)};
+  std::chrono::milliseconds max_backoff{std::chrono::minutes(5)};
+};
+
+class ReleaseTracker {
+ public:
+  enum class State { kFree, kAssigned, kHeld, kReleasing, kFailed };
+  static std::string_view StateName(State s);
+
+  explicit ReleaseTracker(ReleaseTiming timing) : timing_(timing) {}
+
+  // Allocate answered OK with these IDs. FREE ones become ASSIGNED; any
+  // other is still someone's, so its release is due before the new
+  // container starts.
+  void OnAllocated(const std::vector<std::string>& ids, Clock::time_point now);
+
+  // PreStartContainer for `ids`: those whose release must run first (and
+  // no release of them starts from a List meanwhile).
+  std::vector<std::string> ReleasesBeforeStart(const std::vector<std::string>& ids);
+  // Their release ran at PreStart: released, they belong to the new pod.
+  void OnReleasedBeforeStart(const std::vector<std::string>& ids, bool released,
+                             Clock::time_point now);
+
+  // A successful List: `listed` maps this resource's IDs in use to their
+  // holder. `kubelet_restart` is when the kubelet last restarted (if it
+  // did since our start). Returns the IDs whose release starts now.
+  std::vector<std::string> OnList(const std::map<std::string, Holder, std::less<>>& listed,
+                                  Clock::time_point now,
+                                  std::optional<Clock::time_point> kubelet_restart);
+
+  // The module's on_release() of `ids` returned `result` (0, -EAGAIN or an
+  // error with its reason in `why`).
+  void OnReleased(const std::vector<std::string>& ids, int result, const std::string& why,
+                  Clock::time_point now);
+
+  // True while any device is not FREE, or no List has succeeded yet: the
+  // agent keeps polling PodResources.
+  bool NeedsList() const;
+  // The first List has been seen.
+  bool synced() const;
+
+  // Marks RELEASING and FAILED devices Unhealthy (held_back, with a reason)
+  // in a device list about to be published. True if it changed anything.
+  bool Apply(modules::DeviceList& list) const;
+
+  struct DeviceView {
+    State state = State::kFree;
+    std::optional<Holder> holder;
+    std::string error;  // FAILED: why
+  };
+  std::optional<DeviceView> View(std::string_view id) const;
+  // Bumped whenever a device enters or leaves RELEASING/FAILED (what Apply
+  // shows), so the agent knows when to publish again.
+  uint64_t generation() const;
+
+ private:
+  struct Entry {
+    State state = State::kFree;
+    std::optional<Holder> holder;
+    Clock::time_point since;               // state entered
+    std::optional<Clock::time_point> absent_since;
+    int absent_lists = 0;
+    bool release_at_start = false;  // an Allocate found it not FREE
+    bool in_flight = false;         // on_release() is running
+    std::chrono::milliseconds backoff{0};
+    Clock::time_point retry_at;     // FAILED: not before
+    std::string error;
+  };
+  void Enter(Entry& e, State s, Clock::time_point now);
+  bool Settled(Clock::time_point now, std::optional<Clock::time_point> restart) const;
+
+  const ReleaseTiming timing_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry, std::less<>> devices_;  // guarded by mu_; FREE ones dropped
+  bool synced_ = false;                                // guarded by mu_
+  uint64_t generation_ = 0;                            // guarded by mu_
+};
+
+}  // namespace devplug::lifecycle
