@@ -428,7 +428,7 @@ Status Agent::StartServer(Resource& r) {
   return OkStatus();
 }
 
-void Agent::StopServer(Resource& r, bool exiting) {
+void Agent::StopServer(Resource& r, [[maybe_unused]] bool exiting) {
   if (r.pending) {
     r.pending->Cancel();
     r.pending.reset();
