@@ -12,10 +12,13 @@
 #include <cstring>
 #include <map>
 
+#include <nlohmann/json.hpp>
+#include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
 #include "conflicts.h"
+#include "log.h"
 #include "modules/loaded_module.h"
 #include "util/unix_socket.h"
 
@@ -96,9 +99,14 @@ kubelet::PodResourcesClient::Options PodOptions(const config::AgentConfig& c) {
 }
 }  // namespace
 
-Agent::Agent(config::AgentConfig config)
+Agent::Agent(config::AgentConfig config) : Agent(std::move(config), Options()) {}
+
+Agent::Agent(config::AgentConfig config, Options options)
     : config_(std::move(config)),
+      options_(std::move(options)),
       mailbox_(std::make_shared<Mailbox>()),
+      metrics_(std::make_shared<ops::Metrics>(
+          options_.version, StrCat(DEVPLUG_MODULE_ABI_MAJOR, ".", DEVPLUG_MODULE_ABI_MINOR))),
       pods_(std::make_shared<kubelet::PodResourcesClient>(PodOptions(config_))) {}
 
 Agent::~Agent() { Shutdown(); }
@@ -120,17 +128,26 @@ Status Agent::Start() {
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
-
-  for (size_t i = 0; i < config_.resources.size(); ++i) {
-    auto r = std::make_unique<Resource>();
-    r->index = i;
-    r->cfg = config_.resources[i];
-    r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
-    r->hub = std::make_unique<kubelet::StreamHub>([mailbox = mailbox_, i](uint64_t registration) {
-      mailbox->Post({Event::kStreamEnded, i, registration, OkStatus(), nullptr});
+  // Status and metrics: useful from the first moment, and never a reason
+  // not to serve the hardware.
+  if (!config_.control_socket.empty()) {
+    Status st = control_.Start(config_.control_socket, [mailbox = mailbox_](auto call) {
+      mailbox->Post({Event::kControl, 0, 0, OkStatus(), nullptr, std::move(call)});
     });
-    resources_.push_back(std::move(r));
+    if (!st.ok()) spdlog::warn("no control socket: {}", st.message());
   }
+  if (!config_.metrics_address.empty()) {
+    try {
+      exposer_ = std::make_shared<prometheus::Exposer>(config_.metrics_address, 1);
+      exposer_->RegisterCollectable(metrics_);
+      spdlog::info("metrics on http://{}/metrics", config_.metrics_address);
+    } catch (const std::exception& e) {
+      spdlog::error("no metrics on {}: {}", config_.metrics_address, e.what());
+    }
+  }
+
+  for (size_t i = 0; i < config_.resources.size(); ++i)
+    resources_.push_back(NewResource(config_.resources[i], i));
   // Load every module first: their subsystems make up the udev filter, and
   // the monitor must listen before the first scans so no event is lost.
   for (auto& r : resources_) {
@@ -193,6 +210,29 @@ Status Agent::Start() {
 
 // ---- starting resources -------------------------------------------------------------------
 
+std::unique_ptr<Agent::Resource> Agent::NewResource(const config::ResourceConfig& cfg,
+                                                   size_t index) {
+  auto r = std::make_unique<Resource>();
+  r->id = next_id_++;
+  r->index = index;
+  r->cfg = cfg;
+  r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
+  r->hub = std::make_unique<kubelet::StreamHub>([mailbox = mailbox_, id = r->id](uint64_t reg) {
+    mailbox->Post({Event::kStreamEnded, id, reg, OkStatus(), nullptr});
+  });
+  r->metrics = metrics_->Add(cfg.name);
+  return r;
+}
+
+Agent::Resource* Agent::ById(uint64_t id) {
+  for (auto& r : resources_)
+    if (r->id == id) return r.get();
+  if (reload_)
+    for (auto& r : reload_->staged)
+      if (r->id == id) return r.get();
+  return nullptr;
+}
+
 Status Agent::LoadModule(Resource& r) {
   const std::string path = modules::ResolveModulePath(r.cfg.module, config_.module_dir);
   auto module = modules::LoadedModule::Load(path);
@@ -223,7 +263,12 @@ void Agent::Launch(Resource& r) {
     hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
   };
   opts.start_timeout = config_.start_timeout;
-  // host->pod_of(): one shared List, at most 1 s old.
+  opts.on_scan = [m = r.metrics](ops::ScanCause cause) { m->Rescan(cause); };
+  opts.on_health = [m = r.metrics](uint64_t healthy, uint64_t unhealthy, uint64_t up,
+                                   uint64_t down) {
+    m->Devices(healthy, unhealthy);
+    m->Transitions(up, down);
+  };
   // host->pod_of(): the shared List if it is at most 1 s old; when that one
   // does not know the device (it may predate the kubelet's record of a
   // fresh allocation), one List of its own.
@@ -256,9 +301,13 @@ void Agent::Launch(Resource& r) {
     opts.release.due_before_start = [tracker = r.tracker](const std::vector<std::string>& ids) {
       return tracker->ReleasesBeforeStart(ids);
     };
-    opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.index](
+    opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.id, m = r.metrics](
                                 const std::vector<std::string>& ids, int rc,
                                 const std::string& why, bool before_start) {
+      m->Release(rc == 0 ? ops::ReleaseResult::kReleased
+                 : rc == -EAGAIN ? ops::ReleaseResult::kBusy
+                                 : ops::ReleaseResult::kFailed,
+                 ids.size());
       if (before_start)
         tracker->OnReleasedBeforeStart(ids, rc == 0, Clock::now());
       else
@@ -270,7 +319,7 @@ void Agent::Launch(Resource& r) {
   ++r.attempts;
   r.start_deadline = Clock::now() + config_.start_timeout;
   r.starting = modules::ModuleInstance::Launch(
-      r.module, r.cfg, std::move(opts), [mailbox = mailbox_, i = r.index, launch](Status st) {
+      r.module, r.cfg, std::move(opts), [mailbox = mailbox_, i = r.id, launch](Status st) {
         mailbox->Post({Event::kCreated, i, launch, std::move(st), nullptr});
       });
 }
@@ -279,6 +328,14 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
   if (launch != r.launch || !r.starting) return;  // given up meanwhile
   std::unique_ptr<modules::ModuleInstance> inst = std::move(r.starting);
   r.start_deadline.reset();
+  if (r.staged) {
+    // A reload's resource: the reload decides, once all of them are known.
+    if (st.ok()) r.instance = std::move(inst);
+    else r.failure = std::move(st);
+    inst.reset();
+    FinishReload();
+    return;
+  }
   if (!st.ok()) {
     inst.reset();  // stops its (idle) worker
     // A configuration problem found by the module needs the operator.
@@ -349,11 +406,11 @@ void Agent::TryStart(Resource& r) {
 }
 
 void Agent::RebuildUdevMonitor() {
-  std::map<std::string, std::vector<size_t>, std::less<>> subscribers;
+  std::map<std::string, std::vector<uint64_t>, std::less<>> subscribers;
   for (const auto& r : resources_) {
     if (!r->module || r->module->descriptor().udev_subsystems == nullptr) continue;
     for (const char* const* s = r->module->descriptor().udev_subsystems; *s; ++s)
-      if (**s) subscribers[*s].push_back(r->index);
+      if (**s) subscribers[*s].push_back(r->id);
   }
   std::vector<std::string> subsystems;
   for (const auto& [s, _] : subscribers) subsystems.push_back(s);
@@ -379,15 +436,18 @@ void Agent::RebuildUdevMonitor() {
 void Agent::DispatchUdevEvents(udev::Monitor& monitor) {
   bool overflowed = false;
   std::vector<udev::Event> events = monitor.Drain(&overflowed);
-  std::map<size_t, std::vector<udev::Event>> batches;
+  std::map<uint64_t, std::vector<udev::Event>> batches;
   for (udev::Event& e : events) {
     spdlog::trace("uevent {} {} {}", e.action, e.subsystem, e.syspath);
     auto it = udev_subscribers_.find(e.subsystem);
     if (it == udev_subscribers_.end()) continue;
-    for (size_t i : it->second) batches[i].push_back(e);
+    metrics_->Uevent(e.subsystem);
+    for (uint64_t id : it->second) batches[id].push_back(e);
   }
-  for (auto& [i, batch] : batches)
-    if (resources_[i]->instance) resources_[i]->instance->OnUdevEvents(std::move(batch));
+  for (auto& [id, batch] : batches) {
+    Resource* r = ById(id);
+    if (r && r->instance) r->instance->OnUdevEvents(std::move(batch));
+  }
   if (overflowed) {
     spdlog::warn("uevent queue overflowed; rescanning every resource");
     for (auto& r : resources_)
@@ -406,18 +466,20 @@ Status Agent::StartServer(Resource& r) {
   std::function<void(const std::vector<std::string>&)> on_allocated;
   if (r.tracker)
     on_allocated = [tracker = r.tracker, mailbox = mailbox_,
-                    i = r.index](const std::vector<std::string>& ids) {
+                    i = r.id](const std::vector<std::string>& ids) {
       tracker->OnAllocated(ids, Clock::now());
       mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
     };
   r.service = std::make_unique<kubelet::DevicePluginService>(
-      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, std::move(on_allocated));
+      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, std::move(on_allocated),
+      r.metrics);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());
   r.server = builder.BuildAndStart();
   if (!r.server) {
     r.service.reset();
+    if (watch_.Gone()) plugin_dir_lost_ = true;
     return UnavailableError(StrCat("cannot serve on ", r.socket_path,
                                    " (is the directory writable?)"));
   }
@@ -498,7 +560,7 @@ void Agent::Register(Resource& r) {
   }
   r.pending = kubelet::StartRegister(
       KubeletSocketPath(), req, kubelet::kRegisterDeadline,
-      [this, mailbox = mailbox_, i = r.index, registration](const grpc::Status& st) {
+      [this, mailbox = mailbox_, i = r.id, registration](const grpc::Status& st) {
         mailbox->Post({Event::kRegisterDone, i, registration,
                        Status(static_cast<StatusCode>(st.error_code()), st.error_message()),
                        nullptr});
@@ -532,6 +594,7 @@ void Agent::OnKubeletRestart() {
       spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
       // Its pod list may be incomplete for a while: no release meanwhile.
       last_kubelet_restart_ = Clock::now();
+      metrics_->KubeletRestart();
     }
     said = true;
     r->backoff = milliseconds(0);
@@ -557,6 +620,11 @@ void Agent::OnSocketRemoved(Resource& r) {
 
 void Agent::CheckSocket(Resource& r) {
   r.socket_check_at.reset();
+  // Removed with its directory?
+  if (watch_.Gone()) {
+    plugin_dir_lost_ = true;
+    return;
+  }
   if (!r.server || SocketIsOurs(r)) return;
   const bool registered = r.state == State::kRegistered || r.state == State::kRegistering;
   // A kubelet restart is under way: its kubelet.sock creation serves us anew.
@@ -642,7 +710,13 @@ void Agent::HandleEvent(const Event& ev) {
     OnPodList(ev.status, ev.pods);
     return;
   }
-  Resource& r = *resources_[ev.resource];
+  if (ev.kind == Event::kControl) {
+    OnControl(ev.control);
+    return;
+  }
+  Resource* found = ById(ev.resource);
+  if (found == nullptr) return;  // retired meanwhile
+  Resource& r = *found;
   switch (ev.kind) {
     case Event::kCreated:
       OnCreated(r, ev.number, ev.status);
@@ -660,7 +734,12 @@ void Agent::HandleEvent(const Event& ev) {
                                                       " failed attempts")
                                              : std::string());
         r.register_failures = 0;
+        r.registered_since = std::chrono::system_clock::now();
+        r.last_error.clear();
+        r.metrics->Registration();
       } else {
+        r.last_error = StrCat("Register failed: ", StatusCodeName(ev.status.code()), ": ",
+                              ev.status.message());
         r.hub->ExpectKubeletStream(0);
         ScheduleRegister(r, milliseconds(0));
         // The server stays up; only Register is retried. One warning, then
@@ -675,6 +754,7 @@ void Agent::HandleEvent(const Event& ev) {
       OnTrackerChanged(r);
       break;
     case Event::kPodList:
+    case Event::kControl:
       break;  // handled above
     case Event::kStreamEnded:
       // Only the end of the stream that belongs to the current registration:
@@ -699,6 +779,7 @@ int Agent::NextTimeoutMs() const {
   };
   consider(next_watchdog_);
   consider(next_pod_list_);
+  if (reload_) consider(reload_->deadline);
   for (const auto& r : resources_) {
     consider(r->retry_at);
     consider(r->start_at);
@@ -723,6 +804,7 @@ void Agent::FireTimers() {
     sd_notify(0, "WATCHDOG=1");
     next_watchdog_ = now + watchdog_interval_;
   }
+  if (reload_ && reload_->deadline <= now) FinishReload();
   if (next_pod_list_ && *next_pod_list_ <= now && !pod_list_in_flight_) {
     next_pod_list_.reset();
     pod_list_in_flight_ = true;
@@ -758,7 +840,9 @@ void Agent::UpdateStatus() {
   size_t registered = 0, running = 0;
   for (const auto& r : resources_) {
     if (r->state == State::kRegistered) ++registered;
+    else r->registered_since.reset();
     if (r->instance) ++running;
+    r->metrics->Registered(r->state == State::kRegistered);
   }
   std::string status = StrCat("registered ", registered, "/", resources_.size(), " resources");
   if (running < resources_.size()) {
@@ -782,6 +866,8 @@ void Agent::UpdateStatus() {
   if (!idle.empty())
     StrAppend(&status, "; no healthy devices: ", StrJoin(idle, ", "), " (see the journal)");
   if (!pods_problem_.empty()) StrAppend(&status, "; release tracking waits: ", pods_problem_);
+  if (!reload_error_.empty())
+    StrAppend(&status, "; reload failed (old configuration kept): ", reload_error_);
   if (status != last_status_) {
     last_status_ = status;
     sd_notifyf(0, "STATUS=%s", status.c_str());
@@ -811,33 +897,35 @@ int Agent::Run(int signal_fd) {
           spdlog::info("{}: stopping", strsignal(static_cast<int>(si.ssi_signo)));
           break;
         }
-        if (si.ssi_signo == SIGHUP)
-          spdlog::warn("SIGHUP: configuration reload is not supported yet, ignoring");
+        if (si.ssi_signo == SIGHUP) BeginReload();
       }
     }
     if (fds[1].revents & POLLIN) {
       kubelet::PluginDirWatch::Events ev = watch_.Drain();
-      if (ev.dir_gone) {
-        // A directory created anew (kubeadm reset, an operator) is a
-        // different directory: under systemd's ProtectSystem= our view of it
-        // is read-only, and a hostPath mount would still show the old one.
-        // A fresh process sees the new one: exit and let the service manager
-        // start us again.
-        spdlog::error("{} was removed; exiting (status {}) so that devplugd starts again with "
-                      "the new directory",
-                      config_.plugin_dir, kExitPluginDirLost);
-        exit_status = kExitPluginDirLost;
-        break;
+      if (ev.dir_gone) plugin_dir_lost_ = true;
+      if (!plugin_dir_lost_) {
+        if (ev.kubelet_socket_created) OnKubeletRestart();
+        for (const std::string& name : ev.removed)
+          for (auto& r : resources_)
+            if (name == r->cfg.socket) OnSocketRemoved(*r);
       }
-      if (ev.kubelet_socket_created) OnKubeletRestart();
-      for (const std::string& name : ev.removed)
-        for (auto& r : resources_)
-          if (name == r->cfg.socket) OnSocketRemoved(*r);
     }
     if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
-    FireTimers();
+    if (!plugin_dir_lost_) FireTimers();
+    if (plugin_dir_lost_) {
+      // A directory created anew (kubeadm reset, an operator) is a
+      // different directory: under systemd's ProtectSystem= our view of it
+      // is read-only, and a hostPath mount would still show the old one.
+      // A fresh process sees the new one: exit and let the service manager
+      // start us again.
+      spdlog::error("{} was removed; exiting (status {}) so that devplugd starts again with "
+                    "the new directory",
+                    config_.plugin_dir, kExitPluginDirLost);
+      exit_status = kExitPluginDirLost;
+      break;
+    }
   }
   Shutdown();
   return exit_status;
@@ -849,6 +937,16 @@ void Agent::Shutdown() {
   const auto t0 = Clock::now();
   sd_notify(0, "STOPPING=1");
   watch_.StopWatching();
+  // Nothing reaches the main loop any more: a status request still waiting
+  // learns that devplugd stops.
+  mailbox_->Close();
+  control_.Stop();
+  exposer_.reset();
+  // A reload under way is dropped; its new resources stop with the rest.
+  if (reload_) {
+    for (auto& r : reload_->staged) resources_.push_back(std::move(r));
+    reload_.reset();
+  }
   for (auto& r : resources_) {
     const bool served = r->server != nullptr;
     StopServer(*r, /*exiting=*/true);
@@ -879,6 +977,9 @@ void Agent::Shutdown() {
     std::unique_lock lock(register_mu_);
     register_cv_.wait(lock, [&] { return registers_in_flight_ == 0; });
   }
+  // Resources a reload retired: their threads end within their deadline.
+  for (Retiring& t : retiring_) t.thread.join();
+  retiring_.clear();
   mailbox_->Close();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::info("stopped in {:.1f} ms (servers {:.1f} ms, modules {:.1f} ms)",

@@ -23,11 +23,13 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -40,9 +42,15 @@
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
+#include "ops/control.h"
+#include "ops/metrics.h"
 #include "udev/udev_monitor.h"
 #include "util/status.h"
 #include "util/timers.h"
+
+namespace prometheus {
+class Exposer;
+}
 
 namespace devplug {
 
@@ -52,7 +60,15 @@ inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 
 class Agent {
  public:
+  struct Options {
+    std::string version = "unknown";
+    // Reads the configuration again (SIGHUP): the same files and command
+    // line as at start. Without it a reload is refused.
+    std::function<StatusOr<config::AgentConfig>()> reload;
+  };
+
   explicit Agent(config::AgentConfig config);
+  Agent(config::AgentConfig config, Options options);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -66,8 +82,11 @@ class Agent {
   Status Start();
 
   // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), then
-  // stops serving and removes the sockets. Returns the process exit status:
-  // 0, or kExitPluginDirLost.
+  // stops serving and removes the sockets. SIGHUP reloads the configuration
+  // (contracts/operations.md): resources that did not change keep serving
+  // untouched, the others start, stop or restart alone, and a configuration
+  // with any mistake changes nothing. Returns the process exit status: 0, or
+  // kExitPluginDirLost.
   int Run(int signal_fd);
 
   // Stops every resource (idempotent; also done by the destructor).
@@ -87,7 +106,8 @@ class Agent {
   };
 
   struct Resource {
-    size_t index = 0;
+    uint64_t id = 0;     // unique for the agent's life: how events find it
+    size_t index = 0;    // position in the configuration (for messages)
     config::ResourceConfig cfg;
     std::string socket_path;
     std::shared_ptr<const modules::LoadedModule> module;  // null: not loaded (yet)
@@ -112,6 +132,10 @@ class Agent {
     std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
     std::optional<Clock::time_point> socket_check_at;    // our socket was removed
 
+    std::shared_ptr<ops::ResourceMetrics> metrics;
+    // A reload's new resource, not serving until the reload commits.
+    bool staged = false;
+
     // ---- release tracking (a module with on_release) ----
     std::shared_ptr<lifecycle::ReleaseTracker> tracker;
     uint64_t tracker_generation = 0;  // of the last published list
@@ -125,6 +149,8 @@ class Agent {
     uint64_t register_failures = 0;  // in a row
     std::optional<KubeletId> pending_kubelet;     // kubelet.sock the pending Register went to
     std::optional<KubeletId> registered_kubelet;  // ... and the accepted one
+    std::optional<std::chrono::system_clock::time_point> registered_since;
+    std::string last_error;  // the latest Register failure, for the status
   };
 
   struct Event {
@@ -134,11 +160,13 @@ class Agent {
       kStreamEnded,     // number: registration
       kTrackerChanged,  // an Allocate or a release moved a device
       kPodList,         // a PodResources List finished (resource unused)
+      kControl,         // a control socket request (resource unused)
     } kind;
-    size_t resource;
+    uint64_t resource;  // Resource::id
     uint64_t number;
     Status status;
     kubelet::PodSnapshotPtr pods;  // kPodList, when it worked
+    std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
   };
 
   // Where other threads post events; an eventfd wakes the main loop. Shared
@@ -159,6 +187,10 @@ class Agent {
     std::vector<Event> events_;  // guarded by mu_
     bool closed_ = false;        // guarded by mu_
   };
+
+  // The resource with this id (serving, or staged by a reload), or nullptr.
+  Resource* ById(uint64_t id);
+  std::unique_ptr<Resource> NewResource(const config::ResourceConfig& cfg, size_t index);
 
   // ---- starting resources ----
   Status LoadModule(Resource& r);
@@ -184,6 +216,26 @@ class Agent {
   void CheckSocket(Resource& r);
   bool WithThisKubelet(const Resource& r, const std::optional<KubeletId>& kubelet) const;
 
+  // ---- reload (SIGHUP) ----
+  struct PendingReload {
+    config::AgentConfig config;
+    std::vector<std::unique_ptr<Resource>> staged;  // added and changed, being created
+    Clock::time_point deadline;
+  };
+  void BeginReload();
+  void FinishReload();   // when every staged resource is created, or the deadline passed
+  void FailReload(const std::string& why);
+  void CommitReload();
+  void ApplyAgentKeys(const config::AgentConfig& next);
+  // Stops a resource for good without waiting for its module: a thread
+  // waits for it and then frees everything (or leaks it, if it hangs).
+  void Retire(std::unique_ptr<Resource> r);
+
+  // ---- status and metrics ----
+  void OnControl(const std::shared_ptr<ops::ControlCall>& call);
+  std::string StatusJson(bool devices, const std::string& only) const;
+  void CountPublished(Resource& r, const modules::DeviceList& list);
+
   // ---- pod identity and releases ----
   void SchedulePodList(bool now);
   void OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods);
@@ -197,8 +249,21 @@ class Agent {
   std::optional<KubeletId> KubeletSocketIdentity() const;
   std::string KubeletSocketPath() const;
 
-  const config::AgentConfig config_;
+  config::AgentConfig config_;
+  const Options options_;
   const std::shared_ptr<Mailbox> mailbox_;
+  const std::shared_ptr<ops::Metrics> metrics_;
+  std::shared_ptr<prometheus::Exposer> exposer_;
+  ops::ControlServer control_;
+  const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
+  std::unique_ptr<PendingReload> reload_;
+  std::string reload_error_;  // the last reload's first error ("" after one that worked)
+  // Retired resources' stop threads; joined (within start_timeout) at shutdown.
+  struct Retiring {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Retiring> retiring_;
   // One PodResources client for every resource; shared with module workers
   // (pod_of), which may outlive the agent when given up.
   const std::shared_ptr<kubelet::PodResourcesClient> pods_;
@@ -210,10 +275,13 @@ class Agent {
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
+  // The plugin directory was removed: Run ends with kExitPluginDirLost.
+  bool plugin_dir_lost_ = false;
   std::unique_ptr<udev::Monitor> udev_;
   std::vector<std::string> udev_subsystems_;  // the monitor's filter, sorted
-  // Subsystem -> indices of the resources whose module declared it.
-  std::map<std::string, std::vector<size_t>, std::less<>> udev_subscribers_;
+  // Subsystem -> ids of the resources whose module declared it.
+  std::map<std::string, std::vector<uint64_t>, std::less<>> udev_subscribers_;
+  uint64_t next_id_ = 1;
   // Register calls whose callback has not run yet; Shutdown waits for them
   // (their callbacks run on gRPC threads and count down here).
   std::mutex register_mu_;

@@ -40,7 +40,7 @@ struct Flags {
   bool check_config = false;
   bool builtin_config = false;
   bool print_builtin = false;
-  std::optional<std::string> plugin_dir, module_dir, host_root;
+  std::optional<std::string> plugin_dir, module_dir, host_root, control_socket;
   std::string log_level;
 };
 
@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
   app.add_option("--plugin-dir", f.plugin_dir, "Override agent.plugin_dir (checked like it)");
   app.add_option("--module-dir", f.module_dir, "Override agent.module_dir (checked like it)");
   app.add_option("--host-root", f.host_root, "Override agent.host_root (checked like it)");
+  app.add_option("--control-socket", f.control_socket,
+                 "Override agent.control_socket (\"\" turns it off)");
   app.add_option("--log-level", f.log_level, "Override agent.log_level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.set_version_flag("-V,--version", std::string("devplugd ") + DEVPLUG_VERSION);
@@ -141,6 +143,7 @@ int main(int argc, char** argv) {
   load_opts.plugin_dir = f.plugin_dir;
   load_opts.module_dir = f.module_dir;
   load_opts.host_root = f.host_root;
+  load_opts.control_socket = f.control_socket;
   auto cfg = f.builtin_config
                  ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
                  : devplug::config::LoadFile(f.config_path, load_opts);
@@ -175,7 +178,14 @@ int main(int argc, char** argv) {
                cfg->resources.size(), cfg->plugin_dir);
   int rc = 0;
   {
-    devplug::Agent agent(*cfg);
+    devplug::Agent::Options agent_opts;
+    agent_opts.version = DEVPLUG_VERSION;
+    // SIGHUP reads the same files, with the same command line, again.
+    if (!f.builtin_config)
+      agent_opts.reload = [path = f.config_path, load_opts] {
+        return devplug::config::LoadFile(path, load_opts);
+      };
+    devplug::Agent agent(*cfg, std::move(agent_opts));
     if (devplug::Status st = agent.Start(); !st.ok()) {
       if (st.code() == devplug::StatusCode::kInvalidArgument) {
         std::fprintf(stderr, "devplugd: configuration error:\n%s\n", st.message().c_str());

@@ -146,7 +146,17 @@ class Parser {
     for (auto&& [k, node] : t) {
       const std::string key = StrCat("agent.", k.str());
       const std::string_view name = k.str();
-      if (name == "pod_resources_socket") {
+      cfg_.agent_keys[std::string(name)] = {file_, LineOf(node)};
+      if (name == "control_socket") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (std::string why = SetControlSocket(*s); !why.empty()) Error(node, key, why);
+      } else if (name == "metrics_address") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (std::string why = CheckMetricsAddress(*s); !why.empty()) Error(node, key, why);
+        else cfg_.metrics_address = *s;
+      } else if (name == "pod_resources_socket") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (std::string why = SetPath(*s, &cfg_.pod_resources_socket); !why.empty())
@@ -190,8 +200,10 @@ class Parser {
           Error(node, key, StrCat("unknown source \"", *s,
                                         "\" (expected auto|udev|kernel)"));
       } else {
-        std::vector<std::string> known{"plugin_dir", "module_dir", "host_root", "log_level",
-                                       "udev_source", "pod_resources_socket"};
+        std::vector<std::string> known{"plugin_dir",          "module_dir",
+                                       "host_root",           "log_level",
+                                       "udev_source",         "pod_resources_socket",
+                                       "control_socket",      "metrics_address"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }
@@ -228,6 +240,25 @@ class Parser {
       if (std::string why = SetPath(**value, &(cfg_.*PathField(name))); !why.empty())
         errors_.Add(kCommandLine.file, 0, flag, why);
     }
+    if (o.control_socket)
+      if (std::string why = SetControlSocket(*o.control_socket); !why.empty())
+        errors_.Add(kCommandLine.file, 0, "--control-socket", why);
+  }
+
+  // agent.control_socket: an absolute socket path, or "" for none.
+  std::string SetControlSocket(const std::string& value) {
+    if (value.empty()) {
+      cfg_.control_socket.clear();
+      return "";
+    }
+    std::string path;
+    if (std::string why = SetPath(value, &path); !why.empty())
+      return StrCat(why, " (or \"\" for none)");
+    if (path.size() > kMaxSocketPathBytes)
+      return StrCat("is ", path.size(), " bytes; a Unix socket path holds at most ",
+                    kMaxSocketPathBytes);
+    cfg_.control_socket = std::move(path);
+    return "";
   }
 
  private:
@@ -475,6 +506,24 @@ StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
     total_ms += n * unit_ms;
   }
   return std::chrono::milliseconds(total_ms);
+}
+
+std::string CheckMetricsAddress(std::string_view address) {
+  if (address.empty()) return "";
+  if (address.starts_with("unix:"))
+    return "Unix-socket metrics are not available (Debian's civetweb is built without them); "
+           "use host:port, or `devplugctl metrics` over the control socket";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0)
+    return StrCat("\"", address, "\" is not host:port (e.g. \"127.0.0.1:9847\")");
+  const std::string_view port = address.substr(colon + 1);
+  int p = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9' || p > 65535) return StrCat("port \"", port, "\" is not a number");
+    p = p * 10 + (c - '0');
+  }
+  if (port.empty() || p < 1 || p > 65535) return StrCat("port \"", port, "\" is not 1 to 65535");
+  return "";
 }
 
 std::string FormatDuration(std::chrono::milliseconds d) {

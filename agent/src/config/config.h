@@ -89,6 +89,16 @@ struct AgentConfig {
   // An allocated device never seen in List this long is released.
   std::chrono::milliseconds unseen_timeout{std::chrono::seconds(120)};
 
+  // ---- operations (contracts/operations.md) ----
+  // devplugctl's read-only control socket; "" turns it off.
+  std::string control_socket = "/run/devplug/control.sock";
+  // Prometheus metrics over HTTP, "host:port"; "" (the default) is off.
+  std::string metrics_address;
+
+  // Where each [agent] key was set (for messages about them, e.g. a reload
+  // that would change one that needs a restart).
+  std::map<std::string, SourceLocation> agent_keys;
+
   // ---- [[resource]] tables, main file first, then drop-ins in order ----
   std::vector<ResourceConfig> resources;
 
@@ -112,6 +122,8 @@ struct LoadOptions {
   // checked like the files' values (and everything that depends on them,
   // such as socket path lengths); problems name the flag.
   std::optional<std::string> plugin_dir, module_dir, host_root;
+  // agent.control_socket ("" turns it off).
+  std::optional<std::string> control_socket;
 };
 
 // Every configuration problem reads "file:line: key: problem" ("file: key:
@@ -148,6 +160,9 @@ std::string DefaultSocketName(std::string_view resource_name);
 // (or one that would overflow on the way) is an error that says the maximum.
 StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
                                                   std::chrono::milliseconds max);
+// "" when `address` can serve metrics ("" = off, or host:port), else why not.
+std::string CheckMetricsAddress(std::string_view address);
+
 // The shortest exact spelling: "24h", "90m", "29s", "500ms".
 std::string FormatDuration(std::chrono::milliseconds d);
 

@@ -36,17 +36,18 @@ std::string IdsForLog(const Requests& requests, Ids ids) {
   return out;
 }
 
-void LogCall(const std::string& what, const std::string& ids,
-             std::chrono::steady_clock::time_point start, const grpc::Status& st) {
+// Counts a finished call and logs it at debug level.
+void Record(const std::string& what, const std::string& ids, ops::Rpc rpc,
+            std::chrono::steady_clock::time_point start, const grpc::Status& st,
+            ops::ResourceMetrics* metrics) {
+  const auto took = std::chrono::steady_clock::now() - start;
+  if (metrics != nullptr) metrics->Rpc(rpc, static_cast<StatusCode>(st.error_code()), took);
   if (!spdlog::should_log(spdlog::level::debug)) return;
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
   spdlog::debug("{} {}: {} in {} us", what, ids,
                 st.ok() ? std::string("OK")
                         : StrCat(StatusCodeName(static_cast<StatusCode>(st.error_code())), ": ",
                                  st.error_message()),
-                us);
+                std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
 // An answer the kubelet would refuse (over its receive limit) fails here,
@@ -69,8 +70,13 @@ Status CheckSize(const google::protobuf::Message& m, const std::string& resource
 // level when it finishes: resource, RPC, IDs, duration, result.
 class PendingCall {
  public:
-  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids)
-      : reactor_(reactor), what_(std::move(what)), ids_(std::move(ids)) {}
+  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids, ops::Rpc rpc,
+              std::shared_ptr<ops::ResourceMetrics> metrics)
+      : reactor_(reactor),
+        what_(std::move(what)),
+        ids_(std::move(ids)),
+        rpc_(rpc),
+        metrics_(std::move(metrics)) {}
 
   // Finishes with `st`; `fill` writes the response first (only when st is
   // OK). False if the call was already finished.
@@ -81,7 +87,7 @@ class PendingCall {
     if (timers_ != nullptr) timers_->Cancel(timer_id_);
     if (st.ok() && fill) fill();
     reactor_->Finish(st);
-    LogCall(what_, ids_, start_, st);
+    Record(what_, ids_, rpc_, start_, st, metrics_.get());
     return true;
   }
 
@@ -111,6 +117,8 @@ class PendingCall {
   grpc::ServerUnaryReactor* const reactor_;
   const std::string what_;
   const std::string ids_;
+  const ops::Rpc rpc_;
+  const std::shared_ptr<ops::ResourceMetrics> metrics_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool done_ = false;          // guarded by mu_
   Timers* timers_ = nullptr;   // guarded by mu_
@@ -145,19 +153,22 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
 DevicePluginService::DevicePluginService(
     modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
     std::chrono::milliseconds call_timeout,
-    std::function<void(const std::vector<std::string>&)> on_allocated)
+    std::function<void(const std::vector<std::string>&)> on_allocated,
+    std::shared_ptr<ops::ResourceMetrics> metrics)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
-      call_timeout_(call_timeout),
+      call_timeout_ms_(call_timeout.count()),
       options_(OptionsFor(instance->module())),
-      on_allocated_(std::move(on_allocated)) {}
+      on_allocated_(std::move(on_allocated)),
+      metrics_(std::move(metrics)) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor,
-                                                        const char* rpc, std::string ids) {
-  auto call = std::make_shared<PendingCall>(reactor, instance_->resource().name + ": " + rpc,
-                                            std::move(ids));
-  call->Arm(timers_, call_timeout_, call);
+                                                        ops::Rpc rpc, std::string ids) {
+  auto call = std::make_shared<PendingCall>(
+      reactor, StrCat(instance_->resource().name, ": ", ops::RpcName(rpc)), std::move(ids), rpc,
+      metrics_);
+  call->Arm(timers_, std::chrono::milliseconds(call_timeout_ms_.load()), call);
   std::lock_guard lock(mu_);
   if (pending_.size() >= 64) std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
   pending_.emplace(next_call_++, call);
@@ -180,11 +191,13 @@ grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
   *resp = options_;
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
+  if (metrics_) metrics_->Rpc(ops::Rpc::kGetDevicePluginOptions, StatusCode::kOk, {});
   return r;
 }
 
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::ListAndWatch(
     grpc::CallbackServerContext*, const v1beta1::Empty*) {
+  if (metrics_) metrics_->Rpc(ops::Rpc::kListAndWatch, StatusCode::kOk, {});
   return hub_->OpenStream();
 }
 
@@ -301,7 +314,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                            "Allocate request has no container requests"));
     return r;
   }
-  auto call = Track(r, "Allocate",
+  auto call = Track(r, ops::Rpc::kAllocate,
                     IdsForLog(req->container_requests(),
                               [](const auto& c) -> const auto& { return c.devices_ids(); }));
   std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_)->Next();
@@ -318,7 +331,7 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
     return r;
   }
   auto call =
-      Track(r, "GetPreferredAllocation",
+      Track(r, ops::Rpc::kGetPreferredAllocation,
             IdsForLog(req->container_requests(),
                       [](const auto& c) -> const auto& { return c.available_deviceids(); }));
   std::make_shared<PreferredCall>(std::move(call), instance_, *req, resp)->Next();
@@ -334,7 +347,7 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     return r;
   }
   std::vector<std::string> ids = ToVector(req->devices_ids());
-  auto call = Track(r, "PreStartContainer", IdsForLog(std::vector<std::vector<std::string>>{ids},
+  auto call = Track(r, ops::Rpc::kPreStartContainer, IdsForLog(std::vector<std::vector<std::string>>{ids},
                                                       [](const auto& c) -> const auto& { return c; }));
   instance_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },

@@ -23,6 +23,7 @@
 #include "kubelet/limits.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
+#include "ops/metrics.h"
 #include "util/timers.h"
 
 namespace devplug::kubelet {
@@ -44,7 +45,11 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // (release tracking), on a gRPC or worker thread.
   DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
                       std::chrono::milliseconds call_timeout,
-                      std::function<void(const std::vector<std::string>&)> on_allocated = {});
+                      std::function<void(const std::vector<std::string>&)> on_allocated = {},
+                      std::shared_ptr<ops::ResourceMetrics> metrics = nullptr);
+
+  // A reload may change call_timeout; calls from now on use the new one.
+  void set_call_timeout(std::chrono::milliseconds t) { call_timeout_ms_.store(t.count()); }
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx,
                                                    const v1beta1::Empty* req,
@@ -67,15 +72,16 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
  private:
   // A call to answer later, answered with DEADLINE_EXCEEDED after
   // call_timeout unless answered before; `ids` is how the log names it.
-  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, const char* rpc,
+  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, ops::Rpc rpc,
                                      std::string ids);
 
   modules::ModuleInstance* const instance_;
   StreamHub* const hub_;
   Timers* const timers_;
-  const std::chrono::milliseconds call_timeout_;
+  std::atomic<int64_t> call_timeout_ms_;
   const v1beta1::DevicePluginOptions options_;
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
+  const std::shared_ptr<ops::ResourceMetrics> metrics_;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
   uint64_t next_call_ = 0;                                   // guarded by mu_

@@ -1,6 +1,7 @@
 #include "kubelet/plugin_dir_watch.h"
 
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -37,7 +38,19 @@ Status PluginDirWatch::Start(const std::string& dir) {
   if (wd_ < 0)
     return FailedPreconditionError(
         StrCat("cannot watch plugin directory ", dir, ": ", std::strerror(errno)));
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
   return OkStatus();
+}
+
+bool PluginDirWatch::Gone() const {
+  if (wd_ < 0) return false;
+  struct stat st;
+  if (stat(dir_.c_str(), &st) != 0) return errno == ENOENT || errno == ENOTDIR;
+  return st.st_dev != dev_ || st.st_ino != ino_;
 }
 
 PluginDirWatch::Events PluginDirWatch::Drain() {

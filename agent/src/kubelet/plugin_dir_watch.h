@@ -9,6 +9,8 @@
 // Thread safety: not thread-safe; owned by the agent's main loop.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -40,9 +42,16 @@ class PluginDirWatch {
   void StopWatching();
   // Reads every pending event (non-blocking).
   Events Drain();
+  // Whether the watched directory is no longer at its path (removed, or
+  // replaced by another). Needed besides Drain's dir_gone: while any
+  // process still has a socket bound in the removed directory (a kubelet not
+  // yet stopped), the kernel holds back IN_DELETE_SELF until it closes.
+  bool Gone() const;
 
  private:
   std::string dir_;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
   int fd_ = -1;
   int wd_ = -1;
 };

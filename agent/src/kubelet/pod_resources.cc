@@ -25,6 +25,7 @@ PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
 
 namespace {
 struct ListCall {
+  std::shared_ptr<grpc::Channel> channel;  // outlives a socket change meanwhile
   grpc::ClientContext ctx;
   v1::ListPodResourcesRequest request;
   v1::ListPodResourcesResponse response;
@@ -36,6 +37,21 @@ PodResourcesClient::PodResourcesClient(Options options) : options_(std::move(opt
 PodResourcesClient::~PodResourcesClient() {
   std::unique_lock lock(mu_);
   idle_cv_.wait(lock, [&] { return !in_flight_; });
+}
+
+std::string PodResourcesClient::socket() const {
+  std::lock_guard lock(mu_);
+  return options_.socket;
+}
+
+void PodResourcesClient::set_socket(const std::string& socket) {
+  std::lock_guard lock(mu_);
+  if (socket == options_.socket) return;
+  options_.socket = socket;
+  channel_.reset();  // a List in flight keeps its own reference
+  stub_.reset();
+  latest_.reset();
+  failure_ = OkStatus();
 }
 
 uint64_t PodResourcesClient::lists() const {
@@ -94,6 +110,7 @@ void PodResourcesClient::StartListLocked() {
   in_flight_ = true;
   ++lists_;
   auto call = std::make_shared<ListCall>();
+  call->channel = channel_;
   call->ctx.set_deadline(std::chrono::system_clock::now() + options_.deadline);
   stub_->async()->List(&call->ctx, &call->request, &call->response,
                        [this, call](grpc::Status st) { OnListDone(st, call->response); });

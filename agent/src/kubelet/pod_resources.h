@@ -75,14 +75,16 @@ class PodResourcesClient {
   // Fetch, waiting for the answer (module worker threads: pod_of).
   StatusOr<PodSnapshotPtr> Get(std::chrono::milliseconds fresh);
 
-  const std::string& socket() const { return options_.socket; }
+  std::string socket() const;
+  // A reload moved the socket: the next List goes there.
+  void set_socket(const std::string& socket);
   uint64_t lists() const;  // List calls sent so far
 
  private:
   void StartListLocked();
   void OnListDone(const grpc::Status& st, const v1::ListPodResourcesResponse& resp);
 
-  const Options options_;
+  Options options_;  // socket guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   std::shared_ptr<grpc::Channel> channel_;         // guarded by mu_; made on first use

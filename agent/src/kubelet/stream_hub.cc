@@ -117,10 +117,17 @@ SnapshotPtr StreamHub::latest() const {
 
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream() {
   std::lock_guard lock(mu_);
-  auto* s = new Stream(this, std::exchange(expected_, 0));
+  const uint64_t registration = std::exchange(expected_, 0);
+  auto* s = new Stream(this, registration);
+  if (registration != 0) open_owner_ = registration;
   streams_.insert(s);
   if (latest_) s->Offer(latest_);
   return s;
+}
+
+uint64_t StreamHub::kubelet_stream() const {
+  std::lock_guard lock(mu_);
+  return open_owner_;
 }
 
 void StreamHub::ExpectKubeletStream(uint64_t registration) {
@@ -137,6 +144,7 @@ void StreamHub::Remove(Stream* s, bool by_agent, uint64_t registration) {
   {
     std::lock_guard lock(mu_);
     streams_.erase(s);
+    if (registration != 0 && registration == open_owner_) open_owner_ = 0;
   }
   if (on_end_ && !by_agent && registration != 0) on_end_(registration);
 }

@@ -56,6 +56,10 @@ class StreamHub {
   // Ends every open stream with status OK (agent shutdown or restart).
   void CloseAll();
 
+  // The registration whose stream is open now, or 0: the kubelet is
+  // connected when it is the current registration's.
+  uint64_t kubelet_stream() const;
+
  private:
   class Stream;
   void Remove(Stream* s, bool by_agent, uint64_t registration);
@@ -65,6 +69,7 @@ class StreamHub {
   SnapshotPtr latest_;          // guarded by mu_
   std::set<Stream*> streams_;   // guarded by mu_
   uint64_t expected_ = 0;       // guarded by mu_: registration of the next stream
+  uint64_t open_owner_ = 0;     // guarded by mu_: registration of the open owned stream
 };
 
 }  // namespace devplug::kubelet

@@ -38,6 +38,11 @@ bool ReleaseTracker::Settled(Clock::time_point now,
   return !restart || now - *restart >= timing_.settle;
 }
 
+void ReleaseTracker::set_timing(const ReleaseTiming& timing) {
+  std::lock_guard lock(mu_);
+  timing_ = timing;
+}
+
 void ReleaseTracker::OnAllocated(const std::vector<std::string>& ids, Clock::time_point now) {
   std::lock_guard lock(mu_);
   for (const std::string& id : ids) {

@@ -56,6 +56,8 @@ class ReleaseTracker {
   static std::string_view StateName(State s);
 
   explicit ReleaseTracker(ReleaseTiming timing) : timing_(timing) {}
+  // A reload changed the timing; it applies from the next List.
+  void set_timing(const ReleaseTiming& timing);
 
   // Allocate answered OK with these IDs. FREE ones become ASSIGNED; any
   // other is still someone's, so its release is due before the new
@@ -117,7 +119,7 @@ class ReleaseTracker {
   void Enter(Entry& e, State s, Clock::time_point now);
   bool Settled(Clock::time_point now, std::optional<Clock::time_point> restart) const;
 
-  const ReleaseTiming timing_;
+  ReleaseTiming timing_;  // guarded by mu_
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> devices_;  // guarded by mu_; FREE ones dropped
   bool synced_ = false;                                // guarded by mu_

@@ -1,9 +1,15 @@
 #include "modules/loaded_module.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 
@@ -48,13 +54,77 @@ std::string ResolveModulePath(const std::string& module, const std::string& modu
   return StrCat(module_dir, "/", module, ".so");
 }
 
-StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::string& path) {
+namespace {
+
+// Modules loaded now, by path: the same file is shared, a replaced one
+// loaded beside it.
+std::mutex g_loaded_mu;
+std::map<std::string, std::weak_ptr<const LoadedModule>> g_loaded;
+
+// dlopen() knows an object by the name it was opened with, so a module file
+// replaced on disk while the old one is loaded would come back as the old
+// one. A name used once and for nothing else makes the loader open the file
+// afresh: a symlink in a private folder, removed once the file is mapped.
+void* OpenFresh(const std::string& path, std::string* error) {
+  static std::atomic<uint64_t> seq{0};
+  static const std::string dir = [] {
+    const char* base = std::getenv("RUNTIME_DIRECTORY");  // systemd's RuntimeDirectory=
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/devplug-modules.XXXXXX";
+    return mkdtemp(tmpl.data()) ? tmpl : std::string();
+  }();
+  if (dir.empty()) {
+    *error = "no private folder to load a replaced module from";
+    return nullptr;
+  }
+  const std::string link = StrCat(dir, "/", ++seq, "-", path.substr(path.rfind('/') + 1));
+  if (symlink(path.c_str(), link.c_str()) != 0) {
+    *error = StrCat("symlink ", link, ": ", std::strerror(errno));
+    return nullptr;
+  }
   dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(link.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* err = dlerror();
-    return FailedPreconditionError(
-        StrCat("module ", path, ": cannot load: ", err ? err : "unknown dlopen error"));
+    *error = err ? err : "unknown dlopen error";
+  }
+  unlink(link.c_str());
+  return handle;
+}
+
+}  // namespace
+
+std::optional<LoadedModule::FileId> LoadedModule::Identify(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                static_cast<int64_t>(st.st_size)};
+}
+
+LoadedModule::~LoadedModule() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::string& path) {
+  std::lock_guard registry_lock(g_loaded_mu);
+  const std::optional<FileId> id = Identify(path);
+  bool replaced = false;
+  if (auto it = g_loaded.find(path); it != g_loaded.end()) {
+    if (auto loaded = it->second.lock()) {
+      if (id && loaded->file_id() == *id) return loaded;
+      replaced = true;
+    }
+  }
+  dlerror();
+  std::string open_error;
+  void* handle = replaced ? OpenFresh(path, &open_error)
+                          : dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    if (!replaced) {
+      const char* err = dlerror();
+      open_error = err ? err : "unknown dlopen error";
+    }
+    return FailedPreconditionError(StrCat("module ", path, ": cannot load: ", open_error));
   }
   auto fail = [&](std::string_view why) {
     dlclose(handle);
@@ -96,7 +166,10 @@ StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::stri
   m->path_ = path;
   m->handle_ = handle;
   m->desc_ = desc;
-  return std::shared_ptr<const LoadedModule>(std::move(m));
+  if (id) m->file_id_ = *id;
+  std::shared_ptr<const LoadedModule> out = std::move(m);
+  g_loaded[path] = out;
+  return out;
 }
 
 #define DEVPLUG_OPTIONAL(member) \

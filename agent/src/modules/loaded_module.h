@@ -14,8 +14,19 @@ namespace devplug::modules {
 
 class LoadedModule {
  public:
+  // Which file a module came from: replaced on disk means another identity.
+  struct FileId {
+    uint64_t dev = 0, ino = 0;
+    int64_t mtime_ns = 0, size = 0;
+    bool operator==(const FileId&) const = default;
+  };
+  static std::optional<FileId> Identify(const std::string& path);
+
   // dlopen(RTLD_NOW | RTLD_LOCAL), resolve the entry symbol, negotiate the
   // version and check the descriptor. The error names the file and reason.
+  // The same file loaded twice is one LoadedModule. A file replaced on disk
+  // while its old version is still loaded (a reload upgrading a module) is
+  // loaded beside the old one.
   static StatusOr<std::shared_ptr<const LoadedModule>> Load(const std::string& path);
 
   const std::string& path() const { return path_; }
@@ -40,14 +51,18 @@ class LoadedModule {
 
   LoadedModule(const LoadedModule&) = delete;
   LoadedModule& operator=(const LoadedModule&) = delete;
-  // The shared object stays mapped for the life of the process: instances
-  // may still be finishing module calls when the last reference goes.
-  ~LoadedModule() = default;
+  // Unloads the shared object. Every instance holds a reference, and one
+  // given up (stuck in a call) is never destroyed, so nothing runs module
+  // code any more when the last reference goes.
+  ~LoadedModule();
+
+  const FileId& file_id() const { return file_id_; }
 
  private:
   LoadedModule() = default;
   std::string path_;
   void* handle_ = nullptr;
+  FileId file_id_;
   const devplug_module* desc_ = nullptr;
 };
 

@@ -23,11 +23,13 @@ namespace devplug::modules {
 namespace {
 
 // One line per device whose health or reason changed (new devices count as
-// changed when Unhealthy), at most kMaxLines, then a summary line.
-void LogHealthChanges(const std::string& resource, const DeviceList& before,
-                      const DeviceList& after) {
+// changed when Unhealthy), at most kMaxLines, then a summary line. Returns
+// how many known devices turned Healthy and Unhealthy.
+std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
+                                               const DeviceList& before, const DeviceList& after) {
   constexpr size_t kMaxLines = 10;
   size_t changed = 0;
+  uint64_t to_healthy = 0, to_unhealthy = 0;
   for (const Device& d : after) {
     auto it = std::lower_bound(before.begin(), before.end(), d.id,
                                [](const Device& x, const std::string& id) { return x.id < id; });
@@ -35,6 +37,7 @@ void LogHealthChanges(const std::string& resource, const DeviceList& before,
     if (old ? (old->healthy == d.healthy && old->health_reason == d.health_reason)
             : d.healthy)
       continue;
+    if (old && old->healthy != d.healthy) ++(d.healthy ? to_healthy : to_unhealthy);
     if (++changed > kMaxLines) continue;
     const std::string reason = d.health_reason.empty() ? "" : " (" + d.health_reason + ")";
     if (d.healthy)
@@ -47,6 +50,7 @@ void LogHealthChanges(const std::string& resource, const DeviceList& before,
   spdlog::info("{}: {} devices, {} healthy{}", resource, after.size(), healthy,
                changed > kMaxLines ? StrCat(" (", changed - kMaxLines, " more changes not shown)")
                                    : std::string());
+  return {to_healthy, to_unhealthy};
 }
 
 }  // namespace
@@ -115,7 +119,7 @@ Status ModuleInstance::CreateOnWorker() {
   inst_ = inst;
   // The kubelet's first message must hold a complete scan: a resource whose
   // first scan fails does not start (the agent retries it later).
-  if (Status scan = ScanOnWorker(); !scan.ok()) {
+  if (Status scan = ScanOnWorker(ops::ScanCause::kStart); !scan.ok()) {
     module_->descriptor().destroy(inst_);
     inst_ = nullptr;
     return FailedPreconditionError(StrCat(who, " first scan failed: ", scan.message()));
@@ -222,7 +226,7 @@ void ModuleInstance::WorkerLoop() {
         if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
           deferred_scan_at_.reset();
           last_event_scan_ = std::chrono::steady_clock::now();
-          (void)ScanOnWorker();
+          (void)ScanOnWorker(ops::ScanCause::kEvent);
         }
         continue;
       }
@@ -278,7 +282,7 @@ void ModuleInstance::ProcessEventsOnWorker() {
   const auto now = std::chrono::steady_clock::now();
   if (now - last_event_scan_ >= kMinEventScanInterval) {
     last_event_scan_ = now;
-    (void)ScanOnWorker();
+    (void)ScanOnWorker(ops::ScanCause::kEvent);
   } else {
     deferred_scan_at_ = last_event_scan_ + kMinEventScanInterval;
   }
@@ -289,16 +293,17 @@ DeviceListPtr ModuleInstance::devices() const {
   return devices_;
 }
 
-void ModuleInstance::RequestRescan() {
+void ModuleInstance::RequestRescan(ops::ScanCause cause) {
   if (rescan_queued_.exchange(true)) return;
-  Post([this] {
+  Post([this, cause] {
     rescan_queued_.store(false);
-    (void)ScanOnWorker();
+    (void)ScanOnWorker(cause);
   });
 }
 
-Status ModuleInstance::ScanOnWorker() {
+Status ModuleInstance::ScanOnWorker(ops::ScanCause cause) {
   if (inst_ == nullptr) return OkStatus();
+  if (options_.on_scan) options_.on_scan(cause);
   DeviceSink sink;
   sink.list.reserve(devices()->size());  // usually the same size again
   last_error_.clear();
@@ -341,7 +346,13 @@ Status ModuleInstance::PublishOnWorker(DeviceList list) {
   }
   const bool first = !published_;
   published_ = true;
-  LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
+  const auto [to_healthy, to_unhealthy] =
+      LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
+  if (options_.on_health) {
+    const uint64_t healthy = std::count_if(next->begin(), next->end(),
+                                           [](const Device& d) { return d.healthy; });
+    options_.on_health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
+  }
   if (options_.on_change && !abandoned_) options_.on_change(next);
   return OkStatus();
 }

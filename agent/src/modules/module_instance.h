@@ -25,6 +25,7 @@
 #include "devplug/module.h"
 #include "modules/device.h"
 #include "modules/loaded_module.h"
+#include "ops/metrics.h"
 #include "udev/udev_monitor.h"
 
 namespace devplug::modules {
@@ -71,6 +72,13 @@ class ModuleInstance {
                          bool before_start)>
           released;
     } release;
+    // Every list_devices() call, with what caused it (metrics).
+    std::function<void(ops::ScanCause)> on_scan;
+    // Every published list: healthy and unhealthy counts, and how many
+    // devices turned Healthy or Unhealthy with it (metrics).
+    std::function<void(uint64_t healthy, uint64_t unhealthy, uint64_t to_healthy,
+                       uint64_t to_unhealthy)>
+        on_health;
   };
 
   // Starts the worker and queues create() and the first list_devices() on
@@ -117,7 +125,7 @@ class ModuleInstance {
   DeviceListPtr devices() const;
 
   // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
-  void RequestRescan();
+  void RequestRescan(ops::ScanCause cause = ops::ScanCause::kResync);
 
   // Hands udev events (already matched to the module's subsystems) to the
   // worker: each goes to on_udev_event() when the module has it, and the
@@ -179,7 +187,7 @@ class ModuleInstance {
   void WorkerLoop();
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
-  Status ScanOnWorker();
+  Status ScanOnWorker(ops::ScanCause cause);
   // Publishes `list` (the module's, before the agent's adjustments) if what
   // comes out differs from the current list.
   Status PublishOnWorker(DeviceList list);

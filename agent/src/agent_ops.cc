@@ -1,0 +1,395 @@
+// Operating devplugd while it runs (contracts/operations.md): the SIGHUP
+// reload, resource by resource, and the control socket's status and metrics
+// answers. Part of Agent; runs on the main loop like the rest of it.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
+
+#include "agent.h"
+#include "conflicts.h"
+#include "log.h"
+#include "modules/loaded_module.h"
+
+namespace devplug {
+namespace {
+
+using std::chrono::milliseconds;
+using nlohmann::json;
+
+// A changed resource registers again this long after its old stream ended,
+// so that the kubelet has seen the end before the new registration.
+constexpr milliseconds kReloadRegisterDelay{20};
+
+// The same resource, as far as serving it goes (where it is written in the
+// files does not matter).
+bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig& b) {
+  if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
+      a.required != b.required || a.module_keys.size() != b.module_keys.size())
+    return false;
+  for (const auto& [key, value] : a.module_keys) {
+    auto it = b.module_keys.find(key);
+    if (it == b.module_keys.end() || it->second.value != value.value ||
+        it->second.array_of_non_strings != value.array_of_non_strings)
+      return false;
+  }
+  return true;
+}
+
+std::string Iso8601(std::chrono::system_clock::time_point t) {
+  const std::time_t s = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+// ---- reload -------------------------------------------------------------------------------
+
+void Agent::BeginReload() {
+  if (reload_) {
+    spdlog::warn("SIGHUP: a reload is already under way; ignoring this one");
+    return;
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+             static_cast<unsigned long long>(ts.tv_sec) * 1'000'000ULL +
+                 static_cast<unsigned long long>(ts.tv_nsec / 1000));
+  spdlog::info("SIGHUP: reloading the configuration");
+  if (!options_.reload) {
+    FailReload("this devplugd runs a built-in configuration and cannot reload it");
+    return;
+  }
+  StatusOr<config::AgentConfig> next = options_.reload();
+  if (!next.ok()) {
+    FailReload(next.status().message());
+    return;
+  }
+  // What only a restart can change (every socket, watch and event source
+  // hangs on it).
+  std::vector<std::string> errors;
+  auto fixed = [&](const char* key, const std::string& now, const std::string& then) {
+    if (now == then) return;
+    auto it = next->agent_keys.find(key);
+    const config::SourceLocation where = it != next->agent_keys.end()
+                                             ? it->second
+                                             : config::SourceLocation{next->files.front(), 0};
+    errors.push_back(config::Located(
+        where, StrCat("agent.", key),
+        StrCat("changed from \"", now, "\" to \"", then, "\": needs a restart")));
+  };
+  fixed("plugin_dir", config_.plugin_dir, next->plugin_dir);
+  fixed("module_dir", config_.module_dir, next->module_dir);
+  fixed("host_root", config_.host_root, next->host_root);
+  fixed("udev_source", std::string(config::UdevSourceName(config_.udev_source)),
+        std::string(config::UdevSourceName(next->udev_source)));
+  fixed("control_socket", config_.control_socket, next->control_socket);
+  fixed("metrics_address", config_.metrics_address, next->metrics_address);
+  if (!errors.empty()) {
+    FailReload(StrJoin(errors, "\n"));
+    return;
+  }
+  auto pending = std::make_unique<PendingReload>();
+  pending->config = std::move(*next);
+  for (size_t i = 0; i < pending->config.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = pending->config.resources[i];
+    auto old = std::find_if(resources_.begin(), resources_.end(),
+                            [&](const auto& r) { return r->cfg.name == cfg.name; });
+    if (old != resources_.end() && SameResource((*old)->cfg, cfg)) {
+      // Unchanged, unless its module file was replaced on disk.
+      const Resource& o = **old;
+      const auto now = modules::LoadedModule::Identify(
+          modules::ResolveModulePath(cfg.module, config_.module_dir));
+      if (!o.module || (now && *now == o.module->file_id())) continue;
+      spdlog::info("resource \"{}\": module file {} was replaced", cfg.name, o.module->path());
+    }
+    auto r = NewResource(cfg, i);
+    r->staged = true;
+    if (Status st = LoadModule(*r); !st.ok()) errors.push_back(st.message());
+    pending->staged.push_back(std::move(r));
+  }
+  if (!errors.empty()) {
+    for (auto& r : pending->staged) metrics_->Remove(r->metrics);
+    FailReload(StrJoin(errors, "\n"));
+    return;
+  }
+  pending->deadline = Clock::now() + pending->config.start_timeout;
+  reload_ = std::move(pending);
+  // Their create() and first scan run while everything else keeps serving.
+  for (auto& r : reload_->staged) Launch(*r);
+  FinishReload();
+}
+
+void Agent::FinishReload() {
+  if (!reload_) return;
+  const auto now = Clock::now();
+  const bool creating = std::any_of(reload_->staged.begin(), reload_->staged.end(),
+                                    [](const auto& r) { return r->starting != nullptr; });
+  if (creating && now < reload_->deadline) return;
+  std::vector<std::string> errors;
+  for (auto& r : reload_->staged) {
+    if (r->starting) {  // past the deadline: given up, as at start
+      r->failure = UnavailableError(r->starting->GiveUpMessage());
+      r->starting->RequestStop();
+      if (!r->starting->WaitStopped(now)) (void)r->starting.release();
+      r->starting.reset();
+      ++r->launch;
+    }
+    if (!r->failure.ok()) errors.push_back(r->failure.message());
+  }
+  if (!errors.empty()) {
+    std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged);
+    reload_.reset();
+    for (auto& r : staged) Retire(std::move(r));
+    FailReload(StrJoin(errors, "\n"));
+    return;
+  }
+  CommitReload();
+}
+
+void Agent::FailReload(const std::string& why) {
+  const std::string first = why.substr(0, why.find('\n'));
+  spdlog::error("reload failed, the old configuration keeps running:");
+  for (size_t at = 0; at <= why.size();) {
+    const size_t nl = std::min(why.find('\n', at), why.size());
+    spdlog::error("  {}", why.substr(at, nl - at));
+    at = nl + 1;
+  }
+  reload_error_ = first;
+  metrics_->Reload(false);
+  UpdateStatus();
+  sd_notify(0, "READY=1");
+}
+
+void Agent::CommitReload() {
+  config::AgentConfig next = std::move(reload_->config);
+  std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged);
+  reload_.reset();
+  ApplyAgentKeys(next);
+
+  std::vector<std::unique_ptr<Resource>> serving;
+  std::vector<std::string> added, changed, removed, unchanged;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < next.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = next.resources[i];
+    auto take = [&](std::vector<std::unique_ptr<Resource>>& from) -> std::unique_ptr<Resource> {
+      auto it = std::find_if(from.begin(), from.end(),
+                             [&](const auto& r) { return r && r->cfg.name == cfg.name; });
+      if (it == from.end()) return nullptr;
+      std::unique_ptr<Resource> r = std::move(*it);
+      from.erase(it);
+      return r;
+    };
+    std::unique_ptr<Resource> fresh = take(staged), old = take(resources_);
+    if (!fresh) {  // unchanged: not touched at all
+      old->index = i;
+      old->cfg = cfg;  // the same, written elsewhere perhaps
+      unchanged.push_back(cfg.name);
+      serving.push_back(std::move(old));
+      continue;
+    }
+    fresh->staged = false;
+    fresh->failure = OkStatus();
+    if (fresh->tracker && !fresh->instance->tracks_releases()) fresh->tracker.reset();
+    if (fresh->tracker) SchedulePodList(true);
+    if (old) {
+      changed.push_back(cfg.name);
+      // The old stream ends first; the new registration follows once the
+      // kubelet has seen that end.
+      const bool served = old->server != nullptr;
+      StopServer(*old);
+      if (served && old->socket_path != fresh->socket_path) unlink(old->socket_path.c_str());
+      Retire(std::move(old));
+      if (Status st = StartServer(*fresh); !st.ok()) {
+        spdlog::error("resource \"{}\": {}", fresh->cfg.name, st.message());
+        fresh->state = State::kDown;
+        ScheduleRegister(*fresh, milliseconds(0));
+      } else {
+        fresh->state = State::kRetryWait;
+        fresh->retry_at = now + kReloadRegisterDelay;
+      }
+    } else {
+      added.push_back(cfg.name);
+      ServeAndRegister(*fresh);
+    }
+    spdlog::info("resource \"{}\": module \"{}\" {} from {}", fresh->cfg.name,
+                 fresh->module->name(), fresh->module->version(), fresh->module->path());
+    serving.push_back(std::move(fresh));
+  }
+  for (auto& old : resources_) {
+    removed.push_back(old->cfg.name);
+    const bool served = old->server != nullptr;
+    StopServer(*old);
+    if (served) unlink(old->socket_path.c_str());
+    Retire(std::move(old));
+  }
+  resources_ = std::move(serving);
+  config_ = std::move(next);
+  RebuildUdevMonitor();
+  std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
+  for (const auto& r : resources_)
+    if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
+  for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
+  auto names = [](const std::vector<std::string>& v) {
+    return v.empty() ? std::string("none") : StrJoin(v, ", ");
+  };
+  spdlog::info("reloaded: {} unchanged; added: {}; changed: {}; removed: {}", unchanged.size(),
+               names(added), names(changed), names(removed));
+  reload_error_.clear();
+  metrics_->Reload(true);
+  UpdateStatus();
+  sd_notify(0, "READY=1");
+}
+
+void Agent::ApplyAgentKeys(const config::AgentConfig& next) {
+  if (next.log_level != config_.log_level) {
+    SetLogLevel(next.log_level);
+    spdlog::info("log level: {}", config::LogLevelName(next.log_level));
+  }
+  if (next.resync_interval != config_.resync_interval) {
+    next_resync_.reset();
+    if (next.resync_interval.count() > 0) next_resync_ = Clock::now() + next.resync_interval;
+  }
+  if (next.call_timeout != config_.call_timeout)
+    for (auto& r : resources_)
+      if (r->service) r->service->set_call_timeout(next.call_timeout);
+  pods_->set_socket(next.pod_resources_socket);
+  lifecycle::ReleaseTiming timing;
+  timing.grace = next.release_grace;
+  timing.settle = next.kubelet_settle;
+  timing.unseen = next.unseen_timeout;
+  for (auto& r : resources_)
+    if (r->tracker) r->tracker->set_timing(timing);
+  if (next.pod_resources_poll.count() == 0) next_pod_list_.reset();
+}
+
+void Agent::Retire(std::unique_ptr<Resource> r) {
+  metrics_->Remove(r->metrics);
+  for (auto* inst : {&r->instance, &r->starting})
+    if (*inst) (*inst)->RequestStop();
+  // A module may take a while to destroy(): a thread waits for it, so the
+  // main loop keeps serving. Stuck past the deadline, the instance and what
+  // it may still touch (the resource's hub) are left to it.
+  const auto deadline = Clock::now() + config_.start_timeout;
+  std::erase_if(retiring_, [](Retiring& t) {
+    if (!t.done->load()) return false;
+    t.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  retiring_.push_back({std::thread([r = std::move(r), deadline, done]() mutable {
+                         bool stuck = false;
+                         for (auto* inst : {&r->instance, &r->starting}) {
+                           if (*inst && !(*inst)->WaitStopped(deadline)) {
+                             spdlog::error("resource \"{}\": module did not stop; abandoning it",
+                                           r->cfg.name);
+                             (void)inst->release();
+                             stuck = true;
+                           }
+                         }
+                         if (stuck) (void)r.release();
+                         r.reset();
+                         done->store(true);
+                       }),
+                       done});
+}
+
+// ---- status and metrics -------------------------------------------------------------------
+
+void Agent::OnControl(const std::shared_ptr<ops::ControlCall>& call) {
+  const json request = json::parse(call->request, nullptr, false);
+  std::string answer;
+  if (request.is_object() && request.contains("status")) {
+    const json& s = request["status"];
+    const bool devices = s.is_object() && s.value("devices", false);
+    const std::string only = s.is_object() ? s.value("resource", std::string()) : std::string();
+    answer = StatusJson(devices, only);
+  } else if (request.is_object() && request.contains("metrics")) {
+    answer = json{{"metrics", metrics_->Text()}}.dump();
+  } else {
+    answer = json{{"error", "unknown request (expected {\"status\": {...}} or {\"metrics\": {}})"}}
+                 .dump();
+  }
+  call->reply.set_value(std::move(answer));
+}
+
+std::string Agent::StatusJson(bool devices, const std::string& only) const {
+  json agent = {{"version", options_.version},
+                {"abi", StrCat(DEVPLUG_MODULE_ABI_MAJOR, ".", DEVPLUG_MODULE_ABI_MINOR)},
+                {"since", Iso8601(started_at_)},
+                {"status", last_status_},
+                {"reload_error", reload_error_.empty() ? json(nullptr) : json(reload_error_)}};
+  json resources = json::array();
+  bool found = only.empty();
+  for (const auto& r : resources_) {
+    if (!only.empty() && r->cfg.name != only) continue;
+    found = true;
+    const modules::DeviceListPtr list =
+        r->instance ? r->instance->devices() : std::make_shared<const modules::DeviceList>();
+    const size_t healthy = std::count_if(list->begin(), list->end(),
+                                         [](const modules::Device& d) { return d.healthy; });
+    const bool registered = r->state == State::kRegistered;
+    const char* state = "registered";
+    switch (r->state) {
+      case State::kDown:
+        state = r->starting ? "starting" : !r->failure.ok() ? "left out" : "not serving";
+        break;
+      case State::kWaitingKubelet: state = "waiting for the kubelet"; break;
+      case State::kRegistering: state = "registering"; break;
+      case State::kRegistered: break;
+      case State::kRetryWait: state = "registering soon"; break;
+    }
+    json res = {
+        {"name", r->cfg.name},
+        {"module", r->module ? std::string(r->module->name()) : r->cfg.module},
+        {"module_version", r->module ? std::string(r->module->version()) : std::string()},
+        {"module_file", r->module ? r->module->path()
+                                  : modules::ResolveModulePath(r->cfg.module, config_.module_dir)},
+        {"socket", r->socket_path},
+        {"registered", registered},
+        {"state", state},
+        {"registered_since",
+         registered && r->registered_since ? json(Iso8601(*r->registered_since)) : json(nullptr)},
+        {"kubelet_connected",
+         registered && r->registration != 0 && r->hub->kubelet_stream() == r->registration},
+        {"devices_total", list->size()},
+        {"devices_healthy", healthy},
+        {"release_tracking", r->tracker != nullptr},
+        {"last_error", !r->failure.ok() ? r->failure.message() : r->last_error}};
+    if (devices || !only.empty()) {
+      json devs = json::array();
+      for (const modules::Device& d : *list) {
+        json dev = {{"id", d.id},
+                    {"health", d.healthy ? "Healthy" : "Unhealthy"},
+                    {"reason", d.health_reason},
+                    {"numa", d.numa_node >= 0 ? json::array({d.numa_node}) : json::array()},
+                    {"holder", nullptr},
+                    {"release_state", nullptr}};
+        if (r->tracker) {
+          if (auto v = r->tracker->View(d.id)) {
+            dev["release_state"] = std::string(lifecycle::ReleaseTracker::StateName(v->state));
+            if (v->holder)
+              dev["holder"] = {{"namespace", v->holder->pod_namespace},
+                               {"pod", v->holder->pod_name},
+                               {"container", v->holder->container}};
+          }
+        }
+        devs.push_back(std::move(dev));
+      }
+      res["devices"] = std::move(devs);
+    }
+    resources.push_back(std::move(res));
+  }
+  if (!found) return json{{"error", StrCat("no resource \"", only, "\"")}}.dump();
+  return json{{"agent", std::move(agent)}, {"resources", std::move(resources)}}.dump();
+}
+
+}  // namespace devplug

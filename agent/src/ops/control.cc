@@ -1,0 +1,165 @@
+#include "ops/control.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "util/unix_socket.h"
+
+namespace devplug::ops {
+namespace {
+
+// Requests are one short line; answers can be large (thousands of devices).
+constexpr size_t kMaxRequest = 4096;
+constexpr auto kClientTimeout = std::chrono::seconds(2);
+constexpr auto kAnswerTimeout = std::chrono::seconds(5);
+
+bool FillAddress(const std::string& path, sockaddr_un* a) {
+  if (path.size() >= sizeof(a->sun_path)) return false;
+  a->sun_family = AF_UNIX;
+  std::memcpy(a->sun_path, path.c_str(), path.size() + 1);
+  return true;
+}
+
+void SetTimeouts(int fd, std::chrono::milliseconds t) {
+  timeval tv{static_cast<time_t>(t.count() / 1000), static_cast<suseconds_t>((t.count() % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+bool WriteAll(int fd, const std::string& data) {
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+ControlServer::~ControlServer() { Stop(); }
+
+Status ControlServer::Start(const std::string& path, Handler handler) {
+  path_ = path;
+  handler_ = std::move(handler);
+  sockaddr_un addr{};
+  if (!FillAddress(path, &addr))
+    return InvalidArgumentError(StrCat("control socket path ", path, " is too long"));
+  if (UnixSocketIsLive(path))
+    return FailedPreconditionError(
+        StrCat("control socket ", path, " is served by another process (a second devplugd?)"));
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  unlink(path.c_str());  // a dead one
+  listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return InternalError(StrCat("socket: ", std::strerror(errno)));
+  // Root only: the answers name pods and the socket is not meant for others.
+  const mode_t old = umask(0177);
+  const int rc = bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  umask(old);
+  if (rc != 0 || listen(listen_fd_, 16) != 0) {
+    const std::string why = std::strerror(errno);
+    close(listen_fd_);
+    listen_fd_ = -1;
+    return UnavailableError(StrCat("cannot serve the control socket ", path, ": ", why));
+  }
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  thread_ = std::thread([this] { Loop(); });
+  return OkStatus();
+}
+
+void ControlServer::Stop() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
+  thread_.join();
+  close(listen_fd_);
+  close(stop_fd_);
+  listen_fd_ = stop_fd_ = -1;
+  unlink(path_.c_str());
+}
+
+void ControlServer::Loop() {
+  pthread_setname_np(pthread_self(), "dp:control");
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents & POLLIN) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Serve(fd);
+    close(fd);
+  }
+}
+
+void ControlServer::Serve(int fd) {
+  SetTimeouts(fd, kClientTimeout);
+  std::string request;
+  char buf[512];
+  while (request.find('\n') == std::string::npos && request.size() < kMaxRequest) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF ends a request too
+    request.append(buf, static_cast<size_t>(n));
+  }
+  if (const size_t nl = request.find('\n'); nl != std::string::npos) request.resize(nl);
+  auto call = std::make_shared<ControlCall>();
+  call->request = std::move(request);
+  std::future<std::string> answer = call->reply.get_future();
+  handler_(call);
+  if (answer.wait_for(kAnswerTimeout) != std::future_status::ready) {
+    WriteAll(fd, "{\"error\": \"devplugd did not answer in time\"}\n");
+    return;
+  }
+  std::string reply;
+  try {
+    reply = answer.get();
+  } catch (const std::future_error&) {  // dropped unanswered: the agent is stopping
+    reply = "{\"error\": \"devplugd is stopping\"}";
+  }
+  if (reply.empty() || reply.back() != '\n') reply.push_back('\n');
+  WriteAll(fd, reply);
+}
+
+StatusOr<std::string> ControlRequest(const std::string& path, const std::string& request,
+                                     std::chrono::milliseconds timeout) {
+  sockaddr_un addr{};
+  if (!FillAddress(path, &addr)) return InvalidArgumentError(StrCat(path, ": path too long"));
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(StrCat("socket: ", std::strerror(errno)));
+  SetTimeouts(fd, timeout);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return UnavailableError(StrCat("cannot reach devplugd at ", path, ": ", why));
+  }
+  std::string answer;
+  if (WriteAll(fd, request + "\n")) {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      answer.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  if (answer.empty()) return UnavailableError(StrCat("no answer from devplugd at ", path));
+  return answer;
+}
+
+}  // namespace devplug::ops

@@ -1,0 +1,57 @@
+// devplugd's control socket ([agent] control_socket): read-only requests
+// from devplugctl (status, metrics), one JSON line in, one answer out, then
+// the connection closes. Its own thread accepts and talks to clients, so a
+// slow or silent client never holds up the agent's main loop; the answer is
+// built by the main loop, which owns the state (see Handler).
+//
+// The socket is created with mode 0600 (root only). A live socket at the
+// path (another devplugd) is left alone and Start fails.
+#pragma once
+
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "util/status.h"
+
+namespace devplug::ops {
+
+// One request waiting for its answer.
+struct ControlCall {
+  std::string request;              // the JSON line the client sent
+  std::promise<std::string> reply;  // set by the handler's owner
+};
+
+class ControlServer {
+ public:
+  // Hands a call to the main loop; the answer comes through call->reply.
+  using Handler = std::function<void(std::shared_ptr<ControlCall> call)>;
+
+  ControlServer() = default;
+  ~ControlServer();  // Stop()
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  Status Start(const std::string& path, Handler handler);
+  // Stops serving and removes the socket (idempotent).
+  void Stop();
+
+ private:
+  void Loop();
+  void Serve(int fd);
+
+  std::string path_;
+  Handler handler_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  std::thread thread_;
+};
+
+// The client side (devplugctl): sends `request` (one line) and returns the
+// whole answer; UNAVAILABLE when nothing answers at `path`.
+StatusOr<std::string> ControlRequest(const std::string& path, const std::string& request,
+                                     std::chrono::milliseconds timeout);
+
+}  // namespace devplug::ops
