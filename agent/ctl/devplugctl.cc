@@ -7,6 +7,8 @@
 //                                temporary directory, end to end
 //   devplugctl inspect-module    load a module as devplugd does; print what it
 //                                is and the devices it finds
+//   devplugctl status            what a running devplugd serves (control socket)
+//   devplugctl metrics           its metrics, in the Prometheus text format
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -28,6 +30,7 @@
 #include "inspect_module.h"
 #include "kubelet_sim.h"
 #include "log.h"
+#include "status.h"
 
 extern char** environ;
 
@@ -168,7 +171,10 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
     return 1;
   }
 
-  std::vector<std::string> args{agent, "--plugin-dir", dir, "--module-dir", module_dir};
+  // Beside the plugin directory, not in it: a restarting kubelet wipes that.
+  const std::string control = dir + ".control.sock";
+  std::vector<std::string> args{agent,          "--plugin-dir",     dir, "--module-dir",
+                                module_dir,     "--control-socket", control};
   if (config.empty()) args.push_back("--builtin-config");
   else args.insert(args.end(), {"--config", config});
   std::vector<char*> argv;
@@ -223,6 +229,20 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
                   static_cast<long long>(ms2.count()));
       PrintResources(sim);
     }
+    std::printf("== what devplugd says (devplugctl status --socket %s)\n\n",
+                control.c_str());
+    std::fflush(stdout);
+    devplug::ctl::StatusOptions so;
+    so.socket = control;
+    // The kubelet's side can see the registration a moment before devplugd
+    // has read the kubelet's answer to it.
+    for (int i = 0; i < 100 && devplug::ctl::StatusExitCode(so) != 0; ++i)
+      std::this_thread::sleep_for(50ms);
+    if (int rc = devplug::ctl::PrintStatus(so); rc != 0) {
+      std::printf("== devplugctl status: exit status %d\n", rc);
+      ++failures;
+    }
+    std::printf("\n");
   }
 
   std::printf("== stopping devplugd (SIGTERM)\n");
@@ -289,7 +309,31 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   inspect->add_flag("--all", io.all_devices, "List every device (default: the first 20)");
 
+  devplug::ctl::StatusOptions so;
+  auto* status = app.add_subcommand(
+      "status", "Ask the running devplugd what it serves. Exit status 0: every resource shown "
+                "is registered and has a healthy device; 1: not so; 2: devplugd not reached");
+  auto* metrics = app.add_subcommand(
+      "metrics", "Print the running devplugd's metrics (Prometheus text format)");
+  for (auto* sub : {status, metrics}) {
+    auto* sock = sub->add_option("--socket", so.socket,
+                                 "devplugd's control socket (default: agent.control_socket of "
+                                 "the configuration)");
+    sub->add_option("--config", so.config,
+                    "Read agent.control_socket from this file (default: "
+                    "/etc/devplug/devplug.toml when it exists)")
+        ->excludes(sock);
+  }
+  status->add_option("resource", so.resource, "Only this resource, with one row per device");
+  status->add_flag("--json", so.json, "Print devplugd's answer as JSON");
+  status->add_flag("--devices", so.devices, "One row per device for every resource");
+
   CLI11_PARSE(app, argc, argv);
+  if (*status || *metrics) {
+    devplug::SetupLogging("devplugctl");
+    devplug::SetLogLevel(devplug::config::LogLevel::kWarn);
+    return *status ? devplug::ctl::PrintStatus(so) : devplug::ctl::PrintMetrics(so);
+  }
   devplug::SetupLogging("devplugctl");  // module and agent-library logs go to stderr
   if (*inspect) return devplug::ctl::InspectModule(io);
   signal(SIGINT, OnSignal);
