@@ -3,6 +3,9 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +37,42 @@ inline constexpr char kMinimal[] = "fake.example/minimal";
 inline std::string FakeModule(const std::string& name) {
   return testing::FakeModuleDir() + "/" + name + ".so";
 }
+
+// Listens where sd_notify() sends, as systemd does for Type=notify units.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    timeval tv{0, 100000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  }
+  ~NotifySocket() { close(fd_); }
+  // Collects messages until `needle` appears in one, or the time is up.
+  bool WaitFor(const std::string& needle, std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      char buf[4096];
+      const ssize_t n = recv(fd_, buf, sizeof(buf) - 1, 0);
+      if (n <= 0) continue;
+      buf[n] = '\0';
+      all_ += std::string(buf) + "\n";
+      if (all_.find(needle) != std::string::npos) return true;
+    }
+    return all_.find(needle) != std::string::npos;
+  }
+  const std::string& all() const { return all_; }
+  // Forgets what came so far (WaitFor then sees only what comes next).
+  void Clear() { all_.clear(); }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::string all_;
+};
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -78,15 +117,16 @@ class AgentTest : public ::testing::Test {
     ASSERT_TRUE(sim_->Start().ok());
   }
 
-  // Seven lines of [agent] table (the seventh is `extra`, one agent key or
-  // nothing), then the resources from line 8 on.
+  // Eight lines of [agent] table (the eighth is `extra`, one agent key or
+  // nothing), then the resources from line 9 on.
   std::string Config(const std::string& resources, const std::string& resync = "0s",
                      const std::string& extra = "") const {
     return "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
            testing::ModuleDir() + "\"\nhost_root = \"" + host_root() +
-           "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync + "\"\n" + extra + "\n" +
-           resources;
+           "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync +
+           "\"\ncontrol_socket = \"" + control_socket() + "\"\n" + extra + "\n" + resources;
   }
+  std::string control_socket() const { return dir_ / "control.sock"; }
 
   void StartAgent(const std::string& resources, const std::string& resync = "0s",
                   const std::string& extra = "") {

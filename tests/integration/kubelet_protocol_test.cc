@@ -202,6 +202,33 @@ TEST_F(KubeletProtocolTest, PluginFolderRemovedEndsTheProcessWith75) {
       << agent_->Log();
 }
 
+// Seen in a package test: a process that still serves a socket in the
+// folder (a kubelet not stopped yet, a simulator) pins the removed directory,
+// and the kernel reports its removal only when that socket closes. The
+// removal of our own socket leads to the same end.
+TEST_F(KubeletProtocolTest, PluginFolderRemovedWhileAnotherSocketPinsIt) {
+  StartSim();
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
+  ASSERT_TRUE(Registered(kMinimal));
+  sim_->Stop();
+  const int pin = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(pin, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string pin_path = plugin_dir() + "/other-plugin.sock";
+  std::strncpy(addr.sun_path, pin_path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(pin, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(pin, 1), 0);
+  std::filesystem::remove_all(plugin_dir());
+  const std::optional<int> rc = agent_->Wait(kWait);
+  close(pin);
+  ASSERT_TRUE(rc.has_value()) << agent_->Log();
+  EXPECT_EQ(*rc, 75) << agent_->Log();
+  EXPECT_NE(agent_->Log().find(plugin_dir() + " was removed; exiting (status 75)"),
+            std::string::npos)
+      << agent_->Log();
+}
+
 // Seen in review: two hung modules took 2 x start_timeout to stop, past
 // systemd's TimeoutStopSec. They are stopped together, under one deadline.
 TEST_F(KubeletProtocolTest, HungModulesStopTogetherUnderOneDeadline) {

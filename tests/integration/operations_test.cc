@@ -1,15 +1,25 @@
-// What operators see: devplugctl inspect-module, sd_notify readiness and
-// status, warnings about resources that would fight over a container's
-// environment, and a device list too large for the kubelet.
+// What operators see: devplugctl inspect-module and status, metrics,
+// sd_notify readiness and status, warnings about resources that would fight
+// over a container's environment, and a device list too large for the
+// kubelet.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
+#include "ops/control.h"
 
 namespace devplug {
 namespace {
@@ -56,40 +66,6 @@ TEST(InspectModuleTest, FailsWithTheReason) {
     EXPECT_NE(r.output.find(c.reason), std::string::npos) << c.reason << "\n" << r.output;
   }
 }
-
-// Listens where sd_notify() sends, as systemd does for Type=notify units.
-class NotifySocket {
- public:
-  explicit NotifySocket(const std::string& path) : path_(path) {
-    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    timeval tv{0, 100000};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  }
-  ~NotifySocket() { close(fd_); }
-  // Collects messages until `needle` appears in one, or the time is up.
-  bool WaitFor(const std::string& needle, std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < end) {
-      char buf[4096];
-      const ssize_t n = recv(fd_, buf, sizeof(buf) - 1, 0);
-      if (n <= 0) continue;
-      buf[n] = '\0';
-      all_ += std::string(buf) + "\n";
-      if (all_.find(needle) != std::string::npos) return true;
-    }
-    return all_.find(needle) != std::string::npos;
-  }
-  const std::string& all() const { return all_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  std::string all_;
-};
 
 TEST_F(OperationsTest, SdNotifyReadinessStatusAndStopping) {
   StartSim();
@@ -189,6 +165,188 @@ TEST_F(OperationsTest, LaterDeviceListOverTheLimitIsHeldBackEverywhere) {
   EXPECT_TRUE(r->connected);
 }
 
+testing::RunResult Ctl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{testing::DevplugctlPath()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::RunProcess(argv);
+}
+
+// devplugctl status: the JSON the contract names, a text table that fits 100
+// columns, per-device rows, and exit codes a health check can use.
+TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
+  StartSim();
+  const std::string fire = "bad.example/createfail";
+  StartAgent(Resource(kFull, FakeModule("fake_full"),
+                      "count = 2\nnuma = 1\nunhealthy = [\"fake-1\"]") +
+             Resource(fire, FakeModule("fake_createfail")));
+  ASSERT_TRUE(HealthyIs(kFull, 2, 1));
+  const std::string sock = control_socket();
+  struct stat st;
+  ASSERT_EQ(stat(sock.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // The kubelet's side can see the registration a moment before devplugd
+  // has read the kubelet's answer.
+  testing::RunResult r;
+  for (int i = 0; i < 200; ++i) {
+    r = Ctl({"status", "--socket", sock, "--json"});
+    if (r.output.find("\"registered\": true") != std::string::npos) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // one resource is not registered
+  const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["agent"]["abi"], "1.2");
+  EXPECT_TRUE(j["agent"]["version"].is_string());
+  EXPECT_TRUE(j["agent"]["reload_error"].is_null());
+  ASSERT_EQ(j["resources"].size(), 2u) << r.output;
+  const nlohmann::json& full = j["resources"][0];
+  EXPECT_EQ(full["name"], kFull);
+  EXPECT_EQ(full["module"], "fake");
+  EXPECT_EQ(full["module_version"], "0.0.1");
+  EXPECT_EQ(full["module_file"], FakeModule("fake_full"));
+  EXPECT_EQ(full["socket"], plugin_dir() + "/devplug-fake.example_full.sock");
+  EXPECT_EQ(full["registered"], true);
+  EXPECT_EQ(full["state"], "registered");
+  EXPECT_TRUE(full["registered_since"].is_string());
+  EXPECT_EQ(full["kubelet_connected"], true);
+  EXPECT_EQ(full["devices_total"], 2);
+  EXPECT_EQ(full["devices_healthy"], 1);
+  EXPECT_EQ(full["last_error"], "");
+  EXPECT_FALSE(full.contains("devices"));  // only with a RESOURCE or --devices
+  const nlohmann::json& bad = j["resources"][1];
+  EXPECT_EQ(bad["name"], fire);
+  EXPECT_EQ(bad["registered"], false);
+  EXPECT_EQ(bad["state"], "left out");
+  EXPECT_EQ(bad["kubelet_connected"], false);
+  EXPECT_NE(bad["last_error"].get<std::string>().find("the fake hardware is on fire"),
+            std::string::npos)
+      << r.output;
+
+  // One resource: its devices, and the exit status is about it alone.
+  r = Ctl({"status", "--socket", sock, "--json", kFull});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json one = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(one.is_object()) << r.output;
+  ASSERT_EQ(one["resources"].size(), 1u);
+  const nlohmann::json& devices = one["resources"][0]["devices"];
+  ASSERT_EQ(devices.size(), 2u) << r.output;
+  EXPECT_EQ(devices[0]["id"], "fake-0");
+  EXPECT_EQ(devices[0]["health"], "Healthy");
+  EXPECT_EQ(devices[0]["numa"], nlohmann::json::array({1}));
+  EXPECT_EQ(devices[1]["health"], "Unhealthy");
+  EXPECT_EQ(devices[1]["reason"], "listed unhealthy");
+  EXPECT_TRUE(devices[1]["holder"].is_null());
+
+  // The text form: a table within 100 columns, the error under its row.
+  r = Ctl({"status", "--socket", sock, "--devices"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* want : {"RESOURCE", "fake.example/full", "fake 0.0.1", "stream", "1/2",
+                           "left out", "last error: ", "the fake hardware is on fire", "fake-1",
+                           "Unhealthy", "listed unhealthy"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
+
+  // Found through the configuration file, as an operator would run it.
+  r = Ctl({"status", "--config", config_path(), kFull});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("listed unhealthy"), std::string::npos) << r.output;
+  // A resource devplugd does not serve; no devplugd at all.
+  r = Ctl({"status", "--socket", sock, "nope.example/none"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no resource \"nope.example/none\""), std::string::npos) << r.output;
+  r = Ctl({"status", "--socket", dir_ / "nothing.sock"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot reach devplugd at " + (dir_ / "nothing.sock")),
+            std::string::npos)
+      << r.output;
+  // A stray request gets an error, and the socket keeps answering.
+  auto raw = ops::ControlRequest(sock, "hello", 5s);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_NE(raw->find("unknown request"), std::string::npos) << *raw;
+  EXPECT_EQ(Ctl({"status", "--socket", sock, kFull}).exit_code, 0);
+}
+
+// The metrics count what happened: registrations, calls by result, health
+// flips, rescans, the uevents of the subsystems watched, over the control
+// socket and over HTTP.
+TEST_F(OperationsTest, MetricsCountWhatHappened) {
+  StartSim();
+  const std::string sick = dir_ / "sick";
+  // A free TCP port on the loopback address for the exposer.
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int port = ntohs(a.sin_port);
+  close(probe);
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "sick_while = \"" + sick + "\""), "100ms",
+             "metrics_address = \"127.0.0.1:" + std::to_string(port) + "\"");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(HealthyIs(kFull, 4, 4));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &resp).ok());
+  ASSERT_TRUE(sim_->Allocate(kFull, {"fake-1", "fake-2"}, &resp).ok());
+  EXPECT_EQ(sim_->Allocate(kFull, {"fake-9"}, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  WriteFile(sick, "");
+  ASSERT_TRUE(HealthyIs(kFull, 4, 3));
+  std::filesystem::remove(sick);
+  ASSERT_TRUE(HealthyIs(kFull, 4, 4));
+
+  const std::string res = "resource=\"" + std::string(kFull) + "\"";
+  // Counters may lag the kubelet's view by a moment: read until they agree.
+  testing::RunResult r;
+  for (int i = 0; i < 200; ++i) {
+    r = Ctl({"metrics", "--socket", control_socket()});
+    if (r.output.find("devplug_health_transitions_total{" + res + ",to=\"Healthy\"} 1") !=
+        std::string::npos)
+      break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string& want : std::vector<std::string>{
+           "devplug_build_info{abi=\"1.2\",version=\"",
+           "devplug_resource_registered{" + res + "} 1",
+           "devplug_registrations_total{" + res + "} 1",
+           "devplug_devices{health=\"Healthy\"," + res + "} 4",
+           "devplug_devices{health=\"Unhealthy\"," + res + "} 0",
+           "devplug_health_transitions_total{" + res + ",to=\"Unhealthy\"} 1",
+           "devplug_health_transitions_total{" + res + ",to=\"Healthy\"} 1",
+           "devplug_rpc_requests_total{code=\"OK\"," + res + ",rpc=\"Allocate\"} 2",
+           "devplug_rpc_requests_total{code=\"INVALID_ARGUMENT\"," + res + ",rpc=\"Allocate\"} 1",
+           "devplug_rpc_requests_total{code=\"OK\"," + res + ",rpc=\"ListAndWatch\"} 1",
+           "devplug_rpc_duration_seconds_count{" + res + ",rpc=\"Allocate\"} 3",
+           "devplug_rpc_duration_seconds_bucket{" + res + ",rpc=\"Allocate\",le=\"+Inf\"} 3",
+           "devplug_rescans_total{cause=\"start\"," + res + "} 1",
+           "devplug_rescans_total{cause=\"resync\"," + res + "} ",
+           "devplug_kubelet_restarts_total 0",
+           "devplug_reloads_total{result=\"ok\"} 0",
+           "# TYPE devplug_rpc_duration_seconds histogram",
+       })
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+  // Stream and option calls are counted, not timed.
+  EXPECT_EQ(r.output.find("devplug_rpc_duration_seconds_count{" + res + ",rpc=\"ListAndWatch\"}"),
+            std::string::npos)
+      << r.output;
+
+  // The same over HTTP (prometheus-cpp's exposer).
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+  const std::string get = "GET /metrics HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(fd, get.data(), get.size()), static_cast<ssize_t>(get.size()));
+  std::string http;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) http.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_EQ(http.rfind("HTTP/1.1 200", 0), 0u) << http;
+  EXPECT_NE(http.find("devplug_registrations_total{" + res + "} 1"), std::string::npos) << http;
+}
+
 // The configuration we ship, and every drop-in example beside it, is valid
 // as written (examples copied into conf.d/ as an operator would).
 TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
@@ -203,6 +361,29 @@ TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
   };
   auto base = check();
   EXPECT_EQ(base.exit_code, 0) << base.output;
+  // Every commented-out [agent] key, uncommented as an operator would, is
+  // valid too (its documented default or example value).
+  {
+    std::ifstream in(src / "devplug.toml");
+    std::string text, line;
+    size_t uncommented = 0;
+    bool in_agent = false;
+    while (std::getline(in, line)) {
+      if (line.starts_with("[")) in_agent = line == "[agent]";
+      if (in_agent && line.starts_with("# ") && line.find(" = ") != std::string::npos &&
+          line.find(' ', 2) == line.find(" = ")) {
+        line = line.substr(2, line.find("   #") == std::string::npos ? std::string::npos
+                                                                      : line.find("   #") - 2);
+        uncommented++;
+      }
+      text += line + "\n";
+    }
+    WriteFile(etc / "devplug.toml", text);
+    auto all = check();
+    EXPECT_EQ(all.exit_code, 0) << text << "\n" << all.output;
+    EXPECT_GE(uncommented, 8u) << text;
+    fs::copy_file(src / "devplug.toml", etc / "devplug.toml", fs::copy_options::overwrite_existing);
+  }
   size_t examples = 0;
   for (const auto& e : fs::directory_iterator(src / "conf.d")) {
     if (e.path().extension() != ".example") continue;

@@ -97,6 +97,21 @@ TEST_F(UdevTest, MiscNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
   ASSERT_TRUE(HealthyIs(kKvm, 3, 3));
   // Health changes are new snapshots on the same stream.
   EXPECT_EQ(sim_->resource(kKvm)->registrations, 1u);
+  // The metrics counted the events and the flips.
+  auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("devplug_uevents_total{subsystem=\"misc\"} "), std::string::npos)
+      << m.output;
+  EXPECT_EQ(m.output.find("devplug_uevents_total{subsystem=\"misc\"} 0"), std::string::npos)
+      << m.output;
+  EXPECT_NE(m.output.find("devplug_health_transitions_total{resource=\"" + std::string(kKvm) +
+                          "\",to=\"Unhealthy\"} 3"),
+            std::string::npos)
+      << m.output;
+  EXPECT_NE(m.output.find("devplug_rescans_total{cause=\"event\",resource=\"" +
+                          std::string(kKvm) + "\"} "),
+            std::string::npos)
+      << m.output;
 }
 
 TEST_F(UdevTest, EventStormEndsInTheRightState) {

@@ -91,7 +91,7 @@ TEST_F(VfioAgentTest, BadVendorIsAConfigErrorWithFileLineAndKey) {
   WriteFile(config_path(), Config(Resource(kVf, "vfio", "vendor = \"intel\"")));
   auto r = testing::RunDevplugd({"--config", config_path(), "--check-config"});
   EXPECT_EQ(r.exit_code, 78) << r.output;
-  EXPECT_NE(r.output.find(config_path() + ":11: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
+  EXPECT_NE(r.output.find(config_path() + ":12: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
             std::string::npos)
       << r.output;
 }

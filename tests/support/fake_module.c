@@ -10,6 +10,7 @@
  *   fake_createfail  create() fails with a reason
  *   fake_unresolved  needs a symbol nothing provides (dlopen RTLD_NOW fails)
  *   fake_release     fake_full plus on_release() (ABI 1.2)
+ *   fake_full_v2     fake_full, version 0.0.2 instead of 0.0.1
  *
  * Keys (fake_full, fake_minimal):
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
@@ -26,11 +27,14 @@
  *   hang_create (bool)           create() never returns
  *   hang_scan_after (int)        list_devices() call number N (1-based) and
  *                                every later one never return
- *   allocate_delay_ms (int)      allocate() sleeps this long first
+ *   allocate_delay_ms (int)      allocate() logs "allocate() sleeps now" and
+ *                                sleeps this long first
  *   create_delay_ms (int)        create() sleeps this long first
  *   count_file (string)          each scan reads the device count from this
  *                                file (when it holds a number)
  *   fail_while (string)          list_devices() fails while this path exists
+ *   sick_while (string)          fake-0 is Unhealthy ("sick") while this
+ *                                path exists
  *   late_config_error (bool)     create() reports a bad "count" through
  *                                config_error() and returns an instance
  *
@@ -72,6 +76,7 @@ struct devplug_instance {
   const char *default_for;
   const char *count_file;
   const char *fail_while;
+  const char *sick_while;
   const char *release_log;
   const char *release_busy;
   const char *release_fail;
@@ -117,6 +122,7 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_int(host, "allocate_delay_ms", &inst->allocate_delay_ms);
   host->config_string(host, "count_file", &inst->count_file);
   host->config_string(host, "fail_while", &inst->fail_while);
+  host->config_string(host, "sick_while", &inst->sick_while);
   int64_t create_delay_ms = 0;
   host->config_int(host, "create_delay_ms", &create_delay_ms);
   if (create_delay_ms > 0) sleep_ms(create_delay_ms);
@@ -147,6 +153,8 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
 static void fake_destroy(struct devplug_instance *inst) { free(inst); }
 
 static int is_unhealthy(const struct devplug_instance *inst, const char *id) {
+  if (inst->sick_while && strcmp(id, "fake-0") == 0 && access(inst->sick_while, F_OK) == 0)
+    return 1;
   for (size_t i = 0; i < inst->n_unhealthy; i++)
     if (strcmp(inst->unhealthy[i], id) == 0) return 1;
   return 0;
@@ -204,7 +212,10 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
 #ifndef FAKE_MINIMAL
 static int fake_allocate(struct devplug_instance *inst, const char *const *ids, size_t n,
                          struct devplug_recipe *resp) {
-  if (inst->allocate_delay_ms > 0) sleep_ms(inst->allocate_delay_ms);
+  if (inst->allocate_delay_ms > 0) {
+    inst->host->log(inst->host, DEVPLUG_LOG_INFO, "allocate() sleeps now");
+    sleep_ms(inst->allocate_delay_ms);
+  }
   if (inst->default_for && n == 1 && strcmp(ids[0], inst->default_for) == 0)
     return DEVPLUG_ALLOCATE_DEFAULT;
   char key[128];
@@ -303,6 +314,7 @@ static const struct devplug_config_key fake_keys[] = {
     {"create_delay_ms", DEVPLUG_CONFIG_INT, 0, "create() sleeps first"},
     {"count_file", DEVPLUG_CONFIG_STRING, 0, "file holding the device count"},
     {"fail_while", DEVPLUG_CONFIG_STRING, 0, "scans fail while this path exists"},
+    {"sick_while", DEVPLUG_CONFIG_STRING, 0, "fake-0 is Unhealthy while this path exists"},
     {"late_config_error", DEVPLUG_CONFIG_BOOL, 0, "config_error() in a create() that succeeds"},
     {"release_log", DEVPLUG_CONFIG_STRING, 0, "file on_release() and pre_start() write to"},
     {"release_busy", DEVPLUG_CONFIG_STRING, 0, "on_release() is busy while this path exists"},
@@ -325,7 +337,11 @@ static const struct devplug_module fake_module = {
 #endif
     .abi_minor = DEVPLUG_MODULE_ABI_MINOR,
     .name = "fake",
+#ifdef FAKE_VERSION
+    .version = FAKE_VERSION,
+#else
     .version = "0.0.1",
+#endif
     .description = "test module",
     .config_keys = fake_keys,
     .udev_subsystems = NULL,

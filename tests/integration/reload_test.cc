@@ -1,0 +1,307 @@
+// SIGHUP reload (contracts/operations.md): what did not change keeps serving
+// untouched, what changed restarts alone, and any mistake keeps the old
+// configuration running. The kubelet simulator counts every registration and
+// every stream end, so "untouched" is measured, not assumed.
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "agent_fixture.h"
+
+namespace devplug {
+namespace {
+
+size_t Count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++n;
+  return n;
+}
+
+constexpr char kApplied[] = "reloaded: ";
+constexpr char kRefused[] = "reload failed, the old configuration keeps running:";
+
+class ReloadTest : public AgentTest {
+ protected:
+  // Sends SIGHUP and waits for its outcome: true when the new configuration
+  // was applied, false when it was refused.
+  bool Reload() {
+    const std::string before = agent_->Log();
+    const size_t applied = Count(before, kApplied), refused = Count(before, kRefused);
+    EXPECT_EQ(kill(agent_->pid(), SIGHUP), 0);
+    const auto end = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < end) {
+      const std::string log = agent_->Log();
+      if (Count(log, kApplied) > applied) return true;
+      if (Count(log, kRefused) > refused) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "no reload outcome within " << kWait.count() << " s\n" << agent_->Log();
+    return false;
+  }
+
+  void Rewrite(const std::string& resources, const std::string& extra = "") {
+    WriteFile(config_path(), Config(resources, "0s", extra));
+  }
+
+  // Registrations and stream ends the kubelet saw for `name`.
+  std::pair<uint64_t, uint64_t> Seen(const std::string& name) {
+    auto r = sim_->resource(name);
+    return r ? std::make_pair(r->registrations, r->stream_ends) : std::make_pair(0ul, 0ul);
+  }
+
+  testing::RunResult Status(std::vector<std::string> args = {}) {
+    std::vector<std::string> argv{testing::DevplugctlPath(), "status", "--socket",
+                                  control_socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunProcess(argv);
+  }
+};
+
+// Nothing changed (the same tables, moved and commented): no stream ends, no
+// registration, and the kubelet's view stays as it was.
+TEST_F(ReloadTest, AnUnchangedConfigurationTouchesNothing) {
+  StartSim();
+  const std::string full = Resource(kFull, FakeModule("fake_full"), "count = 2");
+  const std::string minimal = Resource(kMinimal, FakeModule("fake_minimal"));
+  StartAgent(full + minimal);
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(HealthyIs(kFull, 2, 2));
+  Rewrite("# the same, in another order\n" + minimal + full);
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog(
+      "reloaded: 2 unchanged; added: none; changed: none; removed: none", kWait))
+      << agent_->Log();
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
+  EXPECT_TRUE(HealthyIs(kFull, 2, 2));
+  // A second SIGHUP with nothing new is as quiet.
+  ASSERT_TRUE(Reload());
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
+}
+
+// One reload that adds, removes and changes a resource and keeps one.
+TEST_F(ReloadTest, AddedRemovedAndChangedResourcesAndOnlyThose) {
+  StartSim();
+  const std::string kept = Resource(kFull, FakeModule("fake_full"), "count = 2");
+  const std::string changed = "fake.example/changed", added = "fake.example/added";
+  StartAgent(kept + Resource(kMinimal, FakeModule("fake_minimal")) +
+             Resource(changed, FakeModule("fake_full"), "count = 1"));
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(HealthyIs(changed, 1, 1));
+  const std::string removed_socket = plugin_dir() + "/" + sim_->resource(kMinimal)->endpoint;
+  ASSERT_TRUE(FileExists(removed_socket));
+
+  Rewrite(kept + Resource(changed, FakeModule("fake_full"), "count = 3") +
+          Resource(added, FakeModule("fake_full"), "count = 1"));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("reloaded: 1 unchanged; added: " + added + "; changed: " +
+                                     changed + "; removed: " + kMinimal,
+                                 kWait))
+      << agent_->Log();
+  // Changed: its old stream ended, it registered again with its new list.
+  ASSERT_TRUE(Registered(changed, 2));
+  EXPECT_TRUE(HealthyIs(changed, 3, 3));
+  EXPECT_EQ(Seen(changed).second, 1u);
+  // Added: served and registered like at start.
+  ASSERT_TRUE(Registered(added));
+  EXPECT_TRUE(HealthyIs(added, 1, 1));
+  // Removed: its stream ended and its socket is gone.
+  EXPECT_TRUE(sim_->WaitUntil(
+      [&](const auto& rs) { return !rs.at(kMinimal).connected; }, kWait));
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 1ul));
+  EXPECT_FALSE(FileExists(removed_socket));
+  // Kept: not touched.
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+  EXPECT_TRUE(HealthyIs(kFull, 2, 2));
+  // Its series are gone from the metrics; the others are there.
+  auto metrics = testing::RunProcess(
+      {testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  ASSERT_EQ(metrics.exit_code, 0) << metrics.output;
+  EXPECT_EQ(metrics.output.find("resource=\"" + std::string(kMinimal) + "\""), std::string::npos)
+      << metrics.output;
+  EXPECT_NE(metrics.output.find("resource=\"" + added + "\""), std::string::npos)
+      << metrics.output;
+  EXPECT_NE(metrics.output.find("devplug_reloads_total{result=\"ok\"} 1"), std::string::npos)
+      << metrics.output;
+}
+
+// Every kind of mistake: the reload is refused as a whole, the journal names
+// the problem, STATUS= and devplugctl status say so, and nothing that served
+// stops serving. A later good reload clears the error.
+TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
+  StartSim();
+  NotifySocket notify(dir_ / "notify.sock");
+  setenv("NOTIFY_SOCKET", (dir_ / "notify.sock").c_str(), 1);
+  const std::string full = Resource(kFull, FakeModule("fake_full"), "count = 2");
+  StartAgent(full);
+  unsetenv("NOTIFY_SOCKET");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(notify.WaitFor("READY=1", kWait));
+  const std::string dropin = dir_ / "etc/conf.d/broken.toml";
+
+  struct Case {
+    const char* what;
+    std::function<void()> write;
+    std::string error;  // the first error line, as STATUS= shows it
+  } cases[] = {
+      {"a drop-in without a module key",
+       [&] { WriteFile(dropin, "[[resource]]\nname = \"fake.example/broken\"\n"); },
+       dropin + ":1: resource[1].module: missing"},
+      {"a module that cannot be created",
+       [&] {
+         Rewrite(full + Resource("fake.example/fire", FakeModule("fake_createfail")));
+       },
+       "the fake hardware is on fire"},
+      {"a module file that does not exist",
+       [&] { Rewrite(full + Resource("fake.example/gone", dir_ / "gone.so")); },
+       "cannot load"},
+      {"a key that needs a restart",
+       [&] {
+         std::string text = Config(full);
+         text.replace(text.find(plugin_dir()), plugin_dir().size(), dir_ / "elsewhere");
+         WriteFile(config_path(), text);
+       },
+       config_path() + ":2: agent.plugin_dir: changed from \"" + plugin_dir() + "\" to \"" +
+           (dir_ / "elsewhere") + "\": needs a restart"},
+      {"a bad value of a key that applies at once",
+       [&] { Rewrite(full, "call_timeout = \"2h\""); },
+       config_path() + ":8: agent.call_timeout:"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    notify.Clear();
+    c.write();
+    ASSERT_FALSE(Reload()) << agent_->Log();
+    EXPECT_TRUE(notify.WaitFor(c.error, kWait)) << notify.all();
+    EXPECT_NE(notify.all().find("RELOADING=1\nMONOTONIC_USEC="), std::string::npos)
+        << notify.all();
+    EXPECT_NE(notify.all().find("STATUS=registered 1/1 resources; reload failed (old "
+                                "configuration kept): "),
+              std::string::npos)
+        << notify.all();
+    EXPECT_TRUE(notify.WaitFor("READY=1", kWait)) << notify.all();
+    EXPECT_TRUE(agent_->WaitForLog(c.error, kWait)) << agent_->Log();
+    auto status = Status();
+    EXPECT_EQ(status.exit_code, 0) << status.output;
+    EXPECT_NE(status.output.find("reload failed (old configuration kept): "), std::string::npos)
+        << status.output;
+    EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+    EXPECT_TRUE(HealthyIs(kFull, 2, 2));
+    // Back to the good configuration for the next case.
+    std::filesystem::remove(dropin);
+    Rewrite(full);
+  }
+  notify.Clear();
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  auto status = Status({"--json"});
+  EXPECT_NE(status.output.find("\"reload_error\": null"), std::string::npos) << status.output;
+  EXPECT_TRUE(notify.WaitFor("STATUS=registered 1/1 resources\n", kWait)) << notify.all();
+  auto metrics = testing::RunProcess(
+      {testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  EXPECT_NE(metrics.output.find("devplug_reloads_total{result=\"failed\"} 5"), std::string::npos)
+      << metrics.output;
+}
+
+// An added module that never finishes create() does not hold the agent: the
+// reload gives up at start_timeout and the old configuration keeps running.
+TEST_F(ReloadTest, AHungCreateFailsTheReloadAtItsDeadline) {
+  StartSim();
+  const std::string full = Resource(kFull, FakeModule("fake_full"), "count = 2");
+  StartAgent(full, "0s", "start_timeout = \"1s\"");
+  ASSERT_TRUE(Registered(kFull));
+  WriteFile(config_path(),
+            Config(full + Resource("fake.example/hung", FakeModule("fake_full"), "hang_create = true"),
+                   "0s", "start_timeout = \"1s\""));
+  // One reload at a time: a SIGHUP while one is under way is ignored.
+  ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(agent_->WaitForLog("SIGHUP: reloading the configuration", kWait));
+  ASSERT_FALSE(Reload()) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("SIGHUP: a reload is already under way; ignoring this one"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("fake.example/hung", kWait));
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+  // Serving as before: Allocate still works.
+  v1beta1::ContainerAllocateResponse resp;
+  EXPECT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &resp).ok());
+  EXPECT_FALSE(sim_->resource("fake.example/hung").has_value());
+}
+
+// A module file replaced on disk (a package upgrade of one module): that
+// resource alone restarts, on the new file.
+TEST_F(ReloadTest, AReplacedModuleFileRestartsOnlyItsResource) {
+  StartSim();
+  const std::string module = dir_ / "modules/fake.so";
+  std::filesystem::create_directories(dir_ / "modules");
+  std::filesystem::copy_file(FakeModule("fake_full"), module);
+  const std::string both =
+      Resource(kFull, module, "count = 2") + Resource(kMinimal, FakeModule("fake_minimal"));
+  StartAgent(both);
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(Reload());  // the same file: nothing happens
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+
+  // Replaced the way package managers do: a new file renamed over the old.
+  std::filesystem::copy_file(FakeModule("fake_full_v2"), module + ".new");
+  std::filesystem::rename(module + ".new", module);
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("module file " + module + " was replaced", kWait));
+  EXPECT_TRUE(agent_->WaitForLog("changed: " + std::string(kFull) + "; removed: none", kWait));
+  ASSERT_TRUE(Registered(kFull, 2));
+  EXPECT_TRUE(HealthyIs(kFull, 2, 2));
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
+  auto status = Status({"--json", kFull});
+  EXPECT_NE(status.output.find("\"module_version\": \"0.0.2\""), std::string::npos)
+      << status.output;
+}
+
+// [agent] keys that apply at once: a shorter call_timeout cuts the next slow
+// Allocate short.
+TEST_F(ReloadTest, CallTimeoutAppliesAtOnce) {
+  StartSim();
+  const std::string slow = Resource(kFull, FakeModule("fake_full"), "allocate_delay_ms = 1000");
+  StartAgent(slow);
+  ASSERT_TRUE(Registered(kFull));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &resp).ok());
+  Rewrite(slow, "call_timeout = \"100ms\"");
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_EQ(sim_->Allocate(kFull, {"fake-1"}, &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
+}
+
+// An Allocate in flight on a resource that a reload restarts ends with
+// UNAVAILABLE at once (the pod's admission fails and is retried), not after
+// the old module's answer; the new instance serves the next one.
+TEST_F(ReloadTest, ACallInFlightOnARestartedResourceEndsCleanly) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "allocate_delay_ms = 1500"));
+  ASSERT_TRUE(Registered(kFull));
+  grpc::Status in_flight;
+  std::thread call([&] {
+    v1beta1::ContainerAllocateResponse resp;
+    in_flight = sim_->Allocate(kFull, {"fake-0"}, &resp);
+  });
+  ASSERT_TRUE(agent_->WaitForLog("allocate() sleeps now", kWait));
+  Rewrite(Resource(kFull, FakeModule("fake_full"), "count = 3"));
+  EXPECT_TRUE(Reload()) << agent_->Log();
+  call.join();
+  EXPECT_EQ(in_flight.error_code(), grpc::StatusCode::UNAVAILABLE) << in_flight.error_message();
+  ASSERT_TRUE(Registered(kFull, 2));
+  ASSERT_TRUE(HealthyIs(kFull, 3, 3));
+  v1beta1::ContainerAllocateResponse resp;
+  EXPECT_TRUE(sim_->Allocate(kFull, {"fake-2"}, &resp).ok());
+}
+
+}  // namespace
+}  // namespace devplug
