@@ -40,6 +40,11 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
   return true;
 }
 
+// JSON text for the control socket. Module text (error messages) is not
+// checked for UTF-8, and nlohmann's dump() throws on malformed UTF-8:
+// such bytes become U+FFFD instead.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string Iso8601(std::chrono::system_clock::time_point t) {
   const std::time_t s = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
@@ -305,19 +310,14 @@ void Agent::Retire(std::unique_ptr<Resource> r) {
 // ---- status and metrics -------------------------------------------------------------------
 
 void Agent::OnControl(const std::shared_ptr<ops::ControlCall>& call) {
-  const json request = json::parse(call->request, nullptr, false);
+  StatusOr<ops::ControlQuery> q = ops::ParseControlQuery(call->request);
   std::string answer;
-  if (request.is_object() && request.contains("status")) {
-    const json& s = request["status"];
-    const bool devices = s.is_object() && s.value("devices", false);
-    const std::string only = s.is_object() ? s.value("resource", std::string()) : std::string();
-    answer = StatusJson(devices, only);
-  } else if (request.is_object() && request.contains("metrics")) {
-    answer = json{{"metrics", metrics_->Text()}}.dump();
-  } else {
-    answer = json{{"error", "unknown request (expected {\"status\": {...}} or {\"metrics\": {}})"}}
-                 .dump();
-  }
+  if (!q.ok())
+    answer = Dump(json{{"error", q.status().message()}});
+  else if (q->kind == ops::ControlQuery::Kind::kMetrics)
+    answer = Dump(json{{"metrics", metrics_->Text()}});
+  else
+    answer = StatusJson(q->devices, q->resource);
   call->reply.set_value(std::move(answer));
 }
 
@@ -388,8 +388,8 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
     }
     resources.push_back(std::move(res));
   }
-  if (!found) return json{{"error", StrCat("no resource \"", only, "\"")}}.dump();
-  return json{{"agent", std::move(agent)}, {"resources", std::move(resources)}}.dump();
+  if (!found) return Dump(json{{"error", StrCat("no resource \"", only, "\"")}});
+  return Dump(json{{"agent", std::move(agent)}, {"resources", std::move(resources)}});
 }
 
 }  // namespace devplug

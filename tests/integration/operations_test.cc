@@ -265,6 +265,14 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   auto raw = ops::ControlRequest(sock, "hello", 5s);
   ASSERT_TRUE(raw.ok());
   EXPECT_NE(raw->find("unknown request"), std::string::npos) << *raw;
+  // Fields of the wrong type are refused with the field's name; they once
+  // threw out of the main loop and ended devplugd.
+  for (const char* bad : {R"({"status": {"devices": "yes"}})", R"({"status": {"resource": 7}})",
+                          R"({"status": 1})", R"({"status": {}, "metrics": {}})"}) {
+    raw = ops::ControlRequest(sock, bad, 5s);
+    ASSERT_TRUE(raw.ok()) << bad << ": " << raw.status().message() << "\n" << agent_->Log();
+    EXPECT_NE(raw->find("\"error\""), std::string::npos) << bad << ": " << *raw;
+  }
   EXPECT_EQ(Ctl({"status", "--socket", sock, kFull}).exit_code, 0);
 }
 
@@ -287,6 +295,7 @@ TEST_F(OperationsTest, MetricsCountWhatHappened) {
   StartAgent(Resource(kFull, FakeModule("fake_full"), "sick_while = \"" + sick + "\""), "100ms",
              "metrics_address = \"127.0.0.1:" + std::to_string(port) + "\"");
   ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(AgentRegistered(kFull));
   ASSERT_TRUE(HealthyIs(kFull, 4, 4));
   v1beta1::ContainerAllocateResponse resp;
   ASSERT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &resp).ok());

@@ -102,7 +102,9 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   if (devplug_no_such_function() < 0) return -EIO;
 #endif
 #ifdef FAKE_CREATE_FAILS
-  host->set_error(host, "the fake hardware is on fire");
+  /* Ends in bytes that are no UTF-8 (an overlong '.'): a module's error
+     text is not checked, and it reaches logs, STATUS= and status JSON. */
+  host->set_error(host, "the fake hardware is on fire \xC0\xAE");
   (void)ret;
   return -EIO;
 #else

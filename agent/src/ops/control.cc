@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "util/unix_socket.h"
@@ -49,6 +50,36 @@ bool WriteAll(int fd, const std::string& data) {
 }
 
 }  // namespace
+
+StatusOr<ControlQuery> ParseControlQuery(std::string_view line) {
+  using nlohmann::json;
+  const json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  constexpr const char* kForms =
+      "expected {\"status\": {\"resource\": NAME, \"devices\": BOOL}} or {\"metrics\": {}}";
+  if (!request.is_object() || request.size() != 1)
+    return InvalidArgumentError(StrCat("unknown request (", kForms, ")"));
+  ControlQuery q;
+  const auto& [name, body] = *request.items().begin();
+  if (!body.is_object()) return InvalidArgumentError(StrCat("\"", name, "\" must be an object"));
+  if (name == "metrics") {
+    q.kind = ControlQuery::Kind::kMetrics;
+    if (!body.empty()) return InvalidArgumentError("\"metrics\" takes no fields");
+    return q;
+  }
+  if (name != "status") return InvalidArgumentError(StrCat("unknown request (", kForms, ")"));
+  for (const auto& [key, value] : body.items()) {
+    if (key == "devices") {
+      if (!value.is_boolean()) return InvalidArgumentError("status.devices must be true or false");
+      q.devices = value.get<bool>();
+    } else if (key == "resource") {
+      if (!value.is_string()) return InvalidArgumentError("status.resource must be a string");
+      q.resource = value.get<std::string>();
+    } else {
+      return InvalidArgumentError(StrCat("status has no field \"", key, "\""));
+    }
+  }
+  return q;
+}
 
 ControlServer::~ControlServer() { Stop(); }
 

@@ -12,11 +12,27 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "util/status.h"
 
 namespace devplug::ops {
+
+// What a request line asks for. The JSON forms:
+//   {"status": {"resource": "NAME", "devices": true}}   (both fields optional)
+//   {"metrics": {}}
+struct ControlQuery {
+  enum class Kind { kStatus, kMetrics };
+  Kind kind = Kind::kStatus;
+  bool devices = false;  // status: every resource's devices too
+  std::string resource;  // status: only this resource ("" = all)
+};
+
+// Parses one request line. Never throws: anything else (not JSON, another
+// request, a field of the wrong type) is INVALID_ARGUMENT with a reason that
+// names the field.
+StatusOr<ControlQuery> ParseControlQuery(std::string_view line);
 
 // One request waiting for its answer.
 struct ControlCall {
