@@ -12,10 +12,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "kubelet_sim.h"
+#include "ops/control.h"
 #include "test_util.h"
 
 namespace devplug {
@@ -142,6 +144,22 @@ class AgentTest : public ::testing::Test {
     const bool ok = sim_->WaitForResource(name, n, kWait);
     if (!ok) KeepLog();
     return ok;
+  }
+
+  // Waits until devplugd itself counts `name` as registered (its control
+  // socket says so). The kubelet's side sees a registration a moment before
+  // devplugd has read the kubelet's answer; STATUS= and `devplugctl status`
+  // follow devplugd's view.
+  bool AgentRegistered(const std::string& name) {
+    const std::string request = "{\"status\": {\"resource\": \"" + name + "\"}}";
+    const auto end = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < end) {
+      auto answer = ops::ControlRequest(control_socket(), request, std::chrono::seconds(5));
+      if (answer.ok() && answer->find("\"registered\":true") != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    KeepLog();
+    return false;
   }
 
   // Waits until the kubelet holds `total` devices of `name`, `healthy` of

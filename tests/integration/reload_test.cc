@@ -144,6 +144,7 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
   StartAgent(full);
   unsetenv("NOTIFY_SOCKET");
   ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(AgentRegistered(kFull));
   ASSERT_TRUE(notify.WaitFor("READY=1", kWait));
   const std::string dropin = dir_ / "etc/conf.d/broken.toml";
 
