@@ -59,7 +59,9 @@ StatusOr<ControlQuery> ParseControlQuery(std::string_view line) {
   if (!request.is_object() || request.size() != 1)
     return InvalidArgumentError(StrCat("unknown request (", kForms, ")"));
   ControlQuery q;
-  const auto& [name, body] = *request.items().begin();
+  const auto first = request.begin();  // (items()'s proxy would not outlive this line)
+  const std::string& name = first.key();
+  const json& body = first.value();
   if (!body.is_object()) return InvalidArgumentError(StrCat("\"", name, "\" must be an object"));
   if (name == "metrics") {
     q.kind = ControlQuery::Kind::kMetrics;
