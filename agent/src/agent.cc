@@ -128,6 +128,12 @@ Status Agent::Start() {
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
+  if (auto pw = udev::PathWatch::Create(); pw.ok())
+    path_watch_ = std::move(*pw);
+  else
+    spdlog::warn("no path watches ({}); nodes made or removed without a uevent are seen at "
+                 "the next resync only",
+                 pw.status().message());
   // Status and metrics: useful from the first moment, and never a reason
   // not to serve the hardware.
   if (!config_.control_socket.empty()) {
@@ -314,6 +320,13 @@ void Agent::Launch(Resource& r) {
         tracker->OnReleased(ids, rc, why, Clock::now());
       mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
     };
+  }
+  if (path_watch_) {
+    const uint64_t owner = path_watch_->NewOwner(r.id);
+    opts.watch_path = [pw = path_watch_, owner](const std::string& path) {
+      return pw->Add(owner, path);
+    };
+    opts.on_destroyed = [pw = path_watch_, owner] { pw->Remove(owner); };
   }
   const uint64_t launch = ++r.launch;
   ++r.attempts;
@@ -881,11 +894,12 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[4] = {{signal_fd, POLLIN, 0},
+    pollfd fds[5] = {{signal_fd, POLLIN, 0},
                      {watch_.fd(), POLLIN, 0},
                      {mailbox_->fd(), POLLIN, 0},
-                     {udev_ ? udev_->fd() : -1, POLLIN, 0}};
-    const int n = poll(fds, 4, timeout_ms);
+                     {udev_ ? udev_->fd() : -1, POLLIN, 0},
+                     {path_watch_ ? path_watch_->fd() : -1, POLLIN, 0}};
+    const int n = poll(fds, 5, timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
@@ -911,6 +925,12 @@ int Agent::Run(int signal_fd) {
       }
     }
     if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
+    if (fds[4].revents & POLLIN) {
+      for (uint64_t id : path_watch_->Drain()) {
+        Resource* r = ById(id);
+        if (r && r->instance) r->instance->RequestRescan(ops::ScanCause::kPath);
+      }
+    }
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
     if (!plugin_dir_lost_) FireTimers();

@@ -44,6 +44,7 @@
 #include "modules/module_instance.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
+#include "udev/path_watch.h"
 #include "udev/udev_monitor.h"
 #include "util/status.h"
 #include "util/timers.h"
@@ -278,6 +279,8 @@ class Agent {
   // The plugin directory was removed: Run ends with kExitPluginDirLost.
   bool plugin_dir_lost_ = false;
   std::unique_ptr<udev::Monitor> udev_;
+  // Paths modules watch (host->watch_path); null when inotify failed.
+  std::shared_ptr<udev::PathWatch> path_watch_;
   std::vector<std::string> udev_subsystems_;  // the monitor's filter, sorted
   // Subsystem -> ids of the resources whose module declared it.
   std::map<std::string, std::vector<uint64_t>, std::less<>> udev_subscribers_;

@@ -33,8 +33,8 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
     return false;
   for (const auto& [key, value] : a.module_keys) {
     auto it = b.module_keys.find(key);
-    if (it == b.module_keys.end() || it->second.value != value.value ||
-        it->second.array_of_non_strings != value.array_of_non_strings)
+    if (it == b.module_keys.end() || !it->second.tree || !value.tree ||
+        !config::SameValue(*it->second.tree, *value.tree))
       return false;
   }
   return true;

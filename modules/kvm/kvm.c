@@ -7,7 +7,9 @@
  * and is a character device, all Unhealthy otherwise.
  * Allocate: the device node at the same path inside the container ("rw").
  * Events: misc-subsystem uevents for the node (module load/unload, a
- * "change" written to /sys/class/misc/kvm/uevent) trigger a rescan.
+ * "change" written to /sys/class/misc/kvm/uevent) trigger a rescan, and so
+ * does the node being created or removed without one (watched through the
+ * agent's inotify, ABI 1.3).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,6 +71,14 @@ static int kvm_create(const struct devplug_host *host, struct devplug_instance *
   else
     snprintf(inst->host_path, sizeof(inst->host_path), "%s%s", host->host_root, device);
   inst->last_healthy = -1;
+  /* ABI 1.3: the agent's inotify sees the node made or removed without a
+   * uevent (a hand mknod, rm); older agents see it at the next resync. */
+  if (DEVPLUG_HAS_MEMBER(host, struct devplug_host, watch_path)) {
+    rc = host->watch_path(host, device);
+    if (rc < 0 && rc != -ENOSYS) /* ENOSYS: the agent has no inotify (it said so) */
+      kvm_log(host, DEVPLUG_LOG_WARN, "cannot watch %s; changes without a uevent are seen at the next resync",
+              device);
+  }
   *ret = inst;
   return 0;
 }

@@ -35,7 +35,7 @@ PIN_OFFSET(devplug_device_sink, set_health_reason, 24); /* minor 2 */
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);
 
-PIN_SIZE(devplug_host, 120);
+PIN_SIZE(devplug_host, 144);
 PIN_OFFSET(devplug_host, abi_minor, 4);
 PIN_OFFSET(devplug_host, agent_data, 8);
 PIN_OFFSET(devplug_host, resource_name, 16);
@@ -51,6 +51,17 @@ PIN_OFFSET(devplug_host, config_string_array, 88);
 PIN_OFFSET(devplug_host, config_int_array, 96); /* minor 1 */
 PIN_OFFSET(devplug_host, pod_of, 104);          /* minor 2 */
 PIN_OFFSET(devplug_host, track_releases, 112);  /* minor 2 */
+PIN_OFFSET(devplug_host, config_value, 120);    /* minor 3 */
+PIN_OFFSET(devplug_host, config_member, 128);   /* minor 3 */
+PIN_OFFSET(devplug_host, watch_path, 136);      /* minor 3 */
+
+PIN_SIZE(devplug_config_value, 48); /* minor 3 */
+PIN_OFFSET(devplug_config_value, type, 4);
+PIN_OFFSET(devplug_config_value, string, 8);
+PIN_OFFSET(devplug_config_value, integer, 16);
+PIN_OFFSET(devplug_config_value, boolean, 24);
+PIN_OFFSET(devplug_config_value, size, 32);
+PIN_OFFSET(devplug_config_value, line, 40);
 
 PIN_SIZE(devplug_pod, 40);
 PIN_OFFSET(devplug_pod, pod_namespace, 8);
@@ -95,7 +106,8 @@ DEVPLUG_STATIC_ASSERT(DEVPLUG_UNHEALTHY == 0 && DEVPLUG_HEALTHY == 1, "health va
 DEVPLUG_STATIC_ASSERT(DEVPLUG_NO_NUMA_NODE == -1, "no NUMA node");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_CONFIG_STRING == 1 && DEVPLUG_CONFIG_INT == 2 &&
                           DEVPLUG_CONFIG_BOOL == 3 && DEVPLUG_CONFIG_STRING_ARRAY == 4 &&
-                          DEVPLUG_CONFIG_INT_ARRAY == 5,
+                          DEVPLUG_CONFIG_INT_ARRAY == 5 && DEVPLUG_CONFIG_TABLE == 6 &&
+                          DEVPLUG_CONFIG_ARRAY == 7 && DEVPLUG_CONFIG_OTHER == 8,
                       "config types");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_ALLOCATE_DEFAULT == 1, "allocate default");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_LOG_ERROR == 0 && DEVPLUG_LOG_TRACE == 4, "log levels");

@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 2
+#define DEVPLUG_MODULE_ABI_MINOR 3
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -98,6 +98,10 @@ extern "C" {
 #define DEVPLUG_CONFIG_BOOL 3         /**< TOML boolean */
 #define DEVPLUG_CONFIG_STRING_ARRAY 4 /**< TOML array of strings */
 #define DEVPLUG_CONFIG_INT_ARRAY 5    /**< TOML array of integers (ABI minor 1) */
+#define DEVPLUG_CONFIG_TABLE 6        /**< TOML table, inline or not (ABI minor 3) */
+#define DEVPLUG_CONFIG_ARRAY 7        /**< TOML array of any values (ABI minor 3) */
+/** Only in devplug_config_value.type: a float, date or time. */
+#define DEVPLUG_CONFIG_OTHER 8
 
 /** Flags of module configuration keys. */
 #define DEVPLUG_CONFIG_REQUIRED 0x1u /**< the table must set the key */
@@ -200,6 +204,24 @@ struct devplug_id_sink {
 /* ------------------------------------------------------------------------ */
 /* Host services                                                             */
 /* ------------------------------------------------------------------------ */
+
+/**
+ * One value of the instance's [[resource]] table, at any depth (ABI minor 3,
+ * see devplug_host.config_value). The caller sets struct_size; the agent
+ * fills what fits.
+ */
+struct devplug_config_value {
+  uint32_t struct_size;
+  /** DEVPLUG_CONFIG_STRING, _INT, _BOOL, _TABLE, _ARRAY or _OTHER. */
+  uint32_t type;
+  const char *string; /**< STRING: the text; NULL otherwise */
+  int64_t integer;    /**< INT: the value */
+  int32_t boolean;    /**< BOOL: 0 or 1 */
+  uint32_t reserved;
+  size_t size;        /**< ARRAY: number of items; TABLE: number of keys */
+  int32_t line;       /**< line in its file, for messages; 0 if unknown */
+  uint32_t reserved2;
+};
 
 /**
  * Who holds a device: the pod and container the kubelet's PodResources API
@@ -307,6 +329,54 @@ struct devplug_host {
    * never tracked or released. Returns 0.
    */
   int (*track_releases)(const struct devplug_host *h, int32_t on);
+
+  /* ---- ABI minor 3 ---- */
+
+  /*
+   * Structured configuration: values inside tables and arrays. A path
+   * starts with a declared key (of any type) and goes on with [N] for the
+   * N-th item of an array (from 0) and .name for a key of a table; a name
+   * that is not made of [A-Za-z0-9_-] is written in double quotes, with \"
+   * and \\ inside: paths[2].container_path, envs."EF_POLL.USEC", usb[0].
+   * The same paths name nested values in config_error(), which then points
+   * at their own line. Check DEVPLUG_HAS_MEMBER(h, struct devplug_host,
+   * config_value) first, or refuse to load when agent_abi_minor < 3 (keys
+   * of type TABLE or ARRAY need it anyway: older agents reject them).
+   */
+
+  /**
+   * Fills *ret with the value at path: 0; -ENOENT when it is not set (an
+   * index past the end, a missing key); -EINVAL for a malformed path, an
+   * undeclared key, or [N] / .name on a value that is no array / table.
+   * Strings stay valid until destroy(). Any call of the instance.
+   */
+  int (*config_value)(const struct devplug_host *h, const char *path,
+                      struct devplug_config_value *ret);
+
+  /**
+   * The name of the index-th key (from 0, in name order) of the table
+   * at path: 0 with *ret_name set (valid until destroy()); -ENOENT when
+   * index is past the end; -EINVAL when path is no table.
+   */
+  int (*config_member)(const struct devplug_host *h, const char *path,
+                       size_t index, const char **ret_name);
+
+  /**
+   * Watches a host path (absolute, without host_root), typically a device
+   * node: when an entry of that name is created, removed or renamed in its
+   * directory, the agent rescans the instance as for devices_changed(). This
+   * catches nodes made or removed without a uevent (rm, mknod by hand or by
+   * a container runtime). The last component may be a shell pattern
+   * (fnmatch(3), as in "/dev/ttyUSB*"): every entry it matches counts.
+   * The agent keeps one inotify instance for all modules and watches the parent directory, or while that is missing its
+   * nearest existing ancestor, moving down as directories appear. Changes
+   * of content or attributes are not reported. Worker thread only; watching
+   * a path twice counts once; watches end with destroy(). Returns 0; -EINVAL
+   * for a path that is not absolute or is "/"; or a negative errno when no
+   * watch could be added (-ENOSPC: the inotify watch limit): the path is then
+   * seen only through events and resyncs.
+   */
+  int (*watch_path)(const struct devplug_host *h, const char *path);
 };
 
 /* ------------------------------------------------------------------------ */

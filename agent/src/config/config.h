@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -26,6 +27,31 @@ struct SourceLocation {
   int line = 0;
 };
 
+// A module-owned TOML value at any depth, with its line (for messages that
+// point into tables and arrays).
+struct ConfigNode {
+  enum class Kind { kString, kInt, kBool, kArray, kTable, kOther };
+  Kind kind = Kind::kOther;
+  std::string text;     // kString; kOther: the value as TOML writes it
+  int64_t integer = 0;  // kInt
+  bool boolean = false; // kBool
+  std::vector<ConfigNode> items;                            // kArray
+  std::vector<std::pair<std::string, ConfigNode>> members;  // kTable, by name
+  int line = 0;
+};
+// Same values (lines do not matter).
+bool SameValue(const ConfigNode& a, const ConfigNode& b);
+
+// Where a configuration path ("paths[2].container_path", see
+// devplug_host.config_value) leads inside `root`: the node, or nullptr with
+// *error set to -ENOENT (not there) or -EINVAL (malformed, or indexing
+// into the wrong kind). `root` is the top key's value; `rest` the path
+// after the top key's name.
+const ConfigNode* FindNode(const ConfigNode& root, std::string_view rest, int* error);
+// The top key's name of a path ("paths" of "paths[2].type"), or "" when
+// the path does not start with one.
+std::string_view PathTopKey(std::string_view path);
+
 // One module-owned key of a [[resource]] table, as written in TOML. Its type
 // is checked against the module's declared keys when the module is loaded.
 struct ModuleValue {
@@ -33,11 +59,14 @@ struct ModuleValue {
   // strings are kept and array_of_non_strings says whether anything else
   // was there. An empty array is an empty vector<string> that also matches
   // an integer-array key.
+  // A table is std::monostate here (see `tree`).
   using Value = std::variant<std::string, int64_t, bool, double,
-                             std::vector<std::string>, std::vector<int64_t>>;
+                             std::vector<std::string>, std::vector<int64_t>, std::monostate>;
   Value value;
   SourceLocation where;
   bool array_of_non_strings = false;  // an array holding something else
+  // The whole value, tables and arrays of any depth included (ABI 1.3).
+  std::shared_ptr<const ConfigNode> tree;
 };
 
 // One [[resource]] table: one module instance, one extended resource, one

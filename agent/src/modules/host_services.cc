@@ -59,7 +59,17 @@ void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, con
     const config::ResourceConfig& r = self->resource_;
     config::SourceLocation where = r.where;
     std::string k = key ? key : "";
-    if (auto it = r.module_keys.find(k); it != r.module_keys.end()) where = it->second.where;
+    // A path into a table or array points at the nested value's own line.
+    const std::string_view top = config::PathTopKey(k);
+    if (auto it = r.module_keys.find(std::string(top)); it != r.module_keys.end()) {
+      where = it->second.where;
+      int error = 0;
+      if (it->second.tree) {
+        const config::ConfigNode* n =
+            config::FindNode(*it->second.tree, std::string_view(k).substr(top.size()), &error);
+        if (n != nullptr && n->line > 0) where.line = n->line;
+      }
+    }
     self->config_errors_.push_back(config::Located(where, config::ResourceKey(self->options_.index, k),
                                                    msg ? msg : "invalid value"));
   } catch (...) {
@@ -135,6 +145,75 @@ int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
   *ret = (it == self->string_arrays_.end() || it->second.empty()) ? kEmpty : it->second.data();
   *ret_n = v->size();
   return 0;
+}
+
+const config::ConfigNode* ModuleInstance::FindConfig(const char* path, int* error) const {
+  *error = -EINVAL;
+  if (path == nullptr) return nullptr;
+  const std::string_view p(path);
+  const std::string_view top = config::PathTopKey(p);
+  if (top.empty() || module_->KeyType(top) == 0) return nullptr;
+  auto it = resource_.module_keys.find(std::string(top));
+  if (it == resource_.module_keys.end() || !it->second.tree) {
+    *error = -ENOENT;
+    return nullptr;
+  }
+  return config::FindNode(*it->second.tree, p.substr(top.size()), error);
+}
+
+int ModuleInstance::HostConfigValue(const devplug_host* h, const char* path,
+                                    devplug_config_value* ret) {
+  if (h == nullptr || ret == nullptr ||
+      ret->struct_size < offsetof(devplug_config_value, type) + sizeof(ret->type))
+    return -EINVAL;
+  int error = 0;
+  const config::ConfigNode* n = Self(h)->FindConfig(path, &error);
+  if (n == nullptr) return error;
+  using Kind = config::ConfigNode::Kind;
+  uint32_t type = DEVPLUG_CONFIG_OTHER;
+  switch (n->kind) {
+    case Kind::kString: type = DEVPLUG_CONFIG_STRING; break;
+    case Kind::kInt: type = DEVPLUG_CONFIG_INT; break;
+    case Kind::kBool: type = DEVPLUG_CONFIG_BOOL; break;
+    case Kind::kArray: type = DEVPLUG_CONFIG_ARRAY; break;
+    case Kind::kTable: type = DEVPLUG_CONFIG_TABLE; break;
+    case Kind::kOther: break;
+  }
+  ret->type = type;
+  if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, string))
+    ret->string = n->kind == Kind::kString ? n->text.c_str() : nullptr;
+  if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, integer)) ret->integer = n->integer;
+  if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, boolean)) ret->boolean = n->boolean ? 1 : 0;
+  if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, size))
+    ret->size = n->kind == Kind::kArray ? n->items.size()
+                                        : (n->kind == Kind::kTable ? n->members.size() : 0);
+  if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, line)) ret->line = n->line;
+  return 0;
+}
+
+int ModuleInstance::HostConfigMember(const devplug_host* h, const char* path, size_t index,
+                                     const char** ret_name) {
+  if (h == nullptr || ret_name == nullptr) return -EINVAL;
+  int error = 0;
+  const config::ConfigNode* n = Self(h)->FindConfig(path, &error);
+  if (n == nullptr) return error;
+  if (n->kind != config::ConfigNode::Kind::kTable) return -EINVAL;
+  if (index >= n->members.size()) return -ENOENT;
+  *ret_name = n->members[index].first.c_str();
+  return 0;
+}
+
+int ModuleInstance::HostWatchPath(const devplug_host* h, const char* path) {
+  if (h == nullptr || path == nullptr || path[0] != '/' || path[1] == '\0') return -EINVAL;
+  ModuleInstance* self = Self(h);
+  if (!self->options_.watch_path) return -ENOSYS;
+  try {
+    const std::string& root = self->options_.host_root;
+    std::string full = (root == "/" || root.empty()) ? std::string(path) : root + path;
+    return self->options_.watch_path(full);
+  } catch (...) {
+    return -ENOMEM;
+  }
 }
 
 int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret) {

@@ -27,6 +27,8 @@ std::string_view TypeName(uint32_t type) {
     case DEVPLUG_CONFIG_BOOL: return "a boolean";
     case DEVPLUG_CONFIG_STRING_ARRAY: return "an array of strings";
     case DEVPLUG_CONFIG_INT_ARRAY: return "an array of integers";
+    case DEVPLUG_CONFIG_TABLE: return "a table";
+    case DEVPLUG_CONFIG_ARRAY: return "an array";
     default: return "an unknown type";
   }
 }
@@ -43,6 +45,10 @@ bool Matches(const config::ModuleValue& v, uint32_t type) {
       return std::holds_alternative<std::vector<int64_t>>(v.value) ||
              (s != nullptr && s->empty() && !v.array_of_non_strings);
     }
+    case DEVPLUG_CONFIG_TABLE:
+      return v.tree != nullptr && v.tree->kind == config::ConfigNode::Kind::kTable;
+    case DEVPLUG_CONFIG_ARRAY:
+      return v.tree != nullptr && v.tree->kind == config::ConfigNode::Kind::kArray;
     default: return false;
   }
 }
@@ -158,7 +164,7 @@ StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::stri
   if (!missing.empty())
     return fail(StrCat("required functions missing: ", StrJoin(missing, ", ")));
   for (const devplug_config_key* k = desc->config_keys; k && k->name; ++k) {
-    if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_INT_ARRAY)
+    if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_ARRAY)
       return fail(StrCat("config key \"", k->name, "\" has unknown type ", k->type));
   }
 

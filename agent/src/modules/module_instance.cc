@@ -77,6 +77,9 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   host_.config_int_array = &HostIntArray;
   host_.pod_of = &HostPodOf;
   host_.track_releases = &HostTrackReleases;
+  host_.config_value = &HostConfigValue;
+  host_.config_member = &HostConfigMember;
+  host_.watch_path = &HostWatchPath;
   for (const auto& [key, value] : resource_.module_keys) {
     if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
       auto& arr = string_arrays_[key];
@@ -106,10 +109,12 @@ Status ModuleInstance::CreateOnWorker() {
   // module that reported one and still returned an instance is refused too
   // (that instance may run on a wrong value).
   if (!config_errors_.empty()) {
-    if (rc >= 0 && inst != nullptr) module_->descriptor().destroy(inst);
+    if (rc >= 0 && inst != nullptr) DestroyModuleInstance(inst);
+    else if (options_.on_destroyed) options_.on_destroyed();
     return InvalidArgumentError(StrJoin(config_errors_, "\n"));
   }
   if (rc < 0 || inst == nullptr) {
+    if (options_.on_destroyed) options_.on_destroyed();  // watches it added
     std::string why = StrCat(who, " create failed: ",
                              last_error_.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
                                                  : last_error_);
@@ -120,11 +125,16 @@ Status ModuleInstance::CreateOnWorker() {
   // The kubelet's first message must hold a complete scan: a resource whose
   // first scan fails does not start (the agent retries it later).
   if (Status scan = ScanOnWorker(ops::ScanCause::kStart); !scan.ok()) {
-    module_->descriptor().destroy(inst_);
+    DestroyModuleInstance(inst_);
     inst_ = nullptr;
     return FailedPreconditionError(StrCat(who, " first scan failed: ", scan.message()));
   }
   return OkStatus();
+}
+
+void ModuleInstance::DestroyModuleInstance(devplug_instance* inst) {
+  module_->descriptor().destroy(inst);
+  if (options_.on_destroyed) options_.on_destroyed();
 }
 
 StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
@@ -159,7 +169,7 @@ void ModuleInstance::RequestStop() {
   std::lock_guard lock(mu_);
   if (stopping_) return;
   queue_.push_back([this] {
-    if (inst_ != nullptr) module_->descriptor().destroy(inst_);
+    if (inst_ != nullptr) DestroyModuleInstance(inst_);
     inst_ = nullptr;
   });
   stopping_ = true;

@@ -72,6 +72,12 @@ class ModuleInstance {
                          bool before_start)>
           released;
     } release;
+    // host->watch_path() (ABI 1.3): watches a path (host_root applied) for
+    // this instance: 0 or -errno. Called on the worker.
+    std::function<int(const std::string& path)> watch_path;
+    // Runs on the worker after every destroy() of the module instance (the
+    // end of its path watches).
+    std::function<void()> on_destroyed;
     // Every list_devices() call, with what caused it (metrics).
     std::function<void(ops::ScanCause)> on_scan;
     // Every published list: healthy and unhealthy counts, and how many
@@ -211,6 +217,13 @@ class ModuleInstance {
                              size_t* ret_n);
   static int HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret);
   static int HostTrackReleases(const devplug_host* h, int32_t on);
+  static int HostConfigValue(const devplug_host* h, const char* path, devplug_config_value* ret);
+  static int HostConfigMember(const devplug_host* h, const char* path, size_t index,
+                              const char** ret_name);
+  static int HostWatchPath(const devplug_host* h, const char* path);
+  const config::ConfigNode* FindConfig(const char* path, int* error) const;
+  // destroy() and what follows it (options_.on_destroyed).
+  void DestroyModuleInstance(devplug_instance* inst);
   static ModuleInstance* Self(const devplug_host* h);
 
   const std::shared_ptr<const LoadedModule> module_;

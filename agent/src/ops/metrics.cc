@@ -42,7 +42,7 @@ std::string_view RpcName(Rpc rpc) {
 }
 
 std::string_view ScanCauseName(ScanCause cause) {
-  static constexpr std::string_view kNames[] = {"start", "event", "resync", "module"};
+  static constexpr std::string_view kNames[] = {"start", "event", "resync", "module", "path"};
   return kNames[static_cast<size_t>(cause)];
 }
 

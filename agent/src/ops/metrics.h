@@ -33,7 +33,7 @@ enum class Rpc : size_t {
   kPreStartContainer,
   kCount
 };
-enum class ScanCause : size_t { kStart, kEvent, kResync, kModule, kCount };
+enum class ScanCause : size_t { kStart, kEvent, kResync, kModule, kPath, kCount };
 enum class ReleaseResult : size_t { kReleased, kBusy, kFailed, kCount };
 
 std::string_view RpcName(Rpc rpc);

@@ -55,6 +55,63 @@ std::optional<std::vector<int64_t>> Host::Ints(const char* key) const {
   return std::vector<int64_t>(v, v + n);
 }
 
+namespace {
+void NeedStructured(const devplug_host* h) {
+  if (!DEVPLUG_HAS_MEMBER(h, devplug_host, config_value))
+    throw ModuleError(ENOTSUP, "this agent is too old for table and array keys (needs ABI 1.3)");
+}
+}  // namespace
+
+std::optional<Host::Value> Host::Get(const std::string& path) const {
+  NeedStructured(h_);
+  devplug_config_value v{};
+  v.struct_size = sizeof(v);
+  const int rc = h_->config_value(h_, path.c_str(), &v);
+  if (rc == -ENOENT) return std::nullopt;
+  if (rc < 0)
+    throw ModuleError(-rc, "module bug: cannot read config path \"" + path + "\"");
+  Value out;
+  out.type = v.type;
+  if (v.string) out.string = v.string;
+  out.integer = v.integer;
+  out.boolean = v.boolean != 0;
+  out.size = v.size;
+  return out;
+}
+
+std::vector<std::string> Host::Members(const std::string& path) const {
+  NeedStructured(h_);
+  std::vector<std::string> out;
+  for (size_t i = 0;; i++) {
+    const char* name = nullptr;
+    const int rc = h_->config_member(h_, path.c_str(), i, &name);
+    if (rc == -ENOENT) break;
+    if (rc < 0)
+      throw ModuleError(-rc, "module bug: config path \"" + path + "\" is not a table");
+    out.emplace_back(name);
+  }
+  return out;
+}
+
+std::string Host::Member(std::string_view name) {
+  bool bare = !name.empty();
+  for (char c : name)
+    bare = bare && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-');
+  if (bare) return "." + std::string(name);
+  std::string out = ".\"";
+  for (char c : name) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+int Host::WatchPath(const std::string& path) const {
+  if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, watch_path)) return -ENOSYS;
+  return h_->watch_path(h_, path.c_str());
+}
+
 void Recipe::Check(int rc, const char* what) {
   if (rc == -ENOMEM) throw std::bad_alloc();
   if (rc < 0) throw ModuleError(-rc, std::string("the agent refused ") + what);

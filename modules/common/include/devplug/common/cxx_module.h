@@ -76,6 +76,26 @@ class Host {
   // are shared by many pods). A no-op on agents older than 1.2.
   void TrackReleases(bool on) const;
 
+  // ABI minor 3: values inside tables and arrays, by path
+  // ("paths[2].container_path", see devplug_host.config_value).
+  struct Value {
+    uint32_t type = 0;  // DEVPLUG_CONFIG_STRING, _INT, _BOOL, _TABLE, _ARRAY, _OTHER
+    std::string string;
+    int64_t integer = 0;
+    bool boolean = false;
+    size_t size = 0;  // items of an array, keys of a table
+  };
+  // nullopt when not set; throws ModuleError(ENOTSUP) on agents older than
+  // 1.3 and on a malformed path (a module bug).
+  std::optional<Value> Get(const std::string& path) const;
+  // The key names of the table at `path` (empty when not set).
+  std::vector<std::string> Members(const std::string& path) const;
+  // `name` as a path component: .name, or ."name" quoted where needed.
+  static std::string Member(std::string_view name);
+  // Watches a host path (without host_root) for entries created or removed
+  // without a uevent: 0 or -errno (-ENOSYS on agents older than 1.3).
+  int WatchPath(const std::string& path) const;
+
  private:
   const devplug_host* h_;
 };

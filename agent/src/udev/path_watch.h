@@ -1,0 +1,75 @@
+// Paths modules asked to watch (host->watch_path, ABI 1.3), on one inotify
+// instance for the whole agent.
+//
+// Each path is watched through its parent directory: creating, removing or
+// renaming an entry of that name there reports the path's owner. The last
+// component may be a pattern (fnmatch: "/dev/ttyUSB*"): every entry it
+// matches counts. While the
+// parent is missing, the nearest existing ancestor is watched instead and
+// the watch moves down as the directories on the way appear (and back up
+// when they go). This sees nodes made or removed without a uevent (rm, a
+// hand mknod, a container runtime), which udev never reports.
+//
+// Thread safety: Add() and Remove() from any thread (module workers);
+// fd() and Drain() from the agent's main loop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace devplug::udev {
+
+class PathWatch {
+ public:
+  // Opens the inotify instance.
+  static StatusOr<std::unique_ptr<PathWatch>> Create();
+  ~PathWatch();
+  PathWatch(const PathWatch&) = delete;
+  PathWatch& operator=(const PathWatch&) = delete;
+
+  int fd() const { return fd_; }
+
+  // A new owner key (one per module instance); Drain() reports it as `tag`
+  // (the agent's resource id).
+  uint64_t NewOwner(uint64_t tag);
+  // Watches `path` (absolute, host_root applied) for `owner`: 0, or -errno
+  // when no directory on the way could be watched (-ENOSPC: the watch limit).
+  int Add(uint64_t owner, const std::string& path);
+  // Ends every watch of `owner`, and the owner.
+  void Remove(uint64_t owner);
+  // Reads the pending events; returns the tags of the owners whose paths
+  // may have changed (every owner after a queue overflow).
+  std::set<uint64_t> Drain();
+
+  // Watched directories now (tests).
+  size_t watched_dirs() const;
+
+ private:
+  explicit PathWatch(int fd) : fd_(fd) {}
+  struct Target {
+    uint64_t owner = 0;
+    std::string path;   // what the module named
+    int wd = -1;        // the directory watched for it
+    std::string dir;    // that directory's path
+    std::string name;   // the entry of `dir` on the way to `path`
+  };
+  // Watches the deepest existing directory on the way to t.path. Lock held.
+  int Arm(Target& t);
+  void Release(int wd);  // one target less on wd. Lock held.
+
+  const int fd_;
+  mutable std::mutex mu_;
+  uint64_t next_owner_ = 1;     // guarded by mu_
+  std::map<uint64_t, uint64_t> tags_;  // owner -> tag; guarded by mu_
+  std::vector<Target> targets_;  // guarded by mu_
+  std::map<int, int> refs_;      // wd -> targets on it; guarded by mu_
+};
+
+}  // namespace devplug::udev
