@@ -24,7 +24,9 @@ namespace {
 constexpr int kExitConfig = 78;
 constexpr int kExitUsage = 64;
 
-// Used with --builtin-config: a resource every Linux host with KVM can serve.
+// Used with --builtin-config: KubeVirt's kvm (Healthy where the host has
+// KVM) and tun (nearly every Linux host has /dev/net/tun), so that the demo
+// shows a whole happy path anywhere.
 constexpr char kBuiltinConfig[] = R"(# devplugd built-in configuration
 [agent]
 log_level = "info"
@@ -33,6 +35,13 @@ log_level = "info"
 name = "devices.kubevirt.io/kvm"
 module = "kvm"
 shares = 110
+
+[[resource]]
+name = "devices.kubevirt.io/tun"
+module = "generic"
+paths = ["/dev/net/tun"]
+shares = 110
+preopen = true
 )";
 
 struct Flags {
