@@ -51,6 +51,22 @@ TEST(Utf8Test, AgreesWithProtobufOnEveryLeadAndSecondByte) {
   EXPECT_EQ(checked, 256u * 256u * (1 + 1 + 5 + 25) - 256u * 255u);
 }
 
+TEST(Utf8Test, PrintableUtf8KeepsTextAndReplacesTheRest) {
+  EXPECT_EQ(PrintableUtf8("caf\xC3\xA9 ok", 100), "caf\xC3\xA9 ok");
+  // Overlong, surrogate, above U+10FFFF, stray continuation: one '?' per byte.
+  EXPECT_EQ(PrintableUtf8("a\xC0\xAE" "b", 100), "a??b");
+  EXPECT_EQ(PrintableUtf8("\xED\xA0\x80", 100), "???");
+  EXPECT_EQ(PrintableUtf8("\xF4\x90\x80\x80", 100), "????");
+  EXPECT_EQ(PrintableUtf8("\x80x", 100), "?x");
+  // Control characters become spaces; the limit may cut a character.
+  EXPECT_EQ(PrintableUtf8("line\nnext\ttab\x7f", 100), "line next tab ");
+  EXPECT_EQ(PrintableUtf8("ab\xC3\xA9", 3), "ab?");
+  for (int b = 0; b < 256; b++) {
+    const std::string one(1, static_cast<char>(b));
+    EXPECT_TRUE(IsValidUtf8(PrintableUtf8(one + "\xC3\xA9" + one, 100))) << b;
+  }
+}
+
 TEST(Utf8Test, TheFormsANaiveDecoderAccepts) {
   for (const char* bad : {"\xc0\xae", "\xc1\x85", "\xe0\x80\x80", "\xe0\x9f\xbf", "\xed\xa0\x80",
                           "\xed\xbf\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",

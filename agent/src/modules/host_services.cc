@@ -4,12 +4,18 @@
 #include <cerrno>
 #include <cstddef>
 
+#include <cstring>
+
 #include <spdlog/spdlog.h>
 
 #include "modules/module_instance.h"
+#include "util/utf8.h"
 
 namespace devplug::modules {
 namespace {
+
+// The longest set_error() text kept.
+constexpr size_t kMaxErrorBytes = 4096;
 
 spdlog::level::level_enum SpdLevel(int32_t level) {
   switch (level) {
@@ -47,7 +53,10 @@ void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
 void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
   if (h == nullptr) return;
   try {
-    Self(h)->last_error_ = msg ? msg : "";
+    // Module text reaches logs, status JSON and the kubelet's gRPC status.
+    Self(h)->last_error_ = msg ? PrintableUtf8(std::string_view(msg, strnlen(msg, kMaxErrorBytes)),
+                                               kMaxErrorBytes)
+                               : "";
   } catch (...) {
   }
 }

@@ -9,10 +9,17 @@
 // second byte.
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace devplug {
 
 bool IsValidUtf8(std::string_view s);
+
+// Module text made safe for logs, JSON and protobuf strings: at most
+// `max_bytes` of it, every byte that does not start a valid UTF-8 sequence
+// (including a sequence cut by the limit) replaced by '?', and control
+// characters by ' '.
+std::string PrintableUtf8(std::string_view s, size_t max_bytes);
 
 }  // namespace devplug
