@@ -94,7 +94,7 @@ ConfigNode TreeOf(const toml::node& node) {
     for (const toml::node& el : *a) n.items.push_back(TreeOf(el));
   } else if (const auto* t = node.as_table()) {
     n.kind = ConfigNode::Kind::kTable;
-    for (const auto& [k, v] : *t) n.members.emplace_back(std::string(k.str()), TreeOf(v));
+    for (const auto& [k, v] : *t) n.members.push_back(ConfigMember{std::string(k.str()), TreeOf(v)});
   } else {
     n.kind = ConfigNode::Kind::kOther;
     std::ostringstream text;

@@ -27,6 +27,8 @@ struct SourceLocation {
   int line = 0;
 };
 
+struct ConfigMember;
+
 // A module-owned TOML value at any depth, with its line (for messages that
 // point into tables and arrays).
 struct ConfigNode {
@@ -36,8 +38,12 @@ struct ConfigNode {
   int64_t integer = 0;  // kInt
   bool boolean = false; // kBool
   std::vector<ConfigNode> items;                            // kArray
-  std::vector<std::pair<std::string, ConfigNode>> members;  // kTable, by name
+  std::vector<ConfigMember> members;  // kTable, by name
   int line = 0;
+};
+struct ConfigMember {
+  std::string first;  // the key
+  ConfigNode second;  // its value
 };
 // Same values (lines do not matter).
 bool SameValue(const ConfigNode& a, const ConfigNode& b);
