@@ -928,7 +928,7 @@ int Agent::Run(int signal_fd) {
     if (fds[4].revents & POLLIN) {
       for (uint64_t id : path_watch_->Drain()) {
         Resource* r = ById(id);
-        if (r && r->instance) r->instance->RequestRescan(ops::ScanCause::kPath);
+        if (r && r->instance) r->instance->OnPathChanged();
       }
     }
     if (fds[2].revents & POLLIN)

@@ -236,7 +236,7 @@ void ModuleInstance::WorkerLoop() {
         if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
           deferred_scan_at_.reset();
           last_event_scan_ = std::chrono::steady_clock::now();
-          (void)ScanOnWorker(ops::ScanCause::kEvent);
+          (void)ScanOnWorker(deferred_cause_);
         }
         continue;
       }
@@ -288,14 +288,27 @@ void ModuleInstance::ProcessEventsOnWorker() {
       if (rc != 0) scan = true;
     }
   }
-  if (!scan || deferred_scan_at_) return;  // a deferred scan will cover it
+  if (scan) EventScanOnWorker(ops::ScanCause::kEvent);
+}
+
+void ModuleInstance::EventScanOnWorker(ops::ScanCause cause) {
+  if (deferred_scan_at_) return;  // a deferred scan will cover it
   const auto now = std::chrono::steady_clock::now();
   if (now - last_event_scan_ >= kMinEventScanInterval) {
     last_event_scan_ = now;
-    (void)ScanOnWorker(ops::ScanCause::kEvent);
+    (void)ScanOnWorker(cause);
   } else {
     deferred_scan_at_ = last_event_scan_ + kMinEventScanInterval;
+    deferred_cause_ = cause;
   }
+}
+
+void ModuleInstance::OnPathChanged() {
+  if (path_scan_queued_.exchange(true)) return;
+  Post([this] {
+    path_scan_queued_.store(false);
+    if (inst_ != nullptr) EventScanOnWorker(ops::ScanCause::kPath);
+  });
 }
 
 DeviceListPtr ModuleInstance::devices() const {

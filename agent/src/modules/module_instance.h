@@ -141,6 +141,9 @@ class ModuleInstance {
   // costs a bounded number of scans and still ends in the right state.
   void OnUdevEvents(std::vector<udev::Event> events);
   static constexpr std::chrono::milliseconds kMinEventScanInterval{5};
+  // A watched path changed (host->watch_path): a rescan under the same rate
+  // limit as events, counted as cause "path".
+  void OnPathChanged();
 
   // The kubelet's calls. Those that need the module wait in the worker's
   // queue: at most kMaxQueuedCalls of them (beyond, `done` gets UNAVAILABLE
@@ -201,6 +204,8 @@ class ModuleInstance {
   // reported to options.release.released.
   int ReleaseOnWorker(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
+  // An event-driven scan now, or at the end of the rate-limit window.
+  void EventScanOnWorker(ops::ScanCause cause);
   Status ModuleError(std::string_view call, int rc);
 
   // Host services (C callbacks).
@@ -245,6 +250,7 @@ class ModuleInstance {
   DeviceListPtr devices_;  // guarded by devices_mu_
 
   std::atomic<bool> rescan_queued_{false};
+  std::atomic<bool> path_scan_queued_{false};
   std::atomic<int> queued_calls_{0};  // kubelet calls waiting in queue_
 
   std::mutex events_mu_;
@@ -253,6 +259,7 @@ class ModuleInstance {
   // Worker thread only: rate limit of event-driven scans.
   std::chrono::steady_clock::time_point last_event_scan_{};
   std::optional<std::chrono::steady_clock::time_point> deferred_scan_at_;
+  ops::ScanCause deferred_cause_ = ops::ScanCause::kEvent;  // what deferred it
   std::atomic<uint64_t> scans_{0};
 
   std::mutex mu_;
