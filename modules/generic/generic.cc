@@ -36,6 +36,7 @@
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/env.h"
 #include "devplug/common/fs.h"
+#include "devplug/common/pci.h"
 #include "devplug/common/preferred.h"
 
 namespace {
@@ -107,10 +108,7 @@ std::string ShortId(const std::string& id) {
   return id.substr(0, 54) + "-" + hex;
 }
 
-std::string Dirname(const std::string& p) {
-  const size_t slash = p.find_last_of('/');
-  return slash == 0 || slash == std::string::npos ? "/" : p.substr(0, slash);
-}
+std::string Dirname(const std::string& p) { return std::string(devplug::common::Dirname(p)); }
 
 class Generic : public Instance {
  public:
@@ -530,40 +528,23 @@ bool ValidPermissions(const std::string& p) {
 
 bool ValidHostPath(const std::string& p) {
   return p.size() > 1 && p[0] == '/' && p.find("/../") == std::string::npos &&
-         (p.size() < 3 || p.compare(p.size() - 3, 3, "/..") != 0) &&
-         p.find('\0') == std::string::npos;
+         (p.size() < 3 || p.compare(p.size() - 3, 3, "/..") != 0);
 }
 
-std::optional<uint32_t> ParseUsbId(const std::string& s) {
-  std::string_view v = s;
-  if (v.rfind("0x", 0) == 0 || v.rfind("0X", 0) == 0) v.remove_prefix(2);
-  if (v.empty() || v.size() > 4) return std::nullopt;
-  auto x = devplug::common::ParseHex(v);
-  if (!x || *x > 0xffff) return std::nullopt;
-  return x;
-}
-
-// Reads a string at `path` of the expected type; false after a config error.
+// Reads a string or boolean at `path` into *out when set; false after a
+// config error (the wrong type).
 bool GetString(Host& host, const std::string& path, std::string* out) {
   auto v = host.Get(path);
-  if (!v) return true;
-  if (v->type != DEVPLUG_CONFIG_STRING) {
-    host.ConfigError(path.c_str(), "must be a string");
-    return false;
-  }
-  *out = v->string;
-  return true;
+  if (v && v->type != DEVPLUG_CONFIG_STRING) host.ConfigError(path.c_str(), "must be a string");
+  else if (v) *out = v->string;
+  return !v || v->type == DEVPLUG_CONFIG_STRING;
 }
 
 bool GetBool(Host& host, const std::string& path, bool* out) {
   auto v = host.Get(path);
-  if (!v) return true;
-  if (v->type != DEVPLUG_CONFIG_BOOL) {
-    host.ConfigError(path.c_str(), "must be a boolean");
-    return false;
-  }
-  *out = v->boolean;
-  return true;
+  if (v && v->type != DEVPLUG_CONFIG_BOOL) host.ConfigError(path.c_str(), "must be a boolean");
+  else if (v) *out = v->boolean;
+  return !v || v->type == DEVPLUG_CONFIG_BOOL;
 }
 
 bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool default_ro,
@@ -671,7 +652,7 @@ std::unique_ptr<Instance> Create(Host& host) {
           ok = false;
           continue;
         }
-        auto id = ParseUsbId(text);
+        auto id = devplug::common::ParsePciId(text);  // any 16-bit hex ID
         if (!id) {
           host.ConfigError(p.c_str(), text.empty() ? "missing (a 16-bit ID in hex, like \"0403\")"
                                                    : "\"" + text + "\" is not a 16-bit ID in hex, like \"0403\"");

@@ -24,6 +24,15 @@ using devplug::testing::TempDir;
 using devplug::testing::WriteFile;
 using Strings = std::vector<std::string>;
 
+TEST(CommonFsTest, BasenameAndDirname) {
+  using devplug::common::Basename;
+  using devplug::common::Dirname;
+  EXPECT_EQ(Basename("/dev/net/tun"), "tun");
+  EXPECT_EQ(Dirname("/dev/net/tun"), "/dev/net");
+  EXPECT_EQ(Dirname("/dev"), "/");
+  EXPECT_EQ(Dirname("/"), "/");
+}
+
 TEST(CommonIdsTest, PciIdsInAnyCaseWithOrWithoutPrefix) {
   EXPECT_EQ(ParsePciId("8086"), 0x8086);
   EXPECT_EQ(ParsePciId("0x8086"), 0x8086);

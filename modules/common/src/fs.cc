@@ -126,6 +126,12 @@ std::string_view Basename(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+std::string_view Dirname(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == 0 || slash == std::string_view::npos ? std::string_view("/")
+                                                       : path.substr(0, slash);
+}
+
 std::optional<int64_t> ParseInt(std::string_view s) {
   s = TrimRight(s);
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);

@@ -132,5 +132,8 @@ std::optional<int64_t> ParseInt(std::string_view s);
 std::optional<uint32_t> ParseHex(std::string_view s);  // "0x8086" or "8086"
 std::string_view TrimRight(std::string_view s);
 std::string_view Basename(std::string_view path);
+// The directory part of an absolute path: "/dev/net" of "/dev/net/tun", "/"
+// of "/dev".
+std::string_view Dirname(std::string_view path);
 
 }  // namespace devplug::common
