@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "util/inotify.h"
+
 
 namespace devplug::kubelet {
 
@@ -55,26 +57,19 @@ bool PluginDirWatch::Gone() const {
 
 PluginDirWatch::Events PluginDirWatch::Drain() {
   Events out;
-  alignas(inotify_event) char buf[16384];
-  for (;;) {
-    const ssize_t n = read(fd_, buf, sizeof(buf));
-    if (n <= 0) break;  // EAGAIN: drained
-    for (char* p = buf; p < buf + n;) {
-      const auto* ev = reinterpret_cast<const inotify_event*>(p);
-      p += sizeof(inotify_event) + ev->len;
-      if (ev->wd != wd_) continue;
-      if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
-        out.dir_gone = true;
-        continue;
-      }
-      if (ev->len == 0) continue;
-      const std::string_view name(ev->name);
-      if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && name == kKubeletSocketName)
-        out.kubelet_socket_created = true;
-      else if (ev->mask & IN_DELETE)
-        out.removed.emplace_back(name);
+  DrainInotify(fd_, [&](const inotify_event& ev) {
+    if (ev.wd != wd_) return;
+    if (ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+      out.dir_gone = true;
+      return;
     }
-  }
+    if (ev.len == 0) return;
+    const std::string_view name(ev.name);
+    if ((ev.mask & (IN_CREATE | IN_MOVED_TO)) && name == kKubeletSocketName)
+      out.kubelet_socket_created = true;
+    else if (ev.mask & IN_DELETE)
+      out.removed.emplace_back(name);
+  });
   return out;
 }
 

@@ -4,6 +4,8 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "util/inotify.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -124,18 +126,11 @@ std::set<uint64_t> PathWatch::Drain() {
   std::set<int> gone;                          // directories that went away
   std::map<int, std::set<std::string>> names;  // wd -> entries that changed
   bool overflow = false;
-  alignas(inotify_event) char buf[16384];
-  for (;;) {
-    const ssize_t n = read(fd_, buf, sizeof(buf));
-    if (n <= 0) break;  // EAGAIN: drained
-    for (char* p = buf; p < buf + n;) {
-      const auto* ev = reinterpret_cast<const inotify_event*>(p);
-      p += sizeof(inotify_event) + ev->len;
-      if (ev->mask & IN_Q_OVERFLOW) overflow = true;
-      if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) gone.insert(ev->wd);
-      if (ev->len > 0) names[ev->wd].insert(ev->name);
-    }
-  }
+  DrainInotify(fd_, [&](const inotify_event& ev) {
+    if (ev.mask & IN_Q_OVERFLOW) overflow = true;
+    if (ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) gone.insert(ev.wd);
+    if (ev.len > 0) names[ev.wd].insert(ev.name);
+  });
   std::set<uint64_t> owners;
   std::lock_guard lock(mu_);
   for (Target& t : targets_) {
@@ -158,13 +153,9 @@ std::set<uint64_t> PathWatch::Drain() {
       }
     }
     if (rearm) {
-      // A watch the kernel dropped (its directory is gone) is not ours to
-      // remove; Release only counts it down.
-      if (gone.contains(t.wd)) {
-        if (auto r = refs_.find(t.wd); r != refs_.end() && --r->second == 0) refs_.erase(r);
-      } else {
-        Release(t.wd);
-      }
+      // (For a watch the kernel already dropped, inotify_rm_watch only
+      // fails with EINVAL.)
+      Release(t.wd);
       (void)Arm(t);
     }
     if (changed)
