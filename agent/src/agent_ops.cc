@@ -40,9 +40,10 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
   return true;
 }
 
-// JSON text for the control socket. Module text (error messages) is not
-// checked for UTF-8, and nlohmann's dump() throws on malformed UTF-8:
-// such bytes become U+FFFD instead.
+// JSON text for the control socket. Module errors and health reasons are
+// made printable UTF-8 where they enter the agent, but a module's name and
+// version strings come straight from its descriptor, and nlohmann's dump()
+// throws on malformed UTF-8: such bytes become U+FFFD instead.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string Iso8601(std::chrono::system_clock::time_point t) {

@@ -14,8 +14,15 @@
 namespace devplug::modules {
 namespace {
 
-// The longest set_error() text kept.
+// The longest set_error() or config_error() text kept.
 constexpr size_t kMaxErrorBytes = 4096;
+
+// Module text as it enters the agent: it reaches logs, the status JSON and
+// the kubelet's gRPC status, so it is made printable UTF-8 once, here.
+std::string ModuleText(const char* s) {
+  if (s == nullptr) return "";
+  return PrintableUtf8(std::string_view(s, strnlen(s, kMaxErrorBytes)), kMaxErrorBytes);
+}
 
 spdlog::level::level_enum SpdLevel(int32_t level) {
   switch (level) {
@@ -53,10 +60,7 @@ void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
 void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
   if (h == nullptr) return;
   try {
-    // Module text reaches logs, status JSON and the kubelet's gRPC status.
-    Self(h)->last_error_ = msg ? PrintableUtf8(std::string_view(msg, strnlen(msg, kMaxErrorBytes)),
-                                               kMaxErrorBytes)
-                               : "";
+    Self(h)->last_error_ = ModuleText(msg);
   } catch (...) {
   }
 }
@@ -66,21 +70,18 @@ void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, con
   try {
     ModuleInstance* self = Self(h);
     const config::ResourceConfig& r = self->resource_;
+    const std::string k = ModuleText(key);
+    // The key's line, or for a path into a table or array the nested
+    // value's own line.
     config::SourceLocation where = r.where;
-    std::string k = key ? key : "";
-    // A path into a table or array points at the nested value's own line.
-    const std::string_view top = config::PathTopKey(k);
-    if (auto it = r.module_keys.find(std::string(top)); it != r.module_keys.end()) {
+    if (auto it = r.module_keys.find(std::string(config::PathTopKey(k)));
+        it != r.module_keys.end())
       where = it->second.where;
-      int error = 0;
-      if (it->second.tree) {
-        const config::ConfigNode* n =
-            config::FindNode(*it->second.tree, std::string_view(k).substr(top.size()), &error);
-        if (n != nullptr && n->line > 0) where.line = n->line;
-      }
-    }
-    self->config_errors_.push_back(config::Located(where, config::ResourceKey(self->options_.index, k),
-                                                   msg ? msg : "invalid value"));
+    int error = 0;
+    if (const config::ConfigNode* n = self->FindConfig(k.c_str(), &error); n && n->line > 0)
+      where.line = n->line;
+    self->config_errors_.push_back(config::Located(
+        where, config::ResourceKey(self->options_.index, k), msg ? ModuleText(msg) : "invalid value"));
   } catch (...) {
   }
 }
