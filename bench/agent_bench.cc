@@ -29,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
 
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
   const double start_med = Median(start_ms);
   const double start_max = *std::max_element(start_ms.begin(), start_ms.end());
   const double ratio = echo_lat.p50_us > 0 ? agent_lat.p50_us / echo_lat.p50_us : 0;
-  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  constexpr auto mark = devplug::bench::Verdict;
   std::printf("devplugd benchmark: %d kvm resources x 110 devices, %d Allocate calls, %u cores;\n"
               "1 resource started and stopped %zu times\n\n",
               resources, calls, std::thread::hardware_concurrency(), one_start_ms.size());

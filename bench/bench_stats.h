@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -12,6 +13,14 @@ struct Stats {
   size_t n = 0;
   size_t timeouts = 0;  // samples that never completed (set by the caller)
 };
+
+// Milliseconds of a steady-clock duration.
+inline double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// How a table row judges a number against its target.
+inline const char* Verdict(bool met) { return met ? "met" : "MISSED"; }
 
 inline Stats Summarize(std::vector<double> samples, size_t timeouts = 0) {
   Stats s;

@@ -30,17 +30,16 @@
 
 #include <CLI/CLI.hpp>
 
-#include "bench_stats.h"
-#include "config/config.h"
+#include "bench_module.h"
 #include "kubelet_sim.h"
-#include "modules/loaded_module.h"
-#include "modules/module_instance.h"
 #include "test_util.h"
 
 namespace {
 
+using devplug::bench::Ms;
 using devplug::bench::Stats;
 using devplug::bench::Summarize;
+using devplug::bench::TimedRescan;
 using devplug::modules::ModuleInstance;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -50,7 +49,6 @@ constexpr char kGlob[] = "bench.example/glob";
 constexpr char kLiteral[] = "bench.example/literal";
 constexpr unsigned kMajor = 240;  // a local/experimental char major
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 std::string NodeName(int i) {
   char buf[32];
@@ -73,24 +71,10 @@ bool MakeNode(const std::string& root, int i) {
 }
 
 std::unique_ptr<ModuleInstance> Open(const std::string& root) {
-  auto cfg = devplug::config::LoadString(std::string("[[resource]]\nname = \"") + kGlob +
-                                             "\"\nmodule = \"generic\"\npaths = [\"/dev/bench/node*\"]\n",
-                                         "bench.toml", {});
-  auto m = devplug::modules::LoadedModule::Load(std::string(DEVPLUG_BENCH_MODULE_DIR) + "/generic.so");
-  if (!cfg.ok() || !m.ok()) return nullptr;
-  ModuleInstance::Options o;
-  o.host_root = root;
-  auto inst = ModuleInstance::Create(*m, cfg->resources.at(0), std::move(o));
-  return inst.ok() ? std::move(inst).value() : nullptr;
-}
-
-double TimedRescan(ModuleInstance& inst) {
-  const auto t0 = Clock::now();
-  inst.RequestRescan();
-  std::promise<void> done;
-  inst.PreStart({}, [&](devplug::Status) { done.set_value(); });
-  done.get_future().get();
-  return Ms(Clock::now() - t0);
+  return devplug::bench::OpenModule(
+      "generic",
+      std::string("name = \"") + kGlob + "\"\nmodule = \"generic\"\npaths = [\"/dev/bench/node*\"]\n",
+      root);
 }
 
 struct EndToEnd {
@@ -180,9 +164,10 @@ EndToEnd RunAgent(const std::string& dir, const std::string& root, int nodes, in
 }
 
 void Row(const char* what, const Stats& s, const char* target, double limit_ms) {
-  const char* verdict = limit_ms <= 0 ? "" : (s.p99 <= limit_ms ? " (met)" : " (MISSED)");
+  const std::string verdict =
+      limit_ms <= 0 ? "" : std::string(" (") + devplug::bench::Verdict(s.p99 <= limit_ms) + ")";
   std::printf("| %s (n=%zu) | %.2f ms | %.2f ms | %.2f ms | %s%s |\n", what, s.n, s.p50, s.p99,
-              s.max, target, verdict);
+              s.max, target, verdict.c_str());
 }
 
 }  // namespace
@@ -198,7 +183,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "needs root (mknod, uevent files)\n");
     return 1;
   }
-  if (getenv("TMPDIR") == nullptr && access("/dev/shm", W_OK) == 0) setenv("TMPDIR", "/dev/shm", 1);
+  devplug::bench::PreferTmpfsForFixtures();
   devplug::testing::TempDir tmp;
   const std::string root = tmp / "host";
   const auto b0 = Clock::now();

@@ -41,7 +41,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using devplug::bench::Summarize;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using devplug::bench::Ms;
 
 }  // namespace
 
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
   const double busy_overhead = (Summarize(busy_ratio).p50 - 1) * 100;
   const double noise = (Summarize(quiet_ratio).p50 - 1) * 100;
   const double bump_share = quiet.p50 > 0 ? bump_ns / (quiet.p50 * 1000) * 100 : 0;
-  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  constexpr auto mark = devplug::bench::Verdict;
   std::printf("devplugd operations benchmark: %d kvm resources x 110 devices, %d reloads of "
               "one resource, %d Allocate calls per side, %u cores\n\n",
               resources, reloads, calls, std::thread::hardware_concurrency());

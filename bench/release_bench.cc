@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
 
   const double bound_ms = poll_ms + grace_ms + 1000.0;
-  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  constexpr auto mark = devplug::bench::Verdict;
   std::printf("devplugd release tracking: %d resources, one device held in each; "
               "pod_resources_poll %d ms, release_grace %d ms; %u cores\n\n",
               resources, poll_ms, grace_ms, std::thread::hardware_concurrency());

@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   std::printf("|--------|--------|--------|--------|--------|--------|--------------------|\n");
   auto row = [](const char* name, const Stats& s) {
     std::printf("| %-6s | %6zu | %6.2f | %6.2f | %6.2f | %6zu | %-18s |\n", name, s.n, s.p50, s.p99,
-                s.max, s.timeouts, s.n && s.p99 <= 5 ? "met" : "MISSED");
+                s.max, s.timeouts, devplug::bench::Verdict(s.n && s.p99 <= 5));
   };
   row("kernel", kernel);
   if (have_udevd) row("udev", udev);

@@ -29,7 +29,7 @@
 #include <CLI/CLI.hpp>
 
 #include "config/config.h"
-#include "bench_stats.h"
+#include "bench_module.h"
 #include "kubelet_sim.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -38,8 +38,10 @@
 
 namespace {
 
+using devplug::bench::Ms;
 using devplug::bench::Stats;
 using devplug::bench::Summarize;
+using devplug::bench::TimedRescan;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -50,7 +52,6 @@ constexpr char kName[] = "bench.example/vf";
 
 
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 std::string VfAddress(int pf, int k) {
   char buf[32];
@@ -87,25 +88,8 @@ void BuildNode(const std::string& root, int vfs) {
 }
 
 std::unique_ptr<ModuleInstance> Open(const std::string& root) {
-  auto cfg = devplug::config::LoadString(
-      std::string("[[resource]]\nname = \"") + kName + "\"\nmodule = \"vfio\"\nvendor = \"8086\"\n",
-      "bench.toml", {});
-  auto m = devplug::modules::LoadedModule::Load(std::string(DEVPLUG_BENCH_MODULE_DIR) + "/vfio.so");
-  if (!cfg.ok() || !m.ok()) return nullptr;
-  ModuleInstance::Options o;
-  o.host_root = root;
-  auto inst = ModuleInstance::Create(*m, cfg->resources.at(0), std::move(o));
-  return inst.ok() ? std::move(inst).value() : nullptr;
-}
-
-// Rescans until done; the time of the whole round trip through the worker.
-double TimedRescan(ModuleInstance& inst) {
-  const auto t0 = Clock::now();
-  inst.RequestRescan();
-  std::promise<void> done;
-  inst.PreStart({}, [&](devplug::Status) { done.set_value(); });
-  done.get_future().get();
-  return Ms(Clock::now() - t0);
+  return devplug::bench::OpenModule(
+      "vfio", std::string("name = \"") + kName + "\"\nmodule = \"vfio\"\nvendor = \"8086\"\n", root);
 }
 
 double TimedPrefer(ModuleInstance& inst, const std::vector<std::string>& all, int size) {
@@ -199,10 +183,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "needs root (mknod for /dev/vfio nodes, PCI uevents)\n");
     return 1;
   }
-  // The fixture lives on tmpfs when there is one: sysfs and devtmpfs are
-  // memory file systems too, and a disk file system's directory costs
-  // (ext4 inode allocation, htree readdir) would measure the disk, not us.
-  if (getenv("TMPDIR") == nullptr && access("/dev/shm", W_OK) == 0) setenv("TMPDIR", "/dev/shm", 1);
+  devplug::bench::PreferTmpfsForFixtures();
   devplug::testing::TempDir tmp;
   const std::string root = tmp / "host";
   const auto b0 = Clock::now();
