@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -158,6 +159,25 @@ class AgentTest : public ::testing::Test {
       if (answer.ok() && answer->find("\"registered\":true") != std::string::npos) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    KeepLog();
+    return false;
+  }
+
+  // A sample's value from `devplugctl metrics` (`prefix` ends right before
+  // the value); -1 when absent.
+  double Metric(const std::string& prefix) {
+    auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+    const size_t at = m.output.find(prefix);
+    if (m.exit_code != 0 || at == std::string::npos) return -1;
+    return std::strtod(m.output.c_str() + at + prefix.size(), nullptr);
+  }
+
+  // Polls `f` until it holds, up to kWait.
+  template <class F>
+  bool Eventually(F f) {
+    for (auto end = std::chrono::steady_clock::now() + kWait; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      if (f()) return true;
     KeepLog();
     return false;
   }

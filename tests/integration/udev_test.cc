@@ -67,22 +67,6 @@ class UdevTest : public AgentTest {
 
   std::optional<testing::MiscDevice> misc_;
 
-  // A sample's value from devplugctl metrics (`prefix` ends before the
-  // value); -1 when absent.
-  double Metric(const std::string& prefix) {
-    auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
-    const size_t at = m.output.find(prefix);
-    if (m.exit_code != 0 || at == std::string::npos) return -1;
-    return std::strtod(m.output.c_str() + at + prefix.size(), nullptr);
-  }
-  template <class F>
-  bool WaitFor(F f) {
-    for (auto end = std::chrono::steady_clock::now() + kWait; std::chrono::steady_clock::now() < end;
-         std::this_thread::sleep_for(50ms))
-      if (f()) return true;
-    return false;
-  }
-
   std::vector<std::string> Ids(const std::string& name) {
     std::vector<std::string> ids;
     const auto r = sim_->resource(name);
@@ -106,7 +90,7 @@ TEST_F(UdevTest, MiscNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
       "devplug_rescans_total{cause=\"event\",resource=\"" + std::string(kKvm) + "\"} ";
   const double before = Metric(event_rescans);
   ASSERT_TRUE(TriggerMisc());
-  ASSERT_TRUE(WaitFor([&] { return Metric(event_rescans) > before; })) << "no event rescan";
+  ASSERT_TRUE(Eventually([&] { return Metric(event_rescans) > before; })) << "no event rescan";
 
   // A node removed or made without a uevent (rm, mknod) is seen through the
   // path watch (ABI 1.3), not at the next resync (60 s here).
@@ -151,7 +135,7 @@ TEST_F(UdevTest, GenericRescansOnRealMiscEventsOfItsNode) {
   const double before = Metric(event_rescans);
   ASSERT_GE(before, 0.0);
   ASSERT_TRUE(TriggerMisc());
-  ASSERT_TRUE(WaitFor([&] { return Metric(event_rescans) > before; })) << "no event rescan";
+  ASSERT_TRUE(Eventually([&] { return Metric(event_rescans) > before; })) << "no event rescan";
 }
 
 TEST_F(UdevTest, EventStormEndsInTheRightState) {
