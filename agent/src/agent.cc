@@ -269,6 +269,9 @@ void Agent::Launch(Resource& r) {
     hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
   };
   opts.start_timeout = config_.start_timeout;
+  // A reload's new instances see the configuration they will run under.
+  opts.prestart_timeout =
+      r.staged && reload_ ? reload_->config.prestart_timeout : config_.prestart_timeout;
   opts.on_scan = [m = r.metrics](ops::ScanCause cause) { m->Rescan(cause); };
   opts.on_health = [m = r.metrics](uint64_t healthy, uint64_t unhealthy, uint64_t up,
                                    uint64_t down) {
@@ -484,7 +487,8 @@ Status Agent::StartServer(Resource& r) {
       mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
     };
   r.service = std::make_unique<kubelet::DevicePluginService>(
-      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, std::move(on_allocated),
+      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
+      std::move(on_allocated),
       r.metrics);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());

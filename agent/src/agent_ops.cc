@@ -109,7 +109,15 @@ void Agent::BeginReload() {
     const config::ResourceConfig& cfg = pending->config.resources[i];
     auto old = std::find_if(resources_.begin(), resources_.end(),
                             [&](const auto& r) { return r->cfg.name == cfg.name; });
-    if (old != resources_.end() && SameResource((*old)->cfg, cfg)) {
+    // Modules see prestart_timeout at create() (host->prestart_timeout_ms)
+    // and may check their own timeouts against it: a change re-creates
+    // the instances that take PreStartContainer calls.
+    const bool prestart_changed =
+        old != resources_.end() &&
+        pending->config.prestart_timeout != config_.prestart_timeout &&
+        (*old)->module &&
+        ((*old)->module->has_pre_start() || (*old)->module->has_on_release());
+    if (old != resources_.end() && SameResource((*old)->cfg, cfg) && !prestart_changed) {
       // Unchanged, unless its module file was replaced on disk.
       const Resource& o = **old;
       const auto now = modules::LoadedModule::Identify(
@@ -267,6 +275,9 @@ void Agent::ApplyAgentKeys(const config::AgentConfig& next) {
   if (next.call_timeout != config_.call_timeout)
     for (auto& r : resources_)
       if (r->service) r->service->set_call_timeout(next.call_timeout);
+  if (next.prestart_timeout != config_.prestart_timeout)
+    for (auto& r : resources_)
+      if (r->service) r->service->set_prestart_timeout(next.prestart_timeout);
   pods_->set_socket(next.pod_resources_socket);
   lifecycle::ReleaseTiming timing;
   timing.grace = next.release_grace;

@@ -51,7 +51,8 @@ World* Setup() {
   w->hub = std::make_unique<devplug::kubelet::StreamHub>(nullptr);
   w->timers = std::make_unique<devplug::Timers>();
   w->service = std::make_unique<devplug::kubelet::DevicePluginService>(
-      w->instance.get(), w->hub.get(), w->timers.get(), std::chrono::seconds(10));
+      w->instance.get(), w->hub.get(), w->timers.get(), std::chrono::seconds(10),
+      std::chrono::seconds(28));
   const std::string socket = "/tmp/devplug-fuzz-" + std::to_string(getpid()) + ".sock";
   grpc::ServerBuilder b;
   b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());

@@ -32,6 +32,31 @@ TEST_F(ContainmentTest, SlowAllocateAnswersDeadlineExceeded) {
   EXPECT_TRUE(sim_->resource(kFull)->connected);
 }
 
+// PreStartContainer has a deadline of its own (the kubelet allows it 30 s:
+// programming a device takes longer than an Allocate), which modules see.
+TEST_F(ContainmentTest, PreStartHasItsOwnDeadline) {
+  StartSim();
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
+                 Resource(kFull, FakeModule("fake_full"), "prestart_delay_ms = 800\nlog_host = true"),
+             "0s", "call_timeout = \"300ms\"\nprestart_timeout = \"2500ms\"");
+  ASSERT_TRUE(Registered(kFull));
+  EXPECT_TRUE(agent_->WaitForLog("prestart_timeout_ms=2500 resource_index=1", kWait))
+      << agent_->Log();
+  // Slower than call_timeout, inside prestart_timeout.
+  grpc::Status st = sim_->PreStartContainer(kFull, {"fake-0"});
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  v1beta1::ContainerAllocateResponse resp;
+  EXPECT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &resp).ok());
+  agent_.reset();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "prestart_delay_ms = 3000"), "0s",
+             "call_timeout = \"10s\"\nprestart_timeout = \"500ms\"");
+  ASSERT_TRUE(Registered(kFull, 2));
+  st = sim_->PreStartContainer(kFull, {"fake-0"});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << st.error_message();
+  EXPECT_NE(st.error_message().find("did not answer within 500 ms"), std::string::npos)
+      << st.error_message();
+}
+
 TEST_F(ContainmentTest, HungScanCostsOnlyItsResourceAndShutdownStillCompletes) {
   StartSim();
   // The second scan (the first resync) never returns.

@@ -27,6 +27,9 @@
  *   hang_create (bool)           create() never returns
  *   hang_scan_after (int)        list_devices() call number N (1-based) and
  *                                every later one never return
+ *   prestart_delay_ms (int)      pre_start() sleeps this long first
+ *   log_host (bool)              create() logs the ABI 1.4 host fields
+ *                                ("prestart_timeout_ms=N resource_index=N")
  *   allocate_delay_ms (int)      allocate() logs "allocate() sleeps now" and
  *                                sleeps this long first
  *   create_delay_ms (int)        create() sleeps this long first
@@ -66,6 +69,7 @@ struct devplug_instance {
   int64_t hang_scan_after;
   int64_t scans;
   int64_t allocate_delay_ms;
+  int64_t prestart_delay_ms;
   int64_t count;
   int64_t numa;
   const char *const *unhealthy;
@@ -122,6 +126,15 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string(host, "default_for", &inst->default_for);
   host->config_int(host, "hang_scan_after", &inst->hang_scan_after);
   host->config_int(host, "allocate_delay_ms", &inst->allocate_delay_ms);
+  host->config_int(host, "prestart_delay_ms", &inst->prestart_delay_ms);
+  int32_t log_host = 0;
+  host->config_bool(host, "log_host", &log_host);
+  if (log_host && DEVPLUG_HAS_MEMBER(host, struct devplug_host, resource_index)) {
+    char line[128];
+    snprintf(line, sizeof(line), "prestart_timeout_ms=%lld resource_index=%d",
+             (long long)host->prestart_timeout_ms, (int)host->resource_index);
+    host->log(host, DEVPLUG_LOG_INFO, line);
+  }
   host->config_string(host, "count_file", &inst->count_file);
   host->config_string(host, "fail_while", &inst->fail_while);
   host->config_string(host, "sick_while", &inst->sick_while);
@@ -257,6 +270,7 @@ static void append_line(const char *path, const char *line) {
 }
 
 static int fake_pre_start(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  if (inst->prestart_delay_ms > 0) sleep_ms(inst->prestart_delay_ms);
   if (inst->log_holder && DEVPLUG_HAS_MEMBER(inst->host, struct devplug_host, pod_of)) {
     for (size_t i = 0; i < n; i++) {
       struct devplug_pod pod;
@@ -313,6 +327,8 @@ static const struct devplug_config_key fake_keys[] = {
     {"hang_create", DEVPLUG_CONFIG_BOOL, 0, "create() never returns"},
     {"hang_scan_after", DEVPLUG_CONFIG_INT, 0, "list_devices() call N never returns"},
     {"allocate_delay_ms", DEVPLUG_CONFIG_INT, 0, "allocate() sleeps first"},
+    {"prestart_delay_ms", DEVPLUG_CONFIG_INT, 0, "pre_start() sleeps first"},
+    {"log_host", DEVPLUG_CONFIG_BOOL, 0, "create() logs the ABI 1.4 host fields"},
     {"create_delay_ms", DEVPLUG_CONFIG_INT, 0, "create() sleeps first"},
     {"count_file", DEVPLUG_CONFIG_STRING, 0, "file holding the device count"},
     {"fail_while", DEVPLUG_CONFIG_STRING, 0, "scans fail while this path exists"},

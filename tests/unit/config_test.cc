@@ -76,6 +76,7 @@ TEST(ConfigTest, DefaultsApplyWhenAgentTableIsAbsent) {
   EXPECT_EQ(cfg->resync_interval, std::chrono::seconds(60));
   EXPECT_EQ(cfg->udev_source, UdevSource::kAuto);
   EXPECT_EQ(cfg->call_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(cfg->prestart_timeout, std::chrono::seconds(28));
   EXPECT_EQ(cfg->start_timeout, std::chrono::seconds(30));
   EXPECT_EQ(cfg->pod_resources_socket, "/var/lib/kubelet/pod-resources/kubelet.sock");
   EXPECT_EQ(cfg->pod_resources_poll, std::chrono::seconds(5));
@@ -154,6 +155,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"pod_resources_socket_relative",
                 "[agent]\npod_resources_socket = \"pod-resources/kubelet.sock\"\n",
                 "devplug.toml:2: agent.pod_resources_socket: must be an absolute path"},
+        BadCase{"prestart_timeout_over_max", "[agent]\nprestart_timeout = \"30s\"\n",
+                "devplug.toml:2: agent.prestart_timeout: \"30s\" is over the maximum of 29s"},
         BadCase{"call_timeout_zero", "[agent]\ncall_timeout = \"0s\"\n",
                 "devplug.toml:2: agent.call_timeout: \"0s\" is shorter than the minimum of 1ms"},
         BadCase{"bad_source", "[agent]\nudev_source = \"netlink\"\n",

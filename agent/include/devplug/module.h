@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 3
+#define DEVPLUG_MODULE_ABI_MINOR 4
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -377,6 +377,33 @@ struct devplug_host {
    * seen only through events and resyncs.
    */
   int (*watch_path)(const struct devplug_host *h, const char *path);
+
+  /* ---- ABI minor 4 ---- */
+
+  /**
+   * The agent's [agent] prestart_timeout in milliseconds: past it the
+   * kubelet gets DEADLINE_EXCEEDED for PreStartContainer (pre_start() plus
+   * any release run before it), whatever the module is still doing. A module
+   * that bounds work of its own inside pre_start() (programming a device,
+   * running a tool) keeps that bound below this, and may refuse a
+   * configuration that cannot (config_error on its key). Fixed for an
+   * instance's life: a reload that changes prestart_timeout creates new
+   * instances for the resources whose module has pre_start() or
+   * on_release(). Check DEVPLUG_HAS_MEMBER(h, struct devplug_host,
+   * prestart_timeout_ms) first.
+   */
+  int64_t prestart_timeout_ms;
+
+  /**
+   * Where the instance's [[resource]] table stands among all of them in the
+   * agent's configuration (0 for the first, after the drop-ins are merged),
+   * as of create(). For modules whose instances share hardware and must
+   * agree on who takes what ("the first matching table wins"): creates run
+   * in parallel, so their order says nothing. A reload that moves tables
+   * around does not renumber instances it keeps.
+   */
+  int32_t resource_index;
+  uint32_t reserved2;
 };
 
 /* ------------------------------------------------------------------------ */

@@ -35,6 +35,8 @@ constexpr DurationKey kDurationKeys[] = {
     {"call_timeout", &AgentConfig::call_timeout, std::chrono::milliseconds(1), kMaxCallTimeout},
     {"start_timeout", &AgentConfig::start_timeout, std::chrono::milliseconds(1),
      kMaxStartTimeout},
+    {"prestart_timeout", &AgentConfig::prestart_timeout, std::chrono::milliseconds(1),
+     kMaxPrestartTimeout},
     {"pod_resources_poll", &AgentConfig::pod_resources_poll, std::chrono::milliseconds(0),
      kMaxPodResourcesDuration},
     {"release_grace", &AgentConfig::release_grace, std::chrono::milliseconds(0),

@@ -111,6 +111,11 @@ struct AgentConfig {
   // Longest a module may take to create an instance and finish its first
   // scan, or to destroy it at shutdown; past it the resource is given up.
   std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
+  // Longest PreStartContainer may take (releases run before it included):
+  // the kubelet gives the call 30 s and retries the container start after a
+  // failure, so a module that programs a device gets most of that, not
+  // call_timeout. Modules see it as host->prestart_timeout_ms.
+  std::chrono::milliseconds prestart_timeout{std::chrono::seconds(28)};
 
   // ---- pod identity and device release (contracts/lifecycle.md) ----
   // The kubelet's PodResources socket.
@@ -146,6 +151,7 @@ inline constexpr std::chrono::milliseconds kMaxResyncInterval = std::chrono::hou
 inline constexpr std::chrono::milliseconds kMinResyncInterval = std::chrono::milliseconds(100);
 inline constexpr std::chrono::milliseconds kMaxStartTimeout = std::chrono::minutes(10);
 inline constexpr std::chrono::milliseconds kMaxCallTimeout = std::chrono::seconds(60);
+inline constexpr std::chrono::milliseconds kMaxPrestartTimeout = std::chrono::seconds(29);
 inline constexpr std::chrono::milliseconds kMaxPodResourcesDuration = std::chrono::hours(1);
 
 struct LoadOptions {

@@ -152,13 +152,14 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
 
 DevicePluginService::DevicePluginService(
     modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
-    std::chrono::milliseconds call_timeout,
+    std::chrono::milliseconds call_timeout, std::chrono::milliseconds prestart_timeout,
     std::function<void(const std::vector<std::string>&)> on_allocated,
     std::shared_ptr<ops::ResourceMetrics> metrics)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
       call_timeout_ms_(call_timeout.count()),
+      prestart_timeout_ms_(prestart_timeout.count()),
       options_(OptionsFor(instance->module())),
       on_allocated_(std::move(on_allocated)),
       metrics_(std::move(metrics)) {}
@@ -168,7 +169,9 @@ std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor
   auto call = std::make_shared<PendingCall>(
       reactor, StrCat(instance_->resource().name, ": ", ops::RpcName(rpc)), std::move(ids), rpc,
       metrics_);
-  call->Arm(timers_, std::chrono::milliseconds(call_timeout_ms_.load()), call);
+  const int64_t ms = rpc == ops::Rpc::kPreStartContainer ? prestart_timeout_ms_.load()
+                                                         : call_timeout_ms_.load();
+  call->Arm(timers_, std::chrono::milliseconds(ms), call);
   std::lock_guard lock(mu_);
   if (pending_.size() >= 64) std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
   pending_.emplace(next_call_++, call);

@@ -45,11 +45,14 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // (release tracking), on a gRPC or worker thread.
   DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
                       std::chrono::milliseconds call_timeout,
+                      std::chrono::milliseconds prestart_timeout,
                       std::function<void(const std::vector<std::string>&)> on_allocated = {},
                       std::shared_ptr<ops::ResourceMetrics> metrics = nullptr);
 
   // A reload may change call_timeout; calls from now on use the new one.
   void set_call_timeout(std::chrono::milliseconds t) { call_timeout_ms_.store(t.count()); }
+  // The same for PreStartContainer, which has a deadline of its own.
+  void set_prestart_timeout(std::chrono::milliseconds t) { prestart_timeout_ms_.store(t.count()); }
 
   grpc::ServerUnaryReactor* GetDevicePluginOptions(grpc::CallbackServerContext* ctx,
                                                    const v1beta1::Empty* req,
@@ -71,7 +74,8 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
 
  private:
   // A call to answer later, answered with DEADLINE_EXCEEDED after
-  // call_timeout unless answered before; `ids` is how the log names it.
+  // call_timeout (prestart_timeout for PreStartContainer) unless answered
+  // before; `ids` is how the log names it.
   std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, ops::Rpc rpc,
                                      std::string ids);
 
@@ -79,6 +83,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   StreamHub* const hub_;
   Timers* const timers_;
   std::atomic<int64_t> call_timeout_ms_;
+  std::atomic<int64_t> prestart_timeout_ms_;
   const v1beta1::DevicePluginOptions options_;
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
   const std::shared_ptr<ops::ResourceMetrics> metrics_;

@@ -80,6 +80,8 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   host_.config_value = &HostConfigValue;
   host_.config_member = &HostConfigMember;
   host_.watch_path = &HostWatchPath;
+  host_.prestart_timeout_ms = options_.prestart_timeout.count();
+  host_.resource_index = static_cast<int32_t>(options_.index);
   for (const auto& [key, value] : resource_.module_keys) {
     if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
       auto& arr = string_arrays_[key];

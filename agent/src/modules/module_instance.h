@@ -49,6 +49,8 @@ class ModuleInstance {
     // create() plus the first scan must finish within this; otherwise the
     // instance is given up (its thread abandoned) and Create fails.
     std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
+    // host->prestart_timeout_ms (ABI 1.4).
+    std::chrono::milliseconds prestart_timeout{std::chrono::seconds(28)};
     // Says why a new device list cannot be published (e.g. over the
     // kubelet's message limit), or "" when it can. A list it refuses is
     // dropped: the previous one stays current for the kubelet and Allocate.

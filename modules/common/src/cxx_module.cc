@@ -112,6 +112,16 @@ int Host::WatchPath(const std::string& path) const {
   return h_->watch_path(h_, path.c_str());
 }
 
+std::optional<int64_t> Host::PrestartTimeoutMs() const {
+  if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, prestart_timeout_ms)) return std::nullopt;
+  return h_->prestart_timeout_ms;
+}
+
+std::optional<int32_t> Host::ResourceIndex() const {
+  if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, resource_index)) return std::nullopt;
+  return h_->resource_index;
+}
+
 void Recipe::Check(int rc, const char* what) {
   if (rc == -ENOMEM) throw std::bad_alloc();
   if (rc < 0) throw ModuleError(-rc, std::string("the agent refused ") + what);

@@ -95,6 +95,12 @@ class Host {
   // Watches a host path (without host_root) for entries created or removed
   // without a uevent: 0 or -errno (-ENOSYS on agents older than 1.3).
   int WatchPath(const std::string& path) const;
+  // ABI minor 4: the agent's prestart_timeout in ms, the deadline of every
+  // PreStartContainer call; nullopt on older agents.
+  std::optional<int64_t> PrestartTimeoutMs() const;
+  // ABI minor 4: the [[resource]] table's position in the configuration
+  // (as of create()); nullopt on older agents.
+  std::optional<int32_t> ResourceIndex() const;
 
  private:
   const devplug_host* h_;
