@@ -213,6 +213,40 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
 
 // An added module that never finishes create() does not hold the agent: the
 // reload gives up at start_timeout and the old configuration keeps running.
+// Modules see prestart_timeout at create() (ABI 1.4): a change re-creates
+// the resources that take PreStartContainer calls, and only those, so a
+// module can refuse a deadline its own work does not fit in.
+TEST_F(ReloadTest, APrestartTimeoutChangeRecreatesOnlyResourcesWithPreStart) {
+  const std::string full = Resource(kFull, FakeModule("fake_full"), "log_host = true") +
+                           Resource(kMinimal, FakeModule("fake_minimal"));
+  StartSim();
+  StartAgent(full);
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("prestart_timeout_ms=28000 resource_index=0", kWait));
+  Rewrite(full, "prestart_timeout = \"20s\"");
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("prestart_timeout_ms=20000 resource_index=0", kWait));
+  EXPECT_TRUE(agent_->WaitForLog("changed: fake.example/full;", kWait)) << agent_->Log();
+  ASSERT_TRUE(Registered(kFull, 2));
+  EXPECT_EQ(Seen(kMinimal).first, 1u);
+  // An fpga region resource whose program_timeout no longer fits: refused,
+  // the old configuration keeps running.
+  const std::string fpga =
+      full + Resource("fpga.example.com/nlb3", FakeModule("fpga-opae-fixture"),
+                      "mode = \"region\"\nafu_id = \"f7df405cbd7acf7222f144b0b93acd18\"\n"
+                      "program_timeout = \"18s\"");
+  Rewrite(fpga, "prestart_timeout = \"20s\"");
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  Rewrite(fpga, "prestart_timeout = \"15s\"");
+  ASSERT_FALSE(Reload());
+  EXPECT_TRUE(agent_->WaitForLog("program_timeout: \"18s\" must be shorter than the agent's "
+                                 "prestart_timeout (15s)",
+                                 kWait))
+      << agent_->Log();
+  EXPECT_EQ(Seen(kFull).first, 2u);
+}
+
 TEST_F(ReloadTest, AHungCreateFailsTheReloadAtItsDeadline) {
   StartSim();
   const std::string full = Resource(kFull, FakeModule("fake_full"), "count = 2");

@@ -20,21 +20,45 @@ namespace devplug::modules::harness {
 // [[resource]] body starts on line 4.
 inline constexpr char kFile[] = "module.toml";
 
+// Opens the module file at `path` for one [[resource]] table, as the
+// `index`-th table of the configuration.
+inline StatusOr<std::unique_ptr<ModuleInstance>> OpenFile(const std::string& path,
+                                                          const std::string& resource,
+                                                          const std::string& host_root,
+                                                          const std::string& body,
+                                                          size_t index = 0,
+                                                          ModuleInstance::Options o = {}) {
+  auto cfg = config::LoadString("[[resource]]\nname = \"" + resource + "\"\nmodule = \"" + path +
+                                    "\"\n" + body,
+                                kFile, {});
+  if (!cfg.ok()) return cfg.status();
+  auto m = LoadedModule::Load(path);
+  if (!m.ok()) return m.status();
+  const config::ResourceConfig& r = cfg->resources.at(0);
+  if (Status st = (*m)->CheckKeys(r, 0); !st.ok()) return st;
+  o.host_root = host_root;
+  o.index = index;
+  return ModuleInstance::Create(*m, r, std::move(o));
+}
+
 inline StatusOr<std::unique_ptr<ModuleInstance>> Open(const std::string& module,
                                                       const std::string& resource,
                                                       const std::string& host_root,
                                                       const std::string& body) {
-  auto cfg = config::LoadString("[[resource]]\nname = \"" + resource + "\"\nmodule = \"" + module +
-                                    "\"\n" + body,
-                                kFile, {});
-  if (!cfg.ok()) return cfg.status();
-  auto m = LoadedModule::Load(devplug::testing::ModuleDir() + "/" + module + ".so");
-  if (!m.ok()) return m.status();
-  const config::ResourceConfig& r = cfg->resources.at(0);
-  if (Status st = (*m)->CheckKeys(r, 0); !st.ok()) return st;
-  ModuleInstance::Options o;
-  o.host_root = host_root;
-  return ModuleInstance::Create(*m, r, std::move(o));
+  return OpenFile(devplug::testing::ModuleDir() + "/" + module + ".so", resource, host_root, body);
+}
+
+inline Status PreStart(ModuleInstance& inst, std::vector<std::string> ids) {
+  std::promise<Status> p;
+  inst.PreStart(std::move(ids), [&](Status st) { p.set_value(std::move(st)); });
+  return p.get_future().get();
+}
+
+// on_release(ids): its return value and reason.
+inline std::pair<int, std::string> Release(ModuleInstance& inst, std::vector<std::string> ids) {
+  std::promise<std::pair<int, std::string>> p;
+  inst.Release(std::move(ids), [&](int rc, const std::string& why) { p.set_value({rc, why}); });
+  return p.get_future().get();
 }
 
 inline StatusOr<Recipe> Allocate(ModuleInstance& inst, std::vector<std::string> ids) {

@@ -1,0 +1,836 @@
+// fpga-opae module: FPGA ports of the DFL and intel-fpga drivers, handed out
+// already programmed (mode "af") or programmed with the resource's
+// accelerator before the container starts (modes "region", "region-devel"),
+// and cleaned up after the pod (release_actions). Contract:
+// contracts/fpga-opae.md; keys and behaviour: README.md beside this file.
+//
+// Devices: one per port, ID = the port's name ("dfl-port.0"). Instances of
+// this module share the hardware: region resources claim matching ports
+// first, af resources see only the rest, each in configuration order (the
+// claims registry below), so a port never moves between resources when it
+// is reprogrammed.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "devplug/common/cxx_module.h"
+#include "devplug/common/duration.h"
+#include "devplug/common/fs.h"
+#include "devplug/common/pci.h"
+#include "devplug/common/run.h"
+#include "dfl.h"
+#include "gbs.h"
+
+namespace devplug::fpga {
+#ifdef DEVPLUG_FPGA_FIXTURE_OPS
+// Test build: device operations that act on the fixture tree (fixture_ops.cc).
+const DeviceOps& FixtureDeviceOps();
+#endif
+}  // namespace devplug::fpga
+
+namespace {
+
+using devplug::common::DeviceSink;
+using devplug::common::Host;
+using devplug::common::HostRoot;
+using devplug::common::Ids;
+using devplug::common::Instance;
+using devplug::common::ModuleError;
+using devplug::common::Recipe;
+using devplug::fpga::Driver;
+using devplug::fpga::Port;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+const devplug::fpga::DeviceOps& Ops() {
+#ifdef DEVPLUG_FPGA_FIXTURE_OPS
+  return devplug::fpga::FixtureDeviceOps();
+#else
+  return devplug::fpga::RealDeviceOps();
+#endif
+}
+
+enum class Mode { kAf, kRegion, kRegionDevel };
+enum class ProgramWith { kAuto, kFpgaconf, kIoctl };
+
+constexpr milliseconds kMaxProgramTimeout = std::chrono::seconds(29);
+constexpr milliseconds kMaxFailureHold = std::chrono::hours(24);
+constexpr milliseconds kMaxReleaseTimeout = std::chrono::hours(1);
+// afu_id reads fail with EBUSY while a port is in reset; how often to retry.
+constexpr milliseconds kBusyRetry{20};
+
+struct Settings {
+  Mode mode = Mode::kAf;
+  std::optional<Driver> driver;  // nullopt: auto
+  std::string afu_id;
+  std::optional<std::string> interface_id;
+  std::vector<std::string> addresses;
+  std::vector<std::string> ports;
+  std::string bitstream_dir = "/srv/intel.com/fpga";
+  ProgramWith program_with = ProgramWith::kAuto;
+  std::string fpgaconf = "/usr/bin/fpgaconf";
+  milliseconds program_timeout = std::chrono::seconds(20);
+  milliseconds failure_hold = std::chrono::seconds(60);
+  std::vector<std::string> release_actions;
+  std::string idle_afu_id;
+  std::string release_command;
+  milliseconds release_timeout = std::chrono::seconds(60);
+  bool health_errors = false;
+  bool env = true;
+
+  bool region() const { return mode != Mode::kAf; }
+  bool Releases(std::string_view action) const {
+    return std::find(release_actions.begin(), release_actions.end(), action) !=
+           release_actions.end();
+  }
+};
+
+bool AllF(const std::string& id) {
+  return !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c == 'f'; });
+}
+
+template <class T>
+bool Contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// What a claim decision needs to know about a port.
+struct PortFacts {
+  std::string name;
+  std::string function;
+  std::optional<std::string> interface_id;
+  std::optional<std::string> afu_id;
+};
+
+bool Selects(const Settings& s, const PortFacts& f) {
+  if (!s.addresses.empty() && !Contains(s.addresses, f.function)) return false;
+  if (!s.ports.empty() && !Contains(s.ports, f.name)) return false;
+  if (s.interface_id && f.interface_id != s.interface_id) return false;
+  if (!s.region() && f.afu_id != s.afu_id) return false;
+  return true;
+}
+
+// Every instance of this module in the process, for deciding which one
+// serves a port that several select.
+class Claims {
+ public:
+  struct Entry {
+    const void* owner;
+    std::string resource;
+    int32_t index;
+    const Settings* settings;
+    const Host* host;
+  };
+
+  static Claims& Get() {
+    static Claims* claims = new Claims;  // outlives every instance
+    return *claims;
+  }
+
+  void Add(const Entry& e) {
+    std::lock_guard lock(mu_);
+    entries_.push_back(e);
+    NotifyOthers(e.owner);
+  }
+  void Remove(const void* owner) {
+    std::lock_guard lock(mu_);
+    std::erase_if(entries_, [&](const Entry& e) { return e.owner == owner; });
+    NotifyOthers(owner);
+  }
+  // Tells every other instance that ports may have changed hands (after
+  // programming changes an afu_id, say).
+  void Changed(const void* owner) {
+    std::lock_guard lock(mu_);
+    NotifyOthers(owner);
+  }
+  // The resource that serves the port instead of `owner`, or "" when
+  // `owner` does (no instance before it selects the port). Instances of the
+  // same resource (one replacing the other in a reload) never exclude each
+  // other.
+  std::string TakenBy(const void* owner, const PortFacts& f) const {
+    std::lock_guard lock(mu_);
+    const Entry* self = nullptr;
+    for (const Entry& e : entries_)
+      if (e.owner == owner) self = &e;
+    if (self == nullptr) return "";
+    for (const Entry& e : entries_) {
+      if (e.owner == owner || e.resource == self->resource) continue;
+      if (Before(e, *self) && Selects(*e.settings, f)) return e.resource;
+    }
+    return "";
+  }
+
+ private:
+  // Region resources before af ones, then configuration order.
+  static bool Before(const Entry& a, const Entry& b) {
+    if (a.settings->region() != b.settings->region()) return a.settings->region();
+    if (a.index != b.index) return a.index < b.index;
+    return a.resource < b.resource;
+  }
+  void NotifyOthers(const void* owner) {
+    for (const Entry& e : entries_)
+      if (e.owner != owner) e.host->DevicesChanged();  // never blocks
+  }
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+};
+
+// Calls DevicesChanged() when the earliest of some deadlines passes (the end
+// of a failure hold).
+class Alarm {
+ public:
+  explicit Alarm(const Host& host) : host_(host), thread_([this] { Run(); }) {}
+  ~Alarm() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void At(Clock::time_point t) {
+    {
+      std::lock_guard lock(mu_);
+      due_.insert(t);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (due_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const auto next = *due_.begin();
+      if (cv_.wait_until(lock, next) == std::cv_status::timeout || Clock::now() >= next) {
+        while (!due_.empty() && *due_.begin() <= Clock::now()) due_.erase(due_.begin());
+        host_.DevicesChanged();
+      }
+    }
+  }
+  const Host host_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multiset<Clock::time_point> due_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::string ResourceEnvName(std::string_view resource) {
+  std::string out = "FPGA_RESOURCE_";
+  for (char c : resource) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    out += ok ? c : '_';
+  }
+  return out;
+}
+
+class FpgaOpae : public Instance {
+ public:
+  FpgaOpae(Host host, Settings s)
+      : Instance(host), s_(std::move(s)), root_(std::string(host.host_root())), alarm_(host) {
+    driver_ = s_.driver ? *s_.driver : devplug::fpga::DetectDriver(root_);
+    Claims::Get().Add({this, std::string(host.resource_name()), host.ResourceIndex().value_or(0),
+                       &s_, &this->host()});
+    // Port nodes made or removed without a uevent are still seen at once.
+    (void)this->host().WatchPath(driver_ == Driver::kDfl ? "/dev/dfl-port.*"
+                                                         : "/dev/intel-fpga-port.*");
+  }
+  ~FpgaOpae() override { Claims::Get().Remove(this); }
+
+  void ListDevices(DeviceSink& sink) override;
+  bool OnUdevEvent(const devplug_udev_event& ev) override;
+  bool Allocate(const Ids& ids, Recipe& resp) override;
+  std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
+                                               size_t size) override;
+  void PreStart(const Ids& ids) override;
+  bool Release(const Ids& ids) override;
+
+ private:
+  struct Known {
+    Port port;
+    std::optional<std::string> afu_id;  // as of the last scan
+  };
+
+  const Known& Find(std::string_view id) const {
+    auto it = known_.find(std::string(id));
+    if (it == known_.end())
+      throw ModuleError(ENOENT, "unknown port \"" + std::string(id) + "\"");
+    return it->second;
+  }
+  // afu_id now, retrying EBUSY (a port in reset) until `deadline`.
+  devplug::common::Result<std::string> ReadAfu(const Port& p, Clock::time_point deadline) const;
+  // Programs `p` with accelerator `afu` unless it already holds it; "" or why not.
+  std::string Program(const Port& p, const std::string& afu, Clock::time_point deadline);
+  std::string ProgramWithFpgaconf(const Port& p, const std::string& gbs, Clock::time_point deadline);
+  void Hold(const Port& p, const std::string& why);
+  std::string ReleaseOne(const Port& p);
+
+  const Settings s_;
+  const HostRoot root_;
+  Driver driver_ = Driver::kDfl;
+  std::map<std::string, Known> known_;  // ports listed by the last scan
+  std::set<std::string> listed_;        // ever listed and still present
+  struct HoldState {
+    Clock::time_point until;
+    std::string why;
+  };
+  std::map<std::string, HoldState> holds_;
+  Alarm alarm_;
+};
+
+devplug::common::Result<std::string> FpgaOpae::ReadAfu(const Port& p,
+                                                      Clock::time_point deadline) const {
+  for (;;) {
+    auto text = devplug::common::ReadAttr(p.sys_dir + "/afu_id");
+    if (!text && text.error().code == EBUSY && Clock::now() + kBusyRetry < deadline) {
+      std::this_thread::sleep_for(kBusyRetry);
+      continue;
+    }
+    if (!text) return text.error();
+    auto id = devplug::fpga::CanonicalId(*text);
+    if (!id) return devplug::common::FsError{EINVAL, p.sys_dir + "/afu_id", "not a 32-digit hex ID"};
+    return *id;
+  }
+}
+
+void FpgaOpae::ListDevices(DeviceSink& sink) {
+  const auto now = Clock::now();
+  std::map<std::string, Known> known;
+  std::set<std::string> listed;
+  for (Port& p : devplug::fpga::DiscoverPorts(root_, driver_)) {
+    if (!s_.addresses.empty() && !Contains(s_.addresses, p.function)) continue;
+    if (!s_.ports.empty() && !Contains(s_.ports, p.name)) continue;
+    const bool was_listed = listed_.count(p.name) > 0;
+    PortFacts facts{p.name, p.function, std::nullopt, std::nullopt};
+
+    std::string reason;  // first reason for Unhealthy
+    auto afu = ReadAfu(p, now);  // no retry: a busy port keeps what it had
+    if (afu) {
+      facts.afu_id = *afu;
+    } else if (afu.error().code == EBUSY) {
+      if (auto old = known_.find(p.name); old != known_.end()) facts.afu_id = old->second.afu_id;
+    } else {
+      reason = "afu_id unreadable: " + afu.error().ToString();
+    }
+    // Read even when this instance needs none: other resources' claims
+    // may depend on it.
+    std::optional<std::string> iface_error;
+    {
+      auto iface = devplug::fpga::ReadInterfaceId(p);
+      if (!iface) iface_error = "interface ID unreadable: " + iface.error().ToString();
+      else if (AllF(*iface)) iface_error = "interface ID is all f (" + p.fme + ")";
+      else facts.interface_id = *iface;
+    }
+
+    // Is it ours? A port listed once stays listed while only its IDs
+    // cannot be read (it turns Unhealthy instead).
+    bool selected = Selects(s_, facts);
+    if (!selected && was_listed) {
+      // Still ours if it fails to match only because an ID cannot be read
+      // now; it turns Unhealthy instead.
+      PortFacts assumed = facts;
+      if (!assumed.interface_id && iface_error) assumed.interface_id = s_.interface_id;
+      if (!assumed.afu_id && !s_.region()) assumed.afu_id = s_.afu_id;
+      selected = Selects(s_, assumed);
+    }
+    if (!selected) continue;
+    if (!Claims::Get().TakenBy(this, facts).empty()) continue;
+
+    if (reason.empty() && iface_error && (s_.region() || s_.interface_id)) reason = *iface_error;
+    if (reason.empty() && facts.afu_id && AllF(*facts.afu_id))
+      reason = "afu_id is all f (no usable accelerator; firmware crashed?)";
+    if (reason.empty() && !devplug::common::IsCharDevice(root_.Path(p.node)))
+      reason = p.node + " missing";
+    if (reason.empty()) {
+      if (auto ps = devplug::common::ReadAttr(p.sys_dir + "/power_state")) {
+        if (auto v = devplug::common::ParseInt(*ps); !v && ps->rfind("0x", 0) == 0) {
+          if (auto h = devplug::common::ParseHex(*ps); h && *h == 6) reason = "power state AP6";
+        } else if (v && *v == 6) {
+          reason = "power state AP6";
+        }
+      }
+    }
+    if (reason.empty() && s_.health_errors) {
+      if (auto e = devplug::common::ReadAttr(p.sys_dir + "/errors/errors")) {
+        auto v = devplug::common::ParseHex(*e);
+        if (!v || *v != 0) reason = "port errors " + *e;
+      }
+    }
+    if (auto h = holds_.find(p.name); h != holds_.end()) {
+      if (h->second.until > now) {
+        if (reason.empty()) reason = "programming failed: " + h->second.why;
+      } else {
+        holds_.erase(h);
+      }
+    }
+    sink.Add(p.name, reason.empty(), p.numa_node, reason);
+    listed.insert(p.name);
+    known[p.name] = Known{p, facts.afu_id};
+  }
+  known_ = std::move(known);
+  listed_ = std::move(listed);
+}
+
+bool FpgaOpae::OnUdevEvent(const devplug_udev_event& ev) {
+  const std::string_view subsystem = ev.subsystem ? ev.subsystem : "";
+  if (subsystem != "platform") return true;  // fpga_region, fpga, pci
+  const std::string_view name = ev.sysname ? ev.sysname : "";
+  return name.rfind("dfl-", 0) == 0 || name.rfind("intel-fpga-", 0) == 0;
+}
+
+bool FpgaOpae::Allocate(const Ids& ids, Recipe& resp) {
+  std::vector<std::string> functions;
+  std::set<std::string> fmes;
+  for (std::string_view id : ids) {
+    const Port& p = Find(id).port;
+    resp.Node(p.node);
+    if (s_.mode == Mode::kRegionDevel && !p.fme_node.empty() && fmes.insert(p.fme_node).second)
+      resp.Node(p.fme_node);
+    if (!p.function.empty() && !Contains(functions, p.function)) functions.push_back(p.function);
+  }
+  if (s_.env && !functions.empty()) {
+    std::string value;
+    for (const std::string& f : functions) value += (value.empty() ? "" : ",") + f;
+    resp.Env(ResourceEnvName(host().resource_name()), value);
+  }
+  return true;
+}
+
+std::vector<std::string> FpgaOpae::PreferredAllocation(const Ids& available,
+                                                       const Ids& must_include, size_t size) {
+  struct Cand {
+    std::string id;
+    bool ready = false;  // already holds the accelerator
+    int numa = -1;
+  };
+  std::vector<std::string> out;
+  std::set<std::string> taken;
+  std::vector<std::string> must(must_include.begin(), must_include.end());
+  std::sort(must.begin(), must.end(), devplug::fpga::NaturalLess);
+  for (const std::string& m : must)
+    if (taken.insert(m).second) out.push_back(m);
+  std::vector<Cand> pool;
+  std::map<int, size_t> per_node;
+  for (std::string_view a : available) {
+    std::string id(a);
+    if (taken.count(id)) continue;
+    taken.insert(id);
+    Cand c{id, false, -1};
+    if (auto it = known_.find(id); it != known_.end()) {
+      c.ready = it->second.afu_id == s_.afu_id;
+      c.numa = it->second.port.numa_node;
+    }
+    if (c.numa >= 0) ++per_node[c.numa];
+    pool.push_back(std::move(c));
+  }
+  // The node that can hold the whole request with the most ports to choose
+  // from; failing that, the one with the most; ties: the lower node.
+  const size_t want = size > out.size() ? size - out.size() : 0;
+  int node = -1;
+  size_t best = 0;
+  bool best_fits = false;
+  for (const auto& [n, count] : per_node) {
+    const bool fits = count >= want;
+    if (node < 0 || (fits && !best_fits) || (fits == best_fits && count > best)) {
+      node = n;
+      best = count;
+      best_fits = fits;
+    }
+  }
+  std::sort(pool.begin(), pool.end(), [&](const Cand& a, const Cand& b) {
+    if (a.ready != b.ready) return a.ready;
+    const bool an = a.numa == node && node >= 0, bn = b.numa == node && node >= 0;
+    if (an != bn) return an;
+    return devplug::fpga::NaturalLess(a.id, b.id);
+  });
+  for (const Cand& c : pool) {
+    if (out.size() >= size) break;
+    out.push_back(c.id);
+  }
+  return out;
+}
+
+void FpgaOpae::Hold(const Port& p, const std::string& why) {
+  if (s_.failure_hold.count() <= 0) return;
+  const auto until = Clock::now() + s_.failure_hold;
+  holds_[p.name] = HoldState{until, why};
+  alarm_.At(until);
+  host().DevicesChanged();
+}
+
+std::string FpgaOpae::ProgramWithFpgaconf(const Port& p, const std::string& gbs,
+                                          Clock::time_point deadline) {
+  // "dddd:bb:dd.f" of the PF: fpgaconf finds the card by bus/device/function.
+  unsigned domain = 0, bus = 0, dev = 0, fn = 0;
+  if (p.pf.empty() || sscanf(p.pf.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4)
+    return "no PCI address known for " + p.name + "'s card; fpgaconf needs one";
+  char b[8], d[8], f[8], seg[12];
+  snprintf(b, sizeof b, "0x%02x", bus);
+  snprintf(d, sizeof d, "0x%02x", dev);
+  snprintf(f, sizeof f, "0x%x", fn);
+  snprintf(seg, sizeof seg, "0x%04x", domain);
+  std::vector<std::string> argv{s_.fpgaconf, "-B", b, "-D", d, "-F", f};
+  if (domain != 0) {
+    argv.emplace_back("--segment");
+    argv.emplace_back(seg);
+  }
+  argv.push_back(gbs);
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return "program_timeout passed before fpgaconf could run";
+  devplug::common::RunResult r = devplug::common::RunProgram(argv, {}, left);
+  if (r.ok()) return "";
+  // Timed out: within program_timeout, counted from the start of the step.
+  return r.Describe(s_.fpgaconf, s_.program_timeout);
+}
+
+std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time_point deadline) {
+  auto now_afu = ReadAfu(p, deadline);
+  if (now_afu && *now_afu == afu) return "";
+  auto iface = devplug::fpga::ReadInterfaceId(p);
+  if (!iface) return "interface ID of " + p.name + "'s card unreadable: " + iface.error().ToString();
+  const std::string rel = s_.bitstream_dir + "/" + *iface + "/" + afu + ".gbs";
+  const std::string path = root_.Path(rel);
+  auto parsed = devplug::fpga::ReadGbs(path);
+  if (auto* e = std::get_if<std::string>(&parsed)) return *e;
+  const auto& gbs = std::get<devplug::fpga::GbsInfo>(parsed);
+  if (gbs.interface_id != *iface)
+    return path + ": made for interface " + gbs.interface_id + ", but " + p.name +
+           "'s card has " + *iface;
+  if (!gbs.HasAfu(afu)) {
+    std::string have;
+    for (const std::string& a : gbs.afu_ids) have += (have.empty() ? "" : ", ") + a;
+    return path + ": holds accelerator " + have + ", not " + afu;
+  }
+  auto port_id = devplug::common::ReadIntAttr(p.sys_dir + "/id");
+  if (!port_id && driver_ == Driver::kDfl)
+    return "cannot read the port index: " + port_id.error().ToString();
+  const int64_t id = port_id.value_or(0);
+  const bool have_fpgaconf = access(s_.fpgaconf.c_str(), X_OK) == 0;
+  bool use_fpgaconf = s_.program_with == ProgramWith::kFpgaconf ||
+                      (s_.program_with == ProgramWith::kAuto && have_fpgaconf && id == 0);
+  std::string err;
+  if (use_fpgaconf) {
+    if (id != 0)
+      return "fpgaconf programs slot 0 only, and " + p.name + " is port " + std::to_string(id) +
+             " of its card (program_with = \"ioctl\" can program it)";
+    err = ProgramWithFpgaconf(p, path, deadline);
+  } else {
+    if (s_.program_with == ProgramWith::kAuto && gbs.user_clock)
+      return path + ": needs user clocks (" + gbs.clock_text +
+             "), which only fpgaconf sets, and " +
+             (have_fpgaconf ? p.name + " is not port 0" : s_.fpgaconf + " is not installed") +
+             " (program_with = \"ioctl\" programs without setting them)";
+    if (p.fme_node.empty()) return "no FME found for " + p.name + "; cannot program it";
+    std::string bits(gbs.bitstream_size, '\0');
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return path + ": " + std::strerror(errno);
+    size_t done = 0;
+    while (done < bits.size()) {
+      const ssize_t got = pread(fd, bits.data() + done, bits.size() - done,
+                                static_cast<off_t>(gbs.bitstream_offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      done += static_cast<size_t>(got);
+    }
+    close(fd);
+    if (done != bits.size()) return path + ": shorter than its header says";
+    err = devplug::fpga::ProgramByIoctl(Ops(), driver_, root_.Path(p.fme_node),
+                                        static_cast<uint32_t>(id), bits);
+    if (err.empty() && Clock::now() > deadline)
+      err = "programming took longer than program_timeout (" +
+            devplug::common::FormatDuration(s_.program_timeout) + ")";
+  }
+  if (!err.empty()) return err;
+  // What the port says now is what counts.
+  auto after = ReadAfu(p, deadline);
+  if (!after) return "after programming, " + after.error().ToString();
+  if (*after != afu)
+    return "after programming with " + path + ", " + p.name + " holds accelerator " + *after +
+           ", not " + afu;
+  host().Info("programmed " + p.name + " with " + afu + " from " + rel);
+  return "";
+}
+
+void FpgaOpae::PreStart(const Ids& ids) {
+  if (!s_.region()) return;  // af: ports are served as they are programmed
+  for (std::string_view id : ids) {
+    const Port p = Find(id).port;
+    const auto deadline = Clock::now() + s_.program_timeout;
+    const std::string err = Program(p, s_.afu_id, deadline);
+    host().DevicesChanged();  // its afu_id may have changed, whatever the outcome
+    Claims::Get().Changed(this);
+    if (!err.empty()) {
+      Hold(p, err);
+      throw ModuleError(EIO, p.name + ": " + err);
+    }
+  }
+}
+
+std::string FpgaOpae::ReleaseOne(const Port& p) {
+  if (s_.Releases("clear-errors")) {
+    const std::string path = p.sys_dir + "/errors/errors";
+    auto text = devplug::common::ReadAttr(path);
+    if (!text) return "clear-errors: " + text.error().ToString();
+    auto value = devplug::common::ParseHex(*text);
+    if (!value) return "clear-errors: " + path + ": \"" + *text + "\" is not a hex number";
+    if (*value != 0) {
+      // The kernel clears the bits written back.
+      const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0) return "clear-errors: " + path + ": " + std::strerror(errno);
+      const ssize_t n = write(fd, text->data(), text->size());
+      const int err = errno;
+      close(fd);
+      // The driver refuses (EINVAL) a value that no longer matches.
+      if (n < 0) return "clear-errors: " + path + ": " + std::strerror(err);
+    }
+  }
+  if (s_.Releases("program-idle")) {
+    const std::string err = Program(p, s_.idle_afu_id, Clock::now() + s_.program_timeout);
+    host().DevicesChanged();
+    if (!err.empty()) return "program-idle: " + err;
+  }
+  if (s_.Releases("command")) {
+    auto iface = devplug::fpga::ReadInterfaceId(p);
+    auto afu = ReadAfu(p, Clock::now() + std::chrono::seconds(1));
+    std::vector<std::string> env{
+        "DEVPLUG_RESOURCE=" + std::string(host().resource_name()),
+        "DEVPLUG_DEVICE_ID=" + p.name,
+        "DEVPLUG_PORT_DEV=" + p.node,
+        "DEVPLUG_FME_DEV=" + p.fme_node,
+        "DEVPLUG_PCI_ADDRESS=" + p.function,
+        "DEVPLUG_AFU_ID=" + (afu ? *afu : std::string()),
+        "DEVPLUG_INTERFACE_ID=" + (iface ? *iface : std::string()),
+    };
+    auto r = devplug::common::RunProgram({s_.release_command}, env, s_.release_timeout);
+    if (!r.ok()) return "command: " + r.Describe(s_.release_command, s_.release_timeout);
+  }
+  return "";
+}
+
+bool FpgaOpae::Release(const Ids& ids) {
+  const auto& ops = Ops();
+  // The in-use probe for every port first: one still open anywhere means the
+  // pod is not gone yet, and nothing is touched.
+  std::vector<std::pair<Port, int>> opened;
+  auto close_all = [&] {
+    for (auto& [p, fd] : opened)
+      if (fd >= 0) ops.close(fd);
+    opened.clear();
+  };
+  for (std::string_view id : ids) {
+    auto it = known_.find(std::string(id));
+    if (it == known_.end()) {
+      close_all();
+      throw ModuleError(ENOENT, std::string(id) + ": port gone");
+    }
+    const Port& p = it->second.port;
+    const std::string path = root_.Path(p.node);
+    const int fd = devplug::fpga::ProbeExclusive(ops, path);
+    if (fd == -EBUSY) {
+      close_all();
+      host().Debug(p.name + " is still open somewhere; release later");
+      return false;
+    }
+    if (fd < 0) {
+      close_all();
+      throw ModuleError(EIO, p.name + ": in-use probe: " + p.node + ": " + std::strerror(-fd));
+    }
+    opened.emplace_back(p, fd);
+  }
+  std::string err;
+  for (auto& [p, fd] : opened) {
+    if (err.empty() && s_.Releases("reset")) {
+      const int rc = ops.ioctl(fd, root_.Path(p.node), devplug::fpga::ResetIoctl(driver_), nullptr);
+      if (rc < 0) err = p.name + ": reset: " + p.node + ": " + std::strerror(-rc);
+    }
+    ops.close(fd);  // the last close resets the port too
+    fd = -1;
+  }
+  for (auto& [p, fd] : opened) {
+    if (!err.empty()) break;
+    if (std::string e = ReleaseOne(p); !e.empty()) err = p.name + ": " + e;
+  }
+  opened.clear();
+  if (!err.empty()) throw ModuleError(EIO, err);
+  return true;
+}
+
+// ---- configuration ----------------------------------------------------------------------------
+
+std::optional<milliseconds> Duration(Host& host, const char* key, milliseconds fallback,
+                                     milliseconds max, bool& ok) {
+  auto text = host.String(key);
+  if (!text) return fallback;
+  auto d = devplug::common::ParseDuration(*text, max);
+  if (auto* err = std::get_if<std::string>(&d)) {
+    host.ConfigError(key, *err);
+    ok = false;
+    return std::nullopt;
+  }
+  return std::get<milliseconds>(d);
+}
+
+std::unique_ptr<Instance> Create(Host& host) {
+  Settings s;
+  bool ok = true;
+  auto bad = [&](const char* key, const std::string& why) {
+    host.ConfigError(key, why);
+    ok = false;
+  };
+  const std::string mode = host.String("mode").value_or("af");
+  if (mode == "af") s.mode = Mode::kAf;
+  else if (mode == "region") s.mode = Mode::kRegion;
+  else if (mode == "region-devel") s.mode = Mode::kRegionDevel;
+  else bad("mode", "must be \"af\", \"region\" or \"region-devel\"");
+
+  const std::string driver = host.String("driver").value_or("auto");
+  if (driver == "dfl") s.driver = Driver::kDfl;
+  else if (driver == "intel-fpga") s.driver = Driver::kIntelFpga;
+  else if (driver != "auto") bad("driver", "must be \"dfl\", \"intel-fpga\" or \"auto\"");
+
+  auto id_key = [&](const char* key) -> std::string {
+    auto text = host.String(key);
+    if (!text) return "";
+    auto id = devplug::fpga::CanonicalId(*text);
+    if (!id) {
+      bad(key, "\"" + *text + "\" is not a UUID (32 hex digits, dashes allowed)");
+      return "";
+    }
+    return *id;
+  };
+  s.afu_id = id_key("afu_id");  // required: the agent checked it is there
+  if (host.String("interface_id")) {
+    s.interface_id = id_key("interface_id");
+    if (s.interface_id->empty()) s.interface_id.reset();
+  }
+  for (const std::string& a : host.Strings("addresses").value_or(std::vector<std::string>{})) {
+    auto n = devplug::common::NormalizePciAddress(a);
+    if (!n) bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:5e:00.0\"");
+    else s.addresses.push_back(*n);
+  }
+  s.ports = host.Strings("ports").value_or(std::vector<std::string>{});
+  for (const std::string& p : s.ports)
+    if (p.rfind("dfl-port.", 0) != 0 && p.rfind("intel-fpga-port.", 0) != 0)
+      bad("ports", "\"" + p + "\" is not a port name like \"dfl-port.0\"");
+  if (auto dir = host.String("bitstream_dir")) {
+    if (dir->empty() || dir->front() != '/') bad("bitstream_dir", "must be an absolute path");
+    s.bitstream_dir = *dir;
+    while (s.bitstream_dir.size() > 1 && s.bitstream_dir.back() == '/') s.bitstream_dir.pop_back();
+  }
+  const std::string with = host.String("program_with").value_or("auto");
+  if (with == "auto") s.program_with = ProgramWith::kAuto;
+  else if (with == "fpgaconf") s.program_with = ProgramWith::kFpgaconf;
+  else if (with == "ioctl") s.program_with = ProgramWith::kIoctl;
+  else bad("program_with", "must be \"auto\", \"fpgaconf\" or \"ioctl\"");
+  if (auto tool = host.String("fpgaconf")) {
+    if (tool->empty() || tool->front() != '/') bad("fpgaconf", "must be an absolute path");
+    s.fpgaconf = *tool;
+  }
+  if (auto d = Duration(host, "program_timeout", s.program_timeout, kMaxProgramTimeout, ok))
+    s.program_timeout = *d;
+  if (auto d = Duration(host, "failure_hold", s.failure_hold, kMaxFailureHold, ok))
+    s.failure_hold = *d;
+  if (auto d = Duration(host, "release_timeout", s.release_timeout, kMaxReleaseTimeout, ok))
+    s.release_timeout = *d;
+  const int64_t prestart = host.PrestartTimeoutMs().value_or(28'000);
+  if (host.String("program_timeout") || s.region()) {
+    if (s.program_timeout.count() <= 0)
+      bad("program_timeout", "must be longer than 0");
+    else if (s.program_timeout.count() >= prestart)
+      bad("program_timeout",
+          "\"" + devplug::common::FormatDuration(s.program_timeout) +
+              "\" must be shorter than the agent's prestart_timeout (" +
+              devplug::common::FormatDuration(milliseconds(prestart)) +
+              "), which bounds the whole PreStartContainer call");
+  }
+  if (s.release_timeout.count() <= 0) bad("release_timeout", "must be longer than 0");
+
+  static const char* const kActions[] = {"reset", "clear-errors", "program-idle", "command"};
+  for (const std::string& a : host.Strings("release_actions").value_or(std::vector<std::string>{})) {
+    if (std::find(std::begin(kActions), std::end(kActions), a) == std::end(kActions))
+      bad("release_actions",
+          "unknown action \"" + a + "\" (known: reset, clear-errors, program-idle, command)");
+    else if (Contains(s.release_actions, a))
+      bad("release_actions", "\"" + a + "\" is listed twice");
+    else
+      s.release_actions.push_back(a);
+  }
+  // They run in one fixed order, whatever order the list has.
+  std::sort(s.release_actions.begin(), s.release_actions.end(), [](const auto& a, const auto& b) {
+    auto rank = [](const std::string& x) {
+      return std::find(std::begin(kActions), std::end(kActions), x) - std::begin(kActions);
+    };
+    return rank(a) < rank(b);
+  });
+  s.idle_afu_id = id_key("idle_afu_id");
+  if (s.Releases("program-idle") && s.idle_afu_id.empty() && !host.String("idle_afu_id"))
+    bad("release_actions", "\"program-idle\" needs idle_afu_id (the scrub accelerator)");
+  if (auto cmd = host.String("release_command")) {
+    if (cmd->empty() || cmd->front() != '/') bad("release_command", "must be an absolute path");
+    s.release_command = *cmd;
+  }
+  if (s.Releases("command") && s.release_command.empty() && !host.String("release_command"))
+    bad("release_actions", "\"command\" needs release_command");
+  s.health_errors = host.Bool("health_errors").value_or(false);
+  s.env = host.Bool("env").value_or(true);
+  if (!ok) return nullptr;
+  // Without release actions there is nothing to do after a pod.
+  if (s.release_actions.empty()) host.TrackReleases(false);
+  return std::make_unique<FpgaOpae>(host, std::move(s));
+}
+
+const devplug_config_key kKeys[] = {
+    {"mode", DEVPLUG_CONFIG_STRING, 0, "\"af\" (default), \"region\" or \"region-devel\""},
+    {"driver", DEVPLUG_CONFIG_STRING, 0, "\"auto\" (default), \"dfl\" or \"intel-fpga\""},
+    {"afu_id", DEVPLUG_CONFIG_STRING, DEVPLUG_CONFIG_REQUIRED,
+     "the accelerator (AFU) ID, 32 hex digits"},
+    {"interface_id", DEVPLUG_CONFIG_STRING, 0, "only cards with this FME interface ID"},
+    {"addresses", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only ports of these PCI functions"},
+    {"ports", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only these ports (\"dfl-port.0\")"},
+    {"bitstream_dir", DEVPLUG_CONFIG_STRING, 0,
+     "bitstreams at <dir>/<interface_id>/<afu_id>.gbs (default /srv/intel.com/fpga)"},
+    {"program_with", DEVPLUG_CONFIG_STRING, 0, "\"auto\" (default), \"fpgaconf\" or \"ioctl\""},
+    {"fpgaconf", DEVPLUG_CONFIG_STRING, 0, "path of OPAE's fpgaconf (default /usr/bin/fpgaconf)"},
+    {"program_timeout", DEVPLUG_CONFIG_STRING, 0, "longest programming may take (default 20s)"},
+    {"failure_hold", DEVPLUG_CONFIG_STRING, 0,
+     "a port that failed programming is Unhealthy this long (default 60s)"},
+    {"release_actions", DEVPLUG_CONFIG_STRING_ARRAY, 0,
+     "after a pod: reset, clear-errors, program-idle, command"},
+    {"idle_afu_id", DEVPLUG_CONFIG_STRING, 0, "the accelerator program-idle loads"},
+    {"release_command", DEVPLUG_CONFIG_STRING, 0, "program run for the \"command\" action"},
+    {"release_timeout", DEVPLUG_CONFIG_STRING, 0, "longest release_command may run (default 60s)"},
+    {"health_errors", DEVPLUG_CONFIG_BOOL, 0, "port errors make it Unhealthy (default false)"},
+    {"env", DEVPLUG_CONFIG_BOOL, 0, "set FPGA_RESOURCE_<NAME> (default true)"},
+    {nullptr, 0, 0, nullptr},
+};
+
+const char* const kSubsystems[] = {"fpga_region", "fpga", "platform", "pci", nullptr};
+
+}  // namespace
+
+DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
+                   "Intel FPGA ports (DFL and intel-fpga drivers), programmed per workload",
+                   kKeys, kSubsystems, Create,
+                   devplug::common::kHookUdev | devplug::common::kHookAllocate |
+                       devplug::common::kHookPreferred | devplug::common::kHookPreStart |
+                       devplug::common::kHookRelease)

@@ -1,0 +1,134 @@
+// The fpga-opae module in the real devplugd against the kubelet simulator:
+// a pod's container start programs its port (PreStartContainer over gRPC),
+// a container restart does not program again, and after the pod ends the
+// port is reset and scrubbed (PodResources-driven release) before anyone
+// else gets it. The module is its test build, whose device operations act
+// on the fixture tree (no DFL driver exists here).
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "agent_fixture.h"
+#include "fpga_fixture.h"
+
+namespace devplug {
+namespace {
+
+using testing::FpgaCardSpec;
+using testing::FpgaPortSpec;
+using testing::kIdleAfu;
+using testing::kInterface;
+using testing::kNlb0;
+using testing::kNlb3;
+
+constexpr char kNlb3Res[] = "fpga.example.com/nlb3";
+constexpr char kNlb0Res[] = "fpga.example.com/nlb0";
+
+class FpgaAgentTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    AgentTest::SetUp();
+    sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
+    if (!testing::IsRoot()) GTEST_SKIP() << "fixture device nodes need root (mknod)";
+    FpgaCardSpec card;
+    card.ports = {FpgaPortSpec{0, 0, kNlb0}, FpgaPortSpec{1, 1, kNlb0}};
+    fx_.AddCard(card);
+    fx_.AddGbs(kInterface, kNlb3);
+    fx_.AddGbs(kInterface, kIdleAfu);
+    fpgaconf_ = fx_.AddFpgaconf();
+  }
+  std::string Agent() const {
+    return "pod_resources_socket = \"" + sim_pod_resources_ +
+           "\"\npod_resources_poll = \"200ms\"\nrelease_grace = \"300ms\"\n"
+           "kubelet_settle = \"0s\"\nunseen_timeout = \"3s\"";
+  }
+  std::string Resources() const {
+    const std::string module = FakeModule("fpga-opae-fixture");
+    return Resource(kNlb3Res, module,
+                    "mode = \"region\"\nafu_id = \"" + std::string(kNlb3) +
+                        "\"\ninterface_id = \"" + kInterface + "\"\nfpgaconf = \"" + fpgaconf_ +
+                        "\"\nrelease_actions = [\"reset\", \"program-idle\"]\nidle_afu_id = \"" +
+                        kIdleAfu + "\"") +
+           // A preprogrammed resource beside it: it never sees the region's ports.
+           Resource(kNlb0Res, module, "afu_id = \"" + std::string(kNlb0) + "\"");
+  }
+
+  testing::FpgaFixture fx_{host_root()};
+  std::string fpgaconf_;
+};
+
+TEST_F(FpgaAgentTest, PodGetsItsPortProgrammedOnceAndScrubbedAfter) {
+  StartSim();
+  StartAgent(Resources(), "0s", Agent());
+  ASSERT_TRUE(Registered(kNlb3Res));
+  ASSERT_TRUE(Registered(kNlb0Res));
+  ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 2));
+  ASSERT_TRUE(HealthyIs(kNlb0Res, 0, 0));  // the region resource claimed both ports
+  EXPECT_TRUE(sim_->resource(kNlb3Res)->options.pre_start_required());
+
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.0"}, &resp).ok());
+  ASSERT_EQ(resp.devices_size(), 1);
+  EXPECT_EQ(resp.devices(0).host_path(), "/dev/dfl-port.0");
+  EXPECT_EQ(resp.envs().at("FPGA_RESOURCE_FPGA_EXAMPLE_COM_NLB3"), "0000:5e:00.0");
+  grpc::Status st = sim_->PreStartContainer(kNlb3Res, {"dfl-port.0"});
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(fx_.Afu("dfl-port.0"), kNlb3);
+  sim_->BindPod("ns", "nlb", "main", kNlb3Res, {"dfl-port.0"});
+  // The container restarts: no second programming.
+  ASSERT_TRUE(sim_->PreStartContainer(kNlb3Res, {"dfl-port.0"}).ok());
+  EXPECT_EQ(fx_.FpgaconfLog().size(), 1u);
+  // Reprogrammed to nlb3, the port still belongs to the region resource.
+  EXPECT_TRUE(HealthyIs(kNlb0Res, 0, 0));
+
+  // The pod ends: the port is reset and loaded with the idle image.
+  sim_->DeletePod("ns", "nlb");
+  ASSERT_TRUE(Eventually([&] { return fx_.Afu("dfl-port.0") == kIdleAfu; })) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return fx_.OpsLog().size() >= 1; }));
+  EXPECT_EQ(fx_.OpsLog()[0], "reset /dev/dfl-port.0");
+  ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 2));
+  EXPECT_TRUE(agent_->WaitForLog("dfl-port.0 no longer held; releasing", kWait)) << agent_->Log();
+  // The next pod gets it programmed again.
+  ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.0"}, &resp).ok());
+  ASSERT_TRUE(sim_->PreStartContainer(kNlb3Res, {"dfl-port.0"}).ok());
+  EXPECT_EQ(fx_.Afu("dfl-port.0"), kNlb3);
+  EXPECT_EQ(fx_.FpgaconfLog().size(), 3u);  // nlb3, idle, nlb3
+}
+
+// A refusal reaches the kubelet with the file and the reason, and the port
+// turns Unhealthy for failure_hold so the kubelet picks another.
+TEST_F(FpgaAgentTest, RefusedProgrammingReachesTheKubeletWithItsReason) {
+  std::filesystem::remove(host_root() + "/srv/intel.com/fpga/" + kInterface + "/" + kNlb3 +
+                          ".gbs");
+  StartSim();
+  StartAgent(Resources(), "0s", Agent());
+  ASSERT_TRUE(Registered(kNlb3Res));
+  ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 2));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.1"}, &resp).ok());
+  grpc::Status st = sim_->PreStartContainer(kNlb3Res, {"dfl-port.1"});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find(std::string(kNlb3) + ".gbs: No such file or directory"),
+            std::string::npos) << st.error_message();
+  ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 1));
+}
+
+// PreStartContainer has its own deadline, prestart_timeout, not call_timeout;
+// a module's program_timeout must fit inside it.
+TEST_F(FpgaAgentTest, PrestartTimeoutBoundsProgramming) {
+  StartSim();
+  StartAgent(Resource(kNlb3Res, FakeModule("fpga-opae-fixture"),
+                      "mode = \"region\"\nafu_id = \"" + std::string(kNlb3) +
+                          "\"\nprogram_timeout = \"20s\""),
+             "0s", "prestart_timeout = \"15s\"");
+  // A configuration error: devplugd exits with EX_CONFIG, naming file, line and key.
+  EXPECT_EQ(agent_->Wait(kWait), std::optional<int>(78)) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("devplug.toml:14: resource[0].program_timeout: \"20s\" must be "
+                               "shorter than the agent's prestart_timeout (15s)"),
+            std::string::npos)
+      << agent_->Log();
+  agent_.reset();
+}
+
+}  // namespace
+}  // namespace devplug
