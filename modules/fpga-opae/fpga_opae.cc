@@ -317,6 +317,7 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
   const auto now = Clock::now();
   std::map<std::string, Known> known;
   std::set<std::string> listed;
+  std::map<std::string, devplug::common::Result<std::string>> iface_cache;
   for (Port& p : devplug::fpga::DiscoverPorts(root_, driver_)) {
     if (!s_.addresses.empty() && !Contains(s_.addresses, p.function)) continue;
     if (!s_.ports.empty() && !Contains(s_.ports, p.name)) continue;
@@ -336,7 +337,11 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     // may depend on it.
     std::optional<std::string> iface_error;
     {
-      auto iface = devplug::fpga::ReadInterfaceId(p);
+      // One read per card and scan: its ports share the FME.
+      auto cached = iface_cache.find(p.fme_dir);
+      if (cached == iface_cache.end())
+        cached = iface_cache.emplace(p.fme_dir, devplug::fpga::ReadInterfaceId(p)).first;
+      const auto& iface = cached->second;
       if (!iface) iface_error = "interface ID unreadable: " + iface.error().ToString();
       else if (AllF(*iface)) iface_error = "interface ID is all f (" + p.fme + ")";
       else facts.interface_id = *iface;
@@ -576,6 +581,9 @@ void FpgaOpae::PreStart(const Ids& ids) {
   for (std::string_view id : ids) {
     const Port p = Find(id).port;
     const auto deadline = Clock::now() + s_.program_timeout;
+    // Every container restart comes here: a port that holds the accelerator
+    // costs one read, and no rescan.
+    if (auto now = ReadAfu(p, deadline); now && *now == s_.afu_id) continue;
     const std::string err = Program(p, s_.afu_id, deadline);
     host().DevicesChanged();  // its afu_id may have changed, whatever the outcome
     Claims::Get().Changed(this);
