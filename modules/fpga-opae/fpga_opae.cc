@@ -137,9 +137,10 @@ class Claims {
     const Host* host;
   };
 
+  // Destroyed when the module is unloaded, after its last instance.
   static Claims& Get() {
-    static Claims* claims = new Claims;  // outlives every instance
-    return *claims;
+    static Claims claims;
+    return claims;
   }
 
   void Add(const Entry& e) {
