@@ -30,6 +30,7 @@
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/duration.h"
+#include "devplug/common/env.h"
 #include "devplug/common/fs.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/run.h"
@@ -235,16 +236,6 @@ class Alarm {
   std::thread thread_;
 };
 
-std::string ResourceEnvName(std::string_view resource) {
-  std::string out = "FPGA_RESOURCE_";
-  for (char c : resource) {
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
-    const bool ok = (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-    out += ok ? c : '_';
-  }
-  return out;
-}
-
 class FpgaOpae : public Instance {
  public:
   FpgaOpae(Host host, Settings s)
@@ -368,13 +359,9 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     if (reason.empty() && !devplug::common::IsCharDevice(root_.Path(p.node)))
       reason = p.node + " missing";
     if (reason.empty()) {
-      if (auto ps = devplug::common::ReadAttr(p.sys_dir + "/power_state")) {
-        if (auto v = devplug::common::ParseInt(*ps); !v && ps->rfind("0x", 0) == 0) {
-          if (auto h = devplug::common::ParseHex(*ps); h && *h == 6) reason = "power state AP6";
-        } else if (v && *v == 6) {
-          reason = "power state AP6";
-        }
-      }
+      // Printed "0x%x"; 6 is AP6 (throttled).
+      if (auto ps = devplug::common::ReadHexAttr(p.sys_dir + "/power_state"); ps && *ps == 6)
+        reason = "power state AP6";
     }
     if (reason.empty() && s_.health_errors) {
       if (auto e = devplug::common::ReadAttr(p.sys_dir + "/errors/errors")) {
@@ -417,7 +404,7 @@ bool FpgaOpae::Allocate(const Ids& ids, Recipe& resp) {
   if (s_.env && !functions.empty()) {
     std::string value;
     for (const std::string& f : functions) value += (value.empty() ? "" : ",") + f;
-    resp.Env(ResourceEnvName(host().resource_name()), value);
+    resp.Env(devplug::common::EnvNameStrict("FPGA_RESOURCE", host().resource_name()), value);
   }
   return true;
 }
@@ -547,19 +534,8 @@ std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time
              (have_fpgaconf ? p.name + " is not port 0" : s_.fpgaconf + " is not installed") +
              " (program_with = \"ioctl\" programs without setting them)";
     if (p.fme_node.empty()) return "no FME found for " + p.name + "; cannot program it";
-    std::string bits(gbs.bitstream_size, '\0');
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return path + ": " + std::strerror(errno);
-    size_t done = 0;
-    while (done < bits.size()) {
-      const ssize_t got = pread(fd, bits.data() + done, bits.size() - done,
-                                static_cast<off_t>(gbs.bitstream_offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;
-      done += static_cast<size_t>(got);
-    }
-    close(fd);
-    if (done != bits.size()) return path + ": shorter than its header says";
+    std::string bits;
+    if (std::string e = devplug::fpga::ReadBitstream(path, gbs, &bits); !e.empty()) return e;
     err = devplug::fpga::ProgramByIoctl(Ops(), driver_, root_.Path(p.fme_node),
                                         static_cast<uint32_t>(id), bits);
     if (err.empty() && Clock::now() > deadline)

@@ -38,6 +38,18 @@ std::string ClockText(const nlohmann::json& image, const char* key) {
   return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// pread() until `n` bytes or the end of the file; the bytes read.
+size_t ReadAt(int fd, char* buf, size_t n, uint64_t at) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = pread(fd, buf + done, n - done, static_cast<off_t>(at + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return done;
+}
+
 }  // namespace
 
 bool GbsInfo::HasAfu(std::string_view id) const {
@@ -120,27 +132,17 @@ std::variant<GbsInfo, std::string> ReadGbs(const std::string& path) {
   struct stat st {};
   std::string head(kGbsHeaderSize, '\0');
   std::string err;
-  auto read_at = [&](size_t at, size_t n) {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t got = pread(fd, head.data() + at + done, n - done, static_cast<off_t>(at + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) break;
-      done += static_cast<size_t>(got);
-    }
-    return done;
-  };
   if (fstat(fd, &st) != 0) {
     err = path + ": " + std::strerror(errno);
   } else if (!S_ISREG(st.st_mode)) {
     err = path + ": not a regular file";
   } else {
-    head.resize(read_at(0, kGbsHeaderSize));
+    head.resize(ReadAt(fd, head.data(), kGbsHeaderSize, 0));
     if (head.size() == kGbsHeaderSize) {
       const uint64_t len = Le(head, 16, 4);
       if (len <= kGbsMaxMetadata && len <= static_cast<uint64_t>(st.st_size)) {
         head.resize(kGbsHeaderSize + len);
-        head.resize(kGbsHeaderSize + read_at(kGbsHeaderSize, len));
+        head.resize(kGbsHeaderSize + ReadAt(fd, head.data() + kGbsHeaderSize, len, kGbsHeaderSize));
       }
     }
   }
@@ -149,6 +151,16 @@ std::variant<GbsInfo, std::string> ReadGbs(const std::string& path) {
   auto parsed = ParseGbs(head, static_cast<uint64_t>(st.st_size));
   if (auto* e = std::get_if<std::string>(&parsed)) return path + ": " + *e;
   return parsed;
+}
+
+std::string ReadBitstream(const std::string& path, const GbsInfo& info, std::string* bits) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return path + ": " + std::strerror(errno);
+  bits->assign(info.bitstream_size, '\0');
+  const size_t got = ReadAt(fd, bits->data(), bits->size(), info.bitstream_offset);
+  close(fd);
+  if (got != bits->size()) return path + ": shorter than its header says";
+  return "";
 }
 
 }  // namespace devplug::fpga

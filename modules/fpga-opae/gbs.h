@@ -54,4 +54,8 @@ std::variant<GbsInfo, std::string> ParseGbs(std::string_view head, uint64_t file
 // The error names the file.
 std::variant<GbsInfo, std::string> ReadGbs(const std::string& path);
 
+// Reads the raw bitstream of the file at `path` (what ReadGbs described in
+// `info`) into *bits: "" or why not, naming the file.
+std::string ReadBitstream(const std::string& path, const GbsInfo& info, std::string* bits);
+
 }  // namespace devplug::fpga

@@ -73,6 +73,9 @@ TEST(CommonEnvTest, KubeVirtsRule) {
   // Only '.' and '/' change: the consumer computes the same name.
   EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "openshift.io/sriov-nic"),
             "PCI_RESOURCE_OPENSHIFT_IO_SRIOV-NIC");
+  // The strict rule leaves only shell-safe characters.
+  EXPECT_EQ(EnvNameStrict("FPGA_RESOURCE", "fpga.example.com/nlb-3"),
+            "FPGA_RESOURCE_FPGA_EXAMPLE_COM_NLB_3");
 }
 
 TEST(CommonFsTest, HostRootJoinsAndStrips) {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "devplug/common/duration.h"
 
@@ -118,8 +119,7 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::vector<std
         else if (got == 0 || (errno != EINTR && errno != EAGAIN)) open = false;
       }
     } else {
-      pollfd p{-1, 0, 0};
-      poll(&p, 0, static_cast<int>(std::min<int64_t>(left.count(), 10)));
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(10)));
     }
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) {
