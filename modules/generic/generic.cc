@@ -693,23 +693,8 @@ std::unique_ptr<Instance> Create(Host& host) {
     host.ConfigError("preferred", "must be \"spread\" or \"pack\"");
     ok = false;
   }
-  std::vector<std::pair<std::string, std::string>> envs;
-  if (host.Get("envs")) {
-    for (const std::string& k : host.Members("envs")) {
-      const std::string p = "envs" + Host::Member(k);
-      std::string value;
-      auto v = host.Get(p);
-      if (k.empty() || k.find('=') != std::string::npos) {
-        host.ConfigError(p.c_str(), "is not a valid environment variable name");
-        ok = false;
-      } else if (v->type != DEVPLUG_CONFIG_STRING) {
-        host.ConfigError(p.c_str(), "must be a string");
-        ok = false;
-      } else {
-        envs.emplace_back(k, v->string);
-      }
-    }
-  }
+  Host::EnvList envs;
+  ok = host.EnvTable("envs", &envs) && ok;
   if (!ok) return nullptr;
   const bool preopen = host.Bool("preopen").value_or(false);
   auto inst = std::make_unique<Generic>(host, std::move(items), std::move(usb), group, shares,

@@ -17,11 +17,8 @@
 // once; InfiniBand port states are polled every port_poll_ms (a few small
 // reads), and a change triggers a rescan. udev events of the infiniband,
 // infiniband_verbs and net subsystems cover adapters coming and going.
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +34,7 @@
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/fs.h"
+#include "devplug/common/netlink.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/preferred.h"
 
@@ -146,19 +144,9 @@ class Rdma : public Instance {
   // devices_changed only after create() has returned, as the ABI asks.
   void StartWatcher() {
     stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    nl_fd_ = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
-    if (nl_fd_ >= 0) {
-      sockaddr_nl sa{};
-      sa.nl_family = AF_NETLINK;
-      sa.nl_groups = RTMGRP_LINK;
-      if (bind(nl_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-        host().Warn(std::string("rtnetlink unavailable (") + std::strerror(errno) +
-                    "): RoCE link changes are seen at the next poll or resync");
-        close(nl_fd_);
-        nl_fd_ = -1;
-      }
-    }
     if (stop_fd_ < 0) throw ModuleError(errno, "eventfd failed");
+    if (!links_.ok())
+      host().Warn(links_.error() + ": RoCE link changes are seen at the next poll or resync");
     watcher_ = std::thread([this] { Watch(); });
   }
 
@@ -332,42 +320,26 @@ class Rdma : public Instance {
   }
 
   void Watch() {
-    std::vector<char> buf(16384);
     for (;;) {
-      pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {nl_fd_, POLLIN, 0}};
-      const int n = poll(fds, nl_fd_ >= 0 ? 2 : 1, poll_ms_ > 0 ? static_cast<int>(poll_ms_) : -1);
+      pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {links_.fd(), POLLIN, 0}};
+      const int n = poll(fds, links_.ok() ? 2 : 1, poll_ms_ > 0 ? static_cast<int>(poll_ms_) : -1);
       if (n < 0 && errno != EINTR) return;
       if (fds[0].revents) return;
       bool changed = false;
-      if (nl_fd_ >= 0 && (fds[1].revents & POLLIN)) changed = ReadNetlink(buf);
+      if (links_.ok() && (fds[1].revents & POLLIN)) changed = LinksChanged();
       if (n == 0 || !changed) changed = PortsChanged() || changed;
       if (changed) host().DevicesChanged();
     }
   }
 
-  // True if a link message names one of our interfaces.
-  bool ReadNetlink(std::vector<char>& buf) {
+  // True if a link message names one of our interfaces (or some were lost).
+  bool LinksChanged() {
     bool ours = false;
-    for (;;) {
-      const ssize_t len = recv(nl_fd_, buf.data(), buf.size(), MSG_DONTWAIT);
-      if (len < 0) {
-        if (errno == ENOBUFS) ours = true;  // lost messages: rescan to be safe
-        return ours;
-      }
-      int left = static_cast<int>(len);
-      for (auto* nh = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(nh, left);
-           nh = NLMSG_NEXT(nh, left)) {
-        if (nh->nlmsg_type != RTM_NEWLINK && nh->nlmsg_type != RTM_DELLINK) continue;
-        auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(nh));
-        int attr_len = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(*ifi)));
-        for (auto* a = IFLA_RTA(ifi); RTA_OK(a, attr_len); a = RTA_NEXT(a, attr_len)) {
-          if (a->rta_type != IFLA_IFNAME) continue;
-          const std::string name(static_cast<const char*>(RTA_DATA(a)));
-          std::lock_guard lock(mu_);
-          if (watch_ifnames_.count(name)) ours = true;
-        }
-      }
-    }
+    const bool complete = links_.Drain([&](const devplug::common::LinkMonitor::Link& l) {
+      std::lock_guard lock(mu_);
+      if (watch_ifnames_.count(std::string(l.ifname))) ours = true;
+    });
+    return ours || !complete;
   }
 
   bool PortsChanged() {
@@ -388,9 +360,8 @@ class Rdma : public Instance {
       }
       watcher_.join();
     }
-    if (nl_fd_ >= 0) close(nl_fd_);
     if (stop_fd_ >= 0) close(stop_fd_);
-    nl_fd_ = stop_fd_ = -1;
+    stop_fd_ = -1;
   }
 
   HostRoot root_;
@@ -406,8 +377,9 @@ class Rdma : public Instance {
   std::mutex mu_;  // guards what the watcher reads
   std::vector<std::pair<std::string, int>> watch_ports_;  // state path, state at the last scan
   std::set<std::string> watch_ifnames_;
+  devplug::common::LinkMonitor links_;
   std::thread watcher_;
-  int stop_fd_ = -1, nl_fd_ = -1;
+  int stop_fd_ = -1;
 };
 
 std::unique_ptr<Instance> Create(Host& host) {

@@ -12,6 +12,7 @@
 #include "devplug/common/fs.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/preferred.h"
+#include "devplug/common/run.h"
 #include "sysfs_fixture.h"
 #include "test_util.h"
 
@@ -417,6 +418,45 @@ TEST(CommonPreferredTest, LargeRequestFillsOneNode) {
   std::map<std::string, int> node;
   for (const auto& p : av) node[p.id] = p.numa_node;
   for (const auto& id : out) EXPECT_EQ(node[id], 0) << id;  // exactly one node's worth
+}
+
+
+// RunProgram: the helper programs modules run (attach and release commands,
+// vendor tools): exit status, separate stderr, environment, time limit.
+TEST(CommonRunTest, StatusOutputAndEnvironment) {
+  using namespace std::chrono_literals;
+  RunResult ok = RunProgram({"/bin/sh", "-c", "echo out; echo \"v=$V\" >&2"}, {"V=1"}, 10s);
+  EXPECT_TRUE(ok.ok());
+  EXPECT_EQ(ok.errors, "v=1\n");
+  EXPECT_NE(ok.output.find("out\n"), std::string::npos);
+  EXPECT_NE(ok.output.find("v=1\n"), std::string::npos);
+
+  // The failure names the last stderr line, even when stdout came later.
+  RunResult bad = RunProgram(
+      {"/bin/sh", "-c", "echo first >&2; echo 'no such pod' >&2; echo progress; exit 3"}, {}, 10s);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(bad.exit_code, 3);
+  EXPECT_EQ(bad.Describe("/x", 10s), "/x exited with status 3: no such pod");
+  // Nothing on stderr: stdout's last line.
+  RunResult quiet = RunProgram({"/bin/sh", "-c", "echo done; exit 1"}, {}, 10s);
+  EXPECT_EQ(quiet.Describe("/x", 10s), "/x exited with status 1: done");
+
+  RunResult missing = RunProgram({"/nonexistent/tool"}, {}, 10s);
+  EXPECT_FALSE(missing.started);
+  EXPECT_EQ(missing.Describe("/nonexistent/tool", 10s),
+            "cannot run /nonexistent/tool: No such file or directory");
+  EXPECT_FALSE(RunProgram({"relative"}, {}, 10s).started);
+}
+
+TEST(CommonRunTest, TheTimeLimitKillsTheWholeGroup) {
+  using namespace std::chrono_literals;
+  // A child that keeps the pipes open must not hold the caller past the limit.
+  const auto start = std::chrono::steady_clock::now();
+  RunResult r = RunProgram({"/bin/sh", "-c", "echo waiting >&2; sleep 30 & sleep 30"}, {}, 300ms);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(r.Describe("/x", 300ms), "/x timed out after 300ms: waiting");
 }
 
 }  // namespace

@@ -182,6 +182,26 @@ std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
   return Pod{str(pod.pod_namespace), str(pod.pod_name), str(pod.pod_uid), str(pod.container)};
 }
 
+bool Host::EnvTable(const char* key, EnvList* out) const {
+  out->clear();
+  if (!Get(key)) return true;
+  bool ok = true;
+  for (const std::string& name : Members(key)) {
+    const std::string at = key + Member(name);
+    auto v = Get(at);
+    if (name.empty() || name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+      ConfigError(at.c_str(), "is not a valid environment variable name");
+      ok = false;
+    } else if (!v || v->type != DEVPLUG_CONFIG_STRING) {
+      ConfigError(at.c_str(), "must be a string");
+      ok = false;
+    } else {
+      out->emplace_back(name, v->string);
+    }
+  }
+  return ok;
+}
+
 void Host::TrackReleases(bool on) const {
   if (DEVPLUG_HAS_MEMBER(h_, devplug_host, track_releases)) h_->track_releases(h_, on ? 1 : 0);
 }

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "devplug/module.h"
@@ -90,6 +91,12 @@ class Host {
   std::optional<Value> Get(const std::string& path) const;
   // The key names of the table at `path` (empty when not set).
   std::vector<std::string> Members(const std::string& path) const;
+  // ABI minor 3: a table of environment variables (`envs = {EF_POLL_USEC =
+  // "100"}`) as name/value pairs in key order; empty when not set. Names
+  // must be non-empty without '=' and values strings: otherwise a config
+  // error per bad entry and false.
+  using EnvList = std::vector<std::pair<std::string, std::string>>;
+  bool EnvTable(const char* key, EnvList* out) const;
   // `name` as a path component: .name, or ."name" quoted where needed.
   static std::string Member(std::string_view name);
   // Watches a host path (without host_root) for entries created or removed

@@ -15,11 +15,14 @@ struct RunResult {
   int exit_code = -1;      // exit status, when it exited
   int signal = 0;          // the signal that ended it, when one did
   std::string output;      // stdout and stderr together, the last 4 KiB
+  std::string errors;      // stderr alone, the last 4 KiB
   std::string error;       // why it could not be started
 
   bool ok() const { return started && !timed_out && signal == 0 && exit_code == 0; }
-  // "exited with status 2: <last line of output>", "timed out after 20s",
+  // "exited with status 2: <last line>", "timed out after 20s: <last line>",
   // "killed by signal 9", "cannot run /usr/bin/x: No such file or directory".
+  // The last line is the last non-empty line of stderr, or of stdout when
+  // the program wrote nothing to stderr.
   std::string Describe(const std::string& program, std::chrono::milliseconds timeout) const;
 };
 
