@@ -565,7 +565,7 @@ void Agent::Register(Resource& r) {
   req.set_version("v1beta1");
   req.set_endpoint(r.cfg.socket);
   req.set_resource_name(r.cfg.name);
-  *req.mutable_options() = kubelet::OptionsFor(r.instance->module());
+  *req.mutable_options() = kubelet::OptionsFor(*r.instance);
   r.state = State::kRegistering;
   const uint64_t registration = ++r.registration;
   // Armed before the call: the kubelet may open its stream before Register

@@ -35,7 +35,7 @@ PIN_OFFSET(devplug_device_sink, set_health_reason, 24); /* minor 2 */
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);
 
-PIN_SIZE(devplug_host, 160);
+PIN_SIZE(devplug_host, 168);
 PIN_OFFSET(devplug_host, abi_minor, 4);
 PIN_OFFSET(devplug_host, agent_data, 8);
 PIN_OFFSET(devplug_host, resource_name, 16);
@@ -56,6 +56,7 @@ PIN_OFFSET(devplug_host, config_member, 128);   /* minor 3 */
 PIN_OFFSET(devplug_host, watch_path, 136);      /* minor 3 */
 PIN_OFFSET(devplug_host, prestart_timeout_ms, 144); /* minor 4 */
 PIN_OFFSET(devplug_host, resource_index, 152);  /* minor 4 */
+PIN_OFFSET(devplug_host, use_pre_start, 160);   /* minor 5 */
 
 PIN_SIZE(devplug_config_value, 48); /* minor 3 */
 PIN_OFFSET(devplug_config_value, type, 4);

@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 4
+#define DEVPLUG_MODULE_ABI_MINOR 5
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -404,6 +404,17 @@ struct devplug_host {
    */
   int32_t resource_index;
   uint32_t reserved2;
+
+  /* ---- ABI minor 5 ---- */
+
+  /**
+   * create() only: on = 0 tells the agent that this instance has nothing
+   * to do before containers start, although its module has pre_start()
+   * (some configurations need it, others not). The agent then does not
+   * call pre_start() for it, nor ask the kubelet for PreStartContainer,
+   * unless release tracking needs the call (see on_release). Returns 0.
+   */
+  int (*use_pre_start)(const struct devplug_host *h, int32_t on);
 };
 
 /* ------------------------------------------------------------------------ */

@@ -125,10 +125,12 @@ class PendingCall {
   uint64_t timer_id_ = 0;      // guarded by mu_
 };
 
-v1beta1::DevicePluginOptions OptionsFor(const modules::LoadedModule& module) {
+v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance) {
   v1beta1::DevicePluginOptions o;
-  o.set_pre_start_required(module.has_pre_start() || module.has_on_release());
-  o.set_get_preferred_allocation_available(module.has_preferred_allocation());
+  // PreStartContainer: the module's pre_start() (unless this instance opted
+  // out), or a release that may have to run before the container starts.
+  o.set_pre_start_required(instance.runs_pre_start() || instance.tracks_releases());
+  o.set_get_preferred_allocation_available(instance.module().has_preferred_allocation());
   return o;
 }
 
@@ -160,7 +162,7 @@ DevicePluginService::DevicePluginService(
       timers_(timers),
       call_timeout_ms_(call_timeout.count()),
       prestart_timeout_ms_(prestart_timeout.count()),
-      options_(OptionsFor(instance->module())),
+      options_(OptionsFor(*instance)),
       on_allocated_(std::move(on_allocated)),
       metrics_(std::move(metrics)) {}
 

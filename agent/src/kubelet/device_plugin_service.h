@@ -28,11 +28,12 @@
 
 namespace devplug::kubelet {
 
-// The options a resource advertises, derived from the module's hooks; used
-// identically in RegisterRequest and GetDevicePluginOptions. A module with
-// on_release() gets PreStartContainer: devices reused before their release
-// are released there.
-v1beta1::DevicePluginOptions OptionsFor(const modules::LoadedModule& module);
+// The options a resource advertises, derived from the module's hooks and
+// the instance's choices in create(); used identically in RegisterRequest
+// and GetDevicePluginOptions. PreStartContainer: a module's pre_start()
+// (unless the instance opted out, ABI 1.5), or release tracking (devices
+// reused before their release are released there).
+v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance);
 
 // Fills one container's Allocate answer from a recipe.
 void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllocateResponse* out);

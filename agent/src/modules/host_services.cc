@@ -254,4 +254,10 @@ int ModuleInstance::HostTrackReleases(const devplug_host* h, int32_t on) {
   return 0;
 }
 
+int ModuleInstance::HostUsePreStart(const devplug_host* h, int32_t on) {
+  if (h == nullptr) return -EINVAL;
+  Self(h)->use_pre_start_ = on != 0;
+  return 0;
+}
+
 }  // namespace devplug::modules

@@ -77,6 +77,7 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
   host_.config_int_array = &HostIntArray;
   host_.pod_of = &HostPodOf;
   host_.track_releases = &HostTrackReleases;
+  host_.use_pre_start = &HostUsePreStart;
   host_.config_value = &HostConfigValue;
   host_.config_member = &HostConfigMember;
   host_.watch_path = &HostWatchPath;
@@ -524,7 +525,7 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
         if (wanted && !wanted()) return;
       }
     }
-    if (!module_->has_pre_start()) {
+    if (!runs_pre_start()) {
       done(OkStatus());
       return;
     }
@@ -533,6 +534,10 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
     const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
     done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
   }, std::move(wanted), refuse);
+}
+
+bool ModuleInstance::runs_pre_start() const {
+  return module_->has_pre_start() && use_pre_start_.load();
 }
 
 bool ModuleInstance::tracks_releases() const {

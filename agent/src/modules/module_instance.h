@@ -175,6 +175,9 @@ class ModuleInstance {
   // True when the module has on_release() and this instance did not opt out
   // of release tracking in create() (host->track_releases(h, 0)).
   bool tracks_releases() const;
+  // The module has pre_start() and this instance did not opt out in
+  // create() (host->use_pre_start(h, 0)).
+  bool runs_pre_start() const;
   // on_release(ids) on the worker; `done` gets its result and reason there,
   // after options.release.released saw it.
   void Release(std::vector<std::string> ids,
@@ -224,6 +227,7 @@ class ModuleInstance {
                              size_t* ret_n);
   static int HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret);
   static int HostTrackReleases(const devplug_host* h, int32_t on);
+  static int HostUsePreStart(const devplug_host* h, int32_t on);
   static int HostConfigValue(const devplug_host* h, const char* path, devplug_config_value* ret);
   static int HostConfigMember(const devplug_host* h, const char* path, size_t index,
                               const char** ret_name);
@@ -246,6 +250,7 @@ class ModuleInstance {
   DeviceList scanned_;                // worker thread only: the module's last list
   PodHolder pod_answer_;              // worker thread only: what pod_of() points into
   std::atomic<bool> track_releases_{true};
+  std::atomic<bool> use_pre_start_{true};
   std::vector<std::string> config_errors_;  // worker thread only
 
   mutable std::mutex devices_mu_;

@@ -202,6 +202,10 @@ bool Host::EnvTable(const char* key, EnvList* out) const {
   return ok;
 }
 
+void Host::UsePreStart(bool on) const {
+  if (DEVPLUG_HAS_MEMBER(h_, devplug_host, use_pre_start)) h_->use_pre_start(h_, on ? 1 : 0);
+}
+
 void Host::TrackReleases(bool on) const {
   if (DEVPLUG_HAS_MEMBER(h_, devplug_host, track_releases)) h_->track_releases(h_, on ? 1 : 0);
 }

@@ -108,6 +108,10 @@ class Host {
   // ABI minor 4: the [[resource]] table's position in the configuration
   // (as of create()); nullopt on older agents.
   std::optional<int32_t> ResourceIndex() const;
+  // ABI minor 5, create() only: false means this instance needs no
+  // PreStart (the module's PreStart is not called, the kubelet not asked).
+  // A no-op on older agents, which keep calling PreStart.
+  void UsePreStart(bool on) const;
 
  private:
   const devplug_host* h_;
