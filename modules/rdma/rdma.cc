@@ -17,10 +17,6 @@
 // once; InfiniBand port states are polled every port_poll_ms (a few small
 // reads), and a change triggers a rescan. udev events of the infiniband,
 // infiniband_verbs and net subsystems cover adapters coming and going.
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -137,21 +133,25 @@ class Rdma : public Instance {
         umad_(umad),
         poll_ms_(poll_ms) {}
 
-  ~Rdma() override { StopWatcher(); }
+  ~Rdma() override { watcher_.Stop(); }
 
   // The watcher thread: rtnetlink link changes of our interfaces, and
   // the InfiniBand port poll. Started by the first scan, so that it calls
   // devices_changed only after create() has returned, as the ABI asks.
   void StartWatcher() {
-    stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) throw ModuleError(errno, "eventfd failed");
-    if (!links_.ok())
-      host().Warn(links_.error() + ": RoCE link changes are seen at the next poll or resync");
-    watcher_ = std::thread([this] { Watch(); });
+    const std::string why = watcher_.Start(
+        {[this](std::string_view ifname) {
+           std::lock_guard lock(mu_);
+           return watch_ifnames_.count(std::string(ifname)) > 0;
+         },
+         [this] { host().DevicesChanged(); }, [this] { return PortsChanged(); }},
+        std::chrono::milliseconds(poll_ms_));
+    if (!why.empty())
+      host().Warn(why + ": RoCE link changes are seen at the next poll or resync");
   }
 
   void ListDevices(DeviceSink& sink) override {
-    if (!watcher_.joinable()) StartWatcher();
+    if (!watcher_.running()) StartWatcher();
     std::vector<Hca> hcas = Discover();
     ReportChanges(hcas);
     const bool rdma_cm = devplug::common::IsCharDevice(root_.Path(kRdmaCm));
@@ -218,15 +218,11 @@ class Rdma : public Instance {
 
   std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
                                                size_t size) override {
-    std::vector<devplug::common::Placement> places;
-    for (std::string_view id : available) {
-      devplug::common::Placement p{std::string(id), -1, -1};
+    return devplug::common::PackByNuma(available, must_include, size, [&](std::string_view id) {
       for (const Hca& h : hcas_)
-        if (h.ibdev == id) p.numa_node = h.numa_node;
-      places.push_back(std::move(p));
-    }
-    return devplug::common::PackByLocality(
-        places, std::vector<std::string>(must_include.begin(), must_include.end()), size);
+        if (h.ibdev == id) return h.numa_node;
+      return -1;
+    });
   }
 
  private:
@@ -319,29 +315,6 @@ class Rdma : public Instance {
     if (first_scan_ && now.empty()) host().Warn("no RDMA adapter matches the selectors");
   }
 
-  void Watch() {
-    for (;;) {
-      pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {links_.fd(), POLLIN, 0}};
-      const int n = poll(fds, links_.ok() ? 2 : 1, poll_ms_ > 0 ? static_cast<int>(poll_ms_) : -1);
-      if (n < 0 && errno != EINTR) return;
-      if (fds[0].revents) return;
-      bool changed = false;
-      if (links_.ok() && (fds[1].revents & POLLIN)) changed = LinksChanged();
-      if (n == 0 || !changed) changed = PortsChanged() || changed;
-      if (changed) host().DevicesChanged();
-    }
-  }
-
-  // True if a link message names one of our interfaces (or some were lost).
-  bool LinksChanged() {
-    bool ours = false;
-    const bool complete = links_.Drain([&](const devplug::common::LinkMonitor::Link& l) {
-      std::lock_guard lock(mu_);
-      if (watch_ifnames_.count(std::string(l.ifname))) ours = true;
-    });
-    return ours || !complete;
-  }
-
   bool PortsChanged() {
     std::vector<std::pair<std::string, int>> ports;
     {
@@ -351,17 +324,6 @@ class Rdma : public Instance {
     for (const auto& [path, state] : ports)
       if (LeadingInt(devplug::common::ReadAttr(path).value_or("")) != state) return true;
     return false;
-  }
-
-  void StopWatcher() {
-    if (watcher_.joinable()) {
-      const uint64_t one = 1;
-      if (write(stop_fd_, &one, sizeof(one)) < 0) {
-      }
-      watcher_.join();
-    }
-    if (stop_fd_ >= 0) close(stop_fd_);
-    stop_fd_ = -1;
   }
 
   HostRoot root_;
@@ -377,9 +339,7 @@ class Rdma : public Instance {
   std::mutex mu_;  // guards what the watcher reads
   std::vector<std::pair<std::string, int>> watch_ports_;  // state path, state at the last scan
   std::set<std::string> watch_ifnames_;
-  devplug::common::LinkMonitor links_;
-  std::thread watcher_;
-  int stop_fd_ = -1;
+  devplug::common::LinkWatcher watcher_;  // last: stopped before the rest goes
 };
 
 std::unique_ptr<Instance> Create(Host& host) {

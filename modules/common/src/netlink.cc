@@ -3,11 +3,14 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/if.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 namespace devplug::common {
@@ -69,6 +72,46 @@ bool LinkMonitor::Drain(const std::function<void(const Link&)>& fn) {
         break;
       }
     }
+  }
+}
+
+std::string LinkWatcher::Start(Callbacks callbacks, std::chrono::milliseconds tick) {
+  Stop();
+  cb_ = std::move(callbacks);
+  tick_ = tick;
+  stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  thread_ = std::thread([this] { Run(); });
+  return links_.ok() ? std::string() : links_.error();
+}
+
+void LinkWatcher::Stop() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    if (write(stop_fd_, &one, sizeof(one)) < 0) {
+    }
+    thread_.join();
+  }
+  if (stop_fd_ >= 0) close(stop_fd_);
+  stop_fd_ = -1;
+}
+
+void LinkWatcher::Run() {
+  const int timeout = tick_.count() > 0 && cb_.on_tick ? static_cast<int>(tick_.count()) : -1;
+  for (;;) {
+    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {links_.fd(), POLLIN, 0}};
+    const int n = poll(fds, links_.ok() ? 2 : 1, timeout);
+    if (n < 0 && errno != EINTR) return;
+    if (n > 0 && fds[0].revents) return;
+    bool changed = false;
+    if (n > 0 && links_.ok() && (fds[1].revents & POLLIN)) {
+      const bool complete = links_.Drain([&](const LinkMonitor::Link& l) {
+        if (!changed && cb_.ours(l.ifname)) changed = true;
+      });
+      changed = changed || !complete;
+    }
+    if (!changed && timeout >= 0 && n >= 0) changed = cb_.on_tick();
+    if (changed) cb_.changed();
   }
 }
 

@@ -118,4 +118,14 @@ std::vector<std::string> PackByLocality(const std::vector<Placement>& available,
   return out;
 }
 
+std::vector<std::string> PackByNuma(const std::vector<std::string_view>& available,
+                                    const std::vector<std::string_view>& must_include, size_t size,
+                                    const std::function<int(std::string_view)>& numa_of) {
+  std::vector<Placement> places;
+  places.reserve(available.size());
+  for (std::string_view id : available) places.push_back({std::string(id), numa_of(id), -1});
+  return PackByLocality(places, std::vector<std::string>(must_include.begin(), must_include.end()),
+                        size);
+}
+
 }  // namespace devplug::common

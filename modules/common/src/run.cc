@@ -130,6 +130,7 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::vector<std
   };
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds nap(1);
   int status = 0;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -158,7 +159,10 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::vector<std
         for (nfds_t i = 0; i < n; i++)
           if (p[i].revents) open[which[i]] = drain(which[i]);
     } else {
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(10)));
+      // Both pipes closed: the program is exiting (or left a child that
+      // closed them). Short naps first, so its exit is seen within ~1 ms.
+      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(left, nap));
+      nap = std::min(nap * 2, std::chrono::milliseconds(10));
     }
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) {

@@ -7,9 +7,11 @@
 // interfaces.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 namespace devplug::common {
@@ -46,6 +48,40 @@ class LinkMonitor {
  private:
   int fd_ = -1;
   std::string error_;
+};
+
+// A module's watcher thread around a LinkMonitor: it calls `changed` (which
+// normally calls host devices_changed) when a link message names an
+// interface `ours` accepts or messages were lost, and, with a `tick`, asks
+// `on_tick` (true: changed) every tick and after every message that was not
+// ours. Start it from list_devices(), after create() has returned, as the
+// ABI asks of devices_changed callers; Stop() (or the destructor) joins it.
+class LinkWatcher {
+ public:
+  struct Callbacks {
+    std::function<bool(std::string_view ifname)> ours;  // any thread: the watcher's
+    std::function<void()> changed;
+    std::function<bool()> on_tick;  // optional
+  };
+  LinkWatcher() = default;
+  ~LinkWatcher() { Stop(); }
+  LinkWatcher(const LinkWatcher&) = delete;
+  LinkWatcher& operator=(const LinkWatcher&) = delete;
+
+  bool running() const { return thread_.joinable(); }
+  // Starts the thread; "" or why link messages cannot be had (the thread
+  // then only ticks). Throws std::system_error when no thread can be made.
+  std::string Start(Callbacks callbacks, std::chrono::milliseconds tick);
+  void Stop();
+
+ private:
+  void Run();
+
+  LinkMonitor links_;
+  Callbacks cb_;
+  std::chrono::milliseconds tick_{0};
+  int stop_fd_ = -1;
+  std::thread thread_;
 };
 
 }  // namespace devplug::common

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace devplug::common {
@@ -33,5 +35,11 @@ struct Placement {
 std::vector<std::string> PackByLocality(const std::vector<Placement>& available,
                                         const std::vector<std::string>& must_include,
                                         size_t size);
+
+// The same for devices that only have a NUMA node (no groups), over the IDs
+// as the agent hands them in; numa_of(id) is -1 when unknown.
+std::vector<std::string> PackByNuma(const std::vector<std::string_view>& available,
+                                    const std::vector<std::string_view>& must_include, size_t size,
+                                    const std::function<int(std::string_view)>& numa_of);
 
 }  // namespace devplug::common
