@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
+#include "onload_fixture.h"
 #include "gpu_fixture.h"
 #include "sysfs_fixture.h"
 #include "udevd.h"
@@ -272,6 +273,73 @@ TEST_F(UdevTest, RdmaRoceLinkChangeThroughRtnetlink) {
   fx.SetPortState("irdma0", 1, 4);
   Sh("ip link set " + a + " up");
   const bool up = down && HealthyIs(kRoce, 1, 1);
+  Sh("ip link del " + a + " 2>/dev/null");
+  EXPECT_TRUE(registered);
+  EXPECT_TRUE(down);
+  EXPECT_TRUE(up);
+}
+
+// solarflare: rmmod onload (in the fixture) plus the real pci event of
+// this machine's device reaches the kubelet at once, and modprobe brings
+// the shares back; the veth pairs a Kubernetes node makes all day (real
+// net events of virtual interfaces) cause no rescan at all.
+TEST_F(UdevTest, SolarflareOnloadUnloadAndLoadOnRealEvents) {
+  const std::string address = FirstPciAddress();
+  const std::string uevent = "/sys/bus/pci/devices/" + address + "/uevent";
+  if (!CanTrigger(uevent) || Sh("command -v ip >/dev/null") != 0)
+    GTEST_SKIP() << "needs root, a PCI device and ip(8)";
+  testing::OnloadFixture fx(host_root());
+  ASSERT_TRUE(fx.Install());
+  fx.AddNic({.address = "0000:3b:00.0", .ifname = "ens1f0np0"});
+  constexpr char kOnload[] = "amd.com/onload";
+  StartSim();
+  StartAgent(Resource(kOnload, "solarflare", "shares = 2"), "0s", "udev_source = \"kernel\"");
+  ASSERT_TRUE(Registered(kOnload));
+  ASSERT_TRUE(HealthyIs(kOnload, 2, 2));
+  const double scans = Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ");
+  const std::string a = "dps" + std::to_string(getpid() % 100000), b = a + "p";
+  if (Sh("ip link add " + a + " type veth peer name " + b) == 0) {
+    Sh("ip link del " + a);
+    // The pci event after them is the barrier: once it has been scanned,
+    // the net events before it have been looked at too.
+    ASSERT_TRUE(Trigger(uevent));
+    ASSERT_TRUE(Eventually([&] {
+      return Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ") >= scans + 1;
+    }));
+    EXPECT_EQ(Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} "), scans + 1);
+  }
+  fx.Unload();
+  ASSERT_TRUE(Trigger(uevent));
+  ASSERT_TRUE(HealthyIs(kOnload, 2, 0));
+  ASSERT_TRUE(fx.Load());
+  ASSERT_TRUE(Trigger(uevent));
+  ASSERT_TRUE(HealthyIs(kOnload, 2, 2));
+}
+
+// solarflare with require_link: carrier changes raise no uevent, only an
+// rtnetlink message. The fixture NIC's interface carries the name of a real
+// veth; `ip link set down` on it must reach the kubelet with the resync off.
+TEST_F(UdevTest, SolarflareCarrierThroughRtnetlink) {
+  if (!testing::IsRoot() || Sh("command -v ip >/dev/null") != 0)
+    GTEST_SKIP() << "needs root and ip(8)";
+  const std::string a = "dpo" + std::to_string(getpid() % 100000), b = a + "p";
+  if (Sh("ip link add " + a + " type veth peer name " + b) != 0)
+    GTEST_SKIP() << "cannot create veth pairs here";
+  Sh("ip link set " + a + " up && ip link set " + b + " up");
+  testing::OnloadFixture fx(host_root());
+  ASSERT_TRUE(fx.Install());
+  fx.AddNic({.address = "0000:3b:00.0", .ifname = a});
+  constexpr char kNic[] = "amd.com/onload-nic";
+  StartSim();
+  StartAgent(Resource(kNic, "solarflare", "mode = \"nic\"\nrequire_link = true"), "0s",
+             "udev_source = \"kernel\"");
+  const bool registered = Registered(kNic) && HealthyIs(kNic, 1, 1);
+  fx.SetCarrier(a, false);
+  Sh("ip link set " + a + " down");
+  const bool down = registered && HealthyIs(kNic, 1, 0);
+  fx.SetCarrier(a, true);
+  Sh("ip link set " + a + " up");
+  const bool up = down && HealthyIs(kNic, 1, 1);
   Sh("ip link del " + a + " 2>/dev/null");
   EXPECT_TRUE(registered);
   EXPECT_TRUE(down);

@@ -60,6 +60,8 @@ class SysfsFixture {
   // The device's directory (real path, under root).
   std::string DevicePath(const std::string& address) const;
   void SetAttr(const std::string& address, const std::string& name, const std::string& value);
+  // A relative symlink as the kernel makes them; both paths relative to root.
+  void Link(const std::string& link_rel, const std::string& target_rel);
 
   // An HCA and its device nodes; false without CAP_MKNOD.
   bool AddRdma(const RdmaSpec& spec);
@@ -77,7 +79,6 @@ class SysfsFixture {
 
  private:
   std::string DeviceRel(const PciSpec& spec) const;  // relative to root
-  void Link(const std::string& link_rel, const std::string& target_rel);  // both relative to root
   std::string root_;
 };
 
