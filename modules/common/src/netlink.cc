@@ -52,26 +52,44 @@ bool LinkMonitor::Drain(const std::function<void(const Link&)>& fn) {
       return complete;  // EAGAIN: nothing more waits
     }
     if (len == 0) return complete;
-    int left = static_cast<int>(len);
-    for (auto* nh = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(nh, left);
-         nh = NLMSG_NEXT(nh, left)) {
-      if (nh->nlmsg_type != RTM_NEWLINK && nh->nlmsg_type != RTM_DELLINK) continue;
-      if (nh->nlmsg_len < NLMSG_LENGTH(sizeof(ifinfomsg))) continue;
-      const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
-      int attr_len = static_cast<int>(nh->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(*ifi)));
-      for (auto* a = IFLA_RTA(ifi); RTA_OK(a, attr_len); a = RTA_NEXT(a, attr_len)) {
-        if (a->rta_type != IFLA_IFNAME) continue;
-        const char* name = static_cast<const char*>(RTA_DATA(a));
-        const size_t max = RTA_PAYLOAD(a);
-        Link link;
-        link.ifname = std::string_view(name, strnlen(name, max));
-        link.removed = nh->nlmsg_type == RTM_DELLINK;
-        link.up = (ifi->ifi_flags & IFF_UP) != 0;
-        link.lower_up = (ifi->ifi_flags & IFF_LOWER_UP) != 0;
-        fn(link);
-        break;
-      }
+    // The walk NLMSG_OK/RTA_OK do, written out with unsigned sizes.
+    size_t left = static_cast<size_t>(len);
+    for (const char* p = buf.data(); left >= sizeof(nlmsghdr);) {
+      const auto* nh = reinterpret_cast<const nlmsghdr*>(p);
+      if (nh->nlmsg_len < sizeof(nlmsghdr) || nh->nlmsg_len > left) break;
+      const size_t step = NLMSG_ALIGN(nh->nlmsg_len);
+      if ((nh->nlmsg_type == RTM_NEWLINK || nh->nlmsg_type == RTM_DELLINK) &&
+          nh->nlmsg_len >= NLMSG_SPACE(sizeof(ifinfomsg)))
+        Parse(nh, fn);
+      if (step >= left) break;
+      p += step;
+      left -= step;
     }
+  }
+}
+
+void LinkMonitor::Parse(const nlmsghdr* nh, const std::function<void(const Link&)>& fn) {
+  const auto* ifi = static_cast<const ifinfomsg*>(NLMSG_DATA(nh));
+  const char* p = reinterpret_cast<const char*>(nh) + NLMSG_SPACE(sizeof(ifinfomsg));
+  size_t left = nh->nlmsg_len - NLMSG_SPACE(sizeof(ifinfomsg));
+  while (left >= sizeof(rtattr)) {
+    const auto* a = reinterpret_cast<const rtattr*>(p);
+    if (a->rta_len < sizeof(rtattr) || a->rta_len > left) return;
+    if (a->rta_type == IFLA_IFNAME) {
+      const char* name = static_cast<const char*>(RTA_DATA(a));
+      const size_t max = a->rta_len - RTA_LENGTH(0);
+      Link link;
+      link.ifname = std::string_view(name, strnlen(name, max));
+      link.removed = nh->nlmsg_type == RTM_DELLINK;
+      link.up = (ifi->ifi_flags & IFF_UP) != 0;
+      link.lower_up = (ifi->ifi_flags & IFF_LOWER_UP) != 0;
+      fn(link);
+      return;
+    }
+    const size_t step = RTA_ALIGN(a->rta_len);
+    if (step >= left) return;
+    p += step;
+    left -= step;
   }
 }
 

@@ -7,6 +7,8 @@
 // interfaces.
 #pragma once
 
+struct nlmsghdr;
+
 #include <chrono>
 #include <functional>
 #include <string>
@@ -46,6 +48,8 @@ class LinkMonitor {
   bool Drain(const std::function<void(const Link&)>& fn);
 
  private:
+  static void Parse(const struct nlmsghdr* nh, const std::function<void(const Link&)>& fn);
+
   int fd_ = -1;
   std::string error_;
 };
