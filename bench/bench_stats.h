@@ -2,6 +2,8 @@
 #pragma once
 
 #include <algorithm>
+#include <string>
+#include <cstdio>
 #include <chrono>
 #include <cstddef>
 #include <vector>
@@ -21,6 +23,13 @@ inline double Ms(std::chrono::steady_clock::duration d) {
 
 // How a table row judges a number against its target.
 inline const char* Verdict(bool met) { return met ? "met" : "MISSED"; }
+
+// One row of a "| measurement | p50 | p99 | max | target |" table, judged
+// by its p99.
+inline void PrintRow(const std::string& what, const Stats& s, const char* target, double limit_ms) {
+  std::printf("| %s (n=%zu) | %.3f ms | %.3f ms | %.3f ms | %s (%s) |\n", what.c_str(), s.n, s.p50,
+              s.p99, s.max, target, Verdict(s.p99 <= limit_ms));
+}
 
 inline Stats Summarize(std::vector<double> samples, size_t timeouts = 0) {
   Stats s;

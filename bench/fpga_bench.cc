@@ -32,11 +32,6 @@ using namespace std::chrono_literals;
 
 constexpr char kName[] = "fpga.example.com/nlb3";
 
-void Row(const std::string& what, const Stats& s, const char* target, double limit_ms) {
-  std::printf("| %s (n=%zu) | %.3f ms | %.3f ms | %.3f ms | %s (%s) |\n", what.c_str(), s.n, s.p50,
-              s.p99, s.max, target, devplug::bench::Verdict(s.p99 <= limit_ms));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,8 +125,8 @@ int main(int argc, char** argv) {
   devplug::testing::StopProcess(agent, SIGTERM);
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
-  Row("rescan of " + std::to_string(total) + " ports", rescan, "p99 <= 2 ms", 2.0);
-  Row("PreStartContainer, port already programmed, via gRPC", prestart, "p99 <= 1 ms", 1.0);
+  devplug::bench::PrintRow("rescan of " + std::to_string(total) + " ports", rescan, "p99 <= 2 ms", 2.0);
+  devplug::bench::PrintRow("PreStartContainer, port already programmed, via gRPC", prestart, "p99 <= 1 ms", 1.0);
   if (failed) std::printf("\n%zu PreStartContainer calls failed\n", failed);
   return 0;
 }

@@ -35,11 +35,6 @@ using namespace std::chrono_literals;
 constexpr char kShared[] = "amd.com/onload";
 constexpr char kNic[] = "amd.com/onload-nic";
 
-void Row(const std::string& what, const Stats& s, const char* target, double limit_ms) {
-  std::printf("| %s (n=%zu) | %.3f ms | %.3f ms | %.3f ms | %s (%s) |\n", what.c_str(), s.n, s.p50,
-              s.p99, s.max, target, devplug::bench::Verdict(s.p99 <= limit_ms));
-}
-
 std::string Address(int i) {
   char a[32];
   std::snprintf(a, sizeof a, "0000:%02x:00.%d", 0x10 + i / 2, i % 2);
@@ -148,10 +143,10 @@ int main(int argc, char** argv) {
   devplug::testing::StopProcess(agent, SIGTERM);
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
-  Row("rescan, " + std::to_string(nics) + " NICs + " + std::to_string(veths) + " veths", rescan,
+  devplug::bench::PrintRow("rescan, " + std::to_string(nics) + " NICs + " + std::to_string(veths) + " veths", rescan,
       "p99 <= 2 ms", 2.0);
-  Row("Allocate, shared, via gRPC", allocate, "p99 <= 1 ms", 1.0);
-  Row("PreStartContainer, nic mode: pod lookup + attach command, via gRPC", prestart,
+  devplug::bench::PrintRow("Allocate, shared, via gRPC", allocate, "p99 <= 1 ms", 1.0);
+  devplug::bench::PrintRow("PreStartContainer, nic mode: pod lookup + attach command, via gRPC", prestart,
       "p99 <= 10 ms", 10.0);
   if (failed || prestart_failed)
     std::printf("\n%zu Allocate and %zu PreStartContainer calls failed\n", failed, prestart_failed);

@@ -737,17 +737,9 @@ std::unique_ptr<Instance> Create(Host& host) {
     s.failure_hold = *d;
   if (auto d = Duration(host, "release_timeout", s.release_timeout, kMaxReleaseTimeout, ok))
     s.release_timeout = *d;
-  const int64_t prestart = host.PrestartTimeoutMs().value_or(28'000);
-  if (host.String("program_timeout") || s.region()) {
-    if (s.program_timeout.count() <= 0)
-      bad("program_timeout", "must be longer than 0");
-    else if (s.program_timeout.count() >= prestart)
-      bad("program_timeout",
-          "\"" + devplug::common::FormatDuration(s.program_timeout) +
-              "\" must be shorter than the agent's prestart_timeout (" +
-              devplug::common::FormatDuration(milliseconds(prestart)) +
-              "), which bounds the whole PreStartContainer call");
-  }
+  if (host.String("program_timeout") || s.region())
+    if (std::string why = host.CheckWithinPrestart(s.program_timeout); !why.empty())
+      bad("program_timeout", why);
   if (s.release_timeout.count() <= 0) bad("release_timeout", "must be longer than 0");
 
   static const char* const kActions[] = {"reset", "clear-errors", "program-idle", "command"};

@@ -583,17 +583,9 @@ std::unique_ptr<Instance> Create(Host& host) {
     if (auto* why = std::get_if<std::string>(&d)) bad("attach_timeout", *why);
     else s.attach_timeout = std::get<milliseconds>(d);
   }
-  const int64_t prestart = host.PrestartTimeoutMs().value_or(28'000);
-  if (!s.attach_command.empty()) {
-    if (s.attach_timeout.count() <= 0)
-      bad("attach_timeout", "must be longer than 0");
-    else if (s.attach_timeout.count() >= prestart)
-      bad("attach_timeout",
-          "\"" + devplug::common::FormatDuration(s.attach_timeout) +
-              "\" must be shorter than the agent's prestart_timeout (" +
-              devplug::common::FormatDuration(milliseconds(prestart)) +
-              "), which bounds the whole PreStartContainer call");
-  }
+  if (!s.attach_command.empty())
+    if (std::string why = host.CheckWithinPrestart(s.attach_timeout); !why.empty())
+      bad("attach_timeout", why);
   if (!ok) return nullptr;
   // PreStartContainer only where there is a command to run.
   host.UsePreStart(!s.attach_command.empty());

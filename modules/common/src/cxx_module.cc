@@ -1,5 +1,7 @@
 #include "devplug/common/cxx_module.h"
 
+#include "devplug/common/duration.h"
+
 #include <cstring>
 #include <set>
 
@@ -200,6 +202,15 @@ bool Host::EnvTable(const char* key, EnvList* out) const {
     }
   }
   return ok;
+}
+
+std::string Host::CheckWithinPrestart(std::chrono::milliseconds d) const {
+  const std::chrono::milliseconds prestart(PrestartTimeoutMs().value_or(28'000));
+  if (d.count() <= 0) return "must be longer than 0";
+  if (d >= prestart)
+    return "\"" + FormatDuration(d) + "\" must be shorter than the agent's prestart_timeout (" +
+           FormatDuration(prestart) + "), which bounds the whole PreStartContainer call";
+  return "";
 }
 
 void Host::UsePreStart(bool on) const {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -105,6 +106,9 @@ class Host {
   // ABI minor 4: the agent's prestart_timeout in ms, the deadline of every
   // PreStartContainer call; nullopt on older agents.
   std::optional<int64_t> PrestartTimeoutMs() const;
+  // Why `d`, a bound on work done inside PreStart, does not fit the agent's
+  // prestart_timeout (28 s on agents older than 1.4); "" when it does.
+  std::string CheckWithinPrestart(std::chrono::milliseconds d) const;
   // ABI minor 4: the [[resource]] table's position in the configuration
   // (as of create()); nullopt on older agents.
   std::optional<int32_t> ResourceIndex() const;
