@@ -1,33 +1,36 @@
-// nvidia module: NVIDIA GPUs, discovered through NVML (loaded at run time)
-// or the driver's /proc/driver/nvidia, with XID-based health.
+// nvidia module: NVIDIA GPUs or their MIG devices, discovered through NVML
+// (loaded at run time, one session per process, see session.h) or the
+// driver's /proc/driver/nvidia, with XID-based health.
 //
-// Keys (see README.md): discovery ("auto" | "nvml" | "procfs"),
-// nvml_library, shares, ignored_xids, cdi.
-// Devices: one per GPU, ID = its UUID ("GPU-…"), or <uuid>::<k> for
-// shares > 1 (time-slicing replicas, not isolated). Topology: the PCI
-// function's numa_node. Health: the GPU is found, /dev/nvidia<minor> and its
-// /proc/driver/nvidia/gpus/<pci>/information exist, and no critical XID was
-// seen since it last (re)appeared. Allocate (default recipes, merged by the
-// agent): /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools,
-// /dev/nvidia-modeset when present, /dev/nvidia<minor> of each GPU, and
-// NVIDIA_VISIBLE_DEVICES = the UUIDs (deduplicated); with cdi = true also
-// the CDI name nvidia.com/gpu=<uuid>.
+// Keys (see README.md): discovery, nvml_library, shares, ignored_xids, cdi,
+// mig, mig_profile, device_list_strategy, driver_mount, extra_mounts, envs.
+// Devices: one per GPU (mig = "none") or per MIG device (mig = "only"), ID =
+// its UUID ("GPU-…", "MIG-…"), or <uuid>::<k> for shares > 1 (time-slicing
+// replicas, not isolated). Topology: the (parent) GPU's numa_node. Health:
+// found, /dev/nvidia<minor>, its procfs entry, a MIG device's two
+// capability nodes and the driver mount exist, and no critical XID since
+// the GPU last (re)appeared; every Unhealthy device carries a short reason.
+// Allocate (default recipes, merged by the agent): the control nodes that
+// exist, /dev/nvidia<minor>, a MIG device's capability nodes, the devices
+// named per device_list_strategy, the driver and extra mounts, envs.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/fs.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/preferred.h"
+#include "mig.h"
 #include "nvml.h"
+#include "session.h"
 
 namespace {
 
@@ -39,27 +42,66 @@ using devplug::common::HostRoot;
 using devplug::common::Ids;
 using devplug::common::Instance;
 using devplug::common::ModuleError;
+using devplug::nvidia::GpuInfo;
+using devplug::nvidia::Inventory;
+using devplug::nvidia::MigDevice;
+using devplug::nvidia::Session;
 namespace nvml = devplug::nvidia::nvml;
 
 constexpr const char* kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                          "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"};
 constexpr char kProcGpus[] = "/proc/driver/nvidia/gpus";
+constexpr char kProcCaps[] = "/proc/driver/nvidia/capabilities";
+constexpr char kVolumeDir[] = "/var/run/nvidia-container-devices";
+constexpr char kVisible[] = "NVIDIA_VISIBLE_DEVICES";
 // XIDs caused by applications, not by the GPU: a program's fault must not
 // take the GPU away from everyone else.
 const std::vector<int64_t> kDefaultIgnoredXids = {13, 31, 43, 45, 68, 109};
 
 enum class Discovery { kAuto, kNvml, kProcfs };
+enum class Strategy { kEnvvar, kVolumeMounts, kCdi };
 
-struct Gpu {
-  std::string uuid;
-  std::string pci;  // "0000:3b:00.0"
-  unsigned minor = 0;
+const char* StrategyName(Strategy s) {
+  switch (s) {
+    case Strategy::kEnvvar: return "envvar";
+    case Strategy::kVolumeMounts: return "volume-mounts";
+    case Strategy::kCdi: return "cdi";
+  }
+  return "?";
+}
+
+struct HostMount {
+  std::string host, container;
+};
+
+struct Settings {
+  Discovery discovery = Discovery::kAuto;
+  std::string library = "libnvidia-ml.so.1";
+  int64_t shares = 1;
+  std::set<int64_t> ignored_xids;
+  bool cdi = false;
+  bool mig_only = false;
+  std::string mig_profile;  // "" = every profile
+  Strategy strategy = Strategy::kEnvvar;
+  std::optional<HostMount> driver_mount;
+  std::vector<HostMount> extra_mounts;
+  Host::EnvList envs;
+};
+
+// One advertised device before replicas: a whole GPU or a MIG device.
+struct Unit {
+  std::string uuid;    // GPU-… or MIG-…
+  std::string parent;  // the GPU's UUID (its own for a whole GPU)
+  std::string pci;     // the GPU's
   std::string model;
+  unsigned minor = 0;  // the GPU's /dev/nvidia<minor>
+  bool mig = false;
+  unsigned gi = 0, ci = 0;
+  std::string profile;
   int numa_node = -1;
-  nvml::Device handle = nullptr;
-  bool found = false;    // in the latest discovery
-  std::string problem;   // why it cannot be used, "" when healthy
-  bool lost = false;     // NVML says it fell off the bus
+  bool found = false;   // in the latest discovery
+  std::string problem;  // from discovery, for the log; "" when usable
+  std::string reason;   // the same in a few words
 };
 
 // "Key:   value" lines of a procfs information file.
@@ -89,115 +131,367 @@ std::string_view UuidOf(std::string_view id) {
   return sep == std::string_view::npos ? id : id.substr(0, sep);
 }
 
-class Nvidia : public Instance {
+// XID bookkeeping key: a whole GPU, or one MIG instance of it.
+std::string XidKey(const std::string& gpu, unsigned gi, unsigned ci) {
+  if (gi == nvml::kNoInstance) return gpu;
+  return gpu + "/" + std::to_string(gi) + "/" + std::to_string(ci);
+}
+
+// The nvidia instances of this process, for the warning about two of them
+// meeting in one container.
+struct Peer {
+  std::string resource;
+  Strategy strategy;
+};
+std::mutex& PeersMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<const void*, Peer>& Peers() {
+  static auto* peers = new std::map<const void*, Peer>;
+  return *peers;
+}
+
+class Nvidia : public Instance, public Session::Listener {
  public:
-  Nvidia(Host host, Discovery discovery, std::string library, int64_t shares,
-         std::set<int64_t> ignored, bool cdi)
-      : Instance(host),
-        root_(std::string(host.host_root())),
-        discovery_(discovery),
-        library_path_(std::move(library)),
-        shares_(shares),
-        ignored_xids_(std::move(ignored)),
-        cdi_(cdi) {}
+  Nvidia(Host host, Settings settings)
+      : Instance(host), root_(std::string(host.host_root())), s_(std::move(settings)) {}
 
   ~Nvidia() override {
-    StopEvents();
-    ShutdownNvml();
+    if (session_) session_->Unsubscribe(this);
+    session_.reset();  // the last one stops the event thread and shuts NVML down
+    std::lock_guard lock(PeersMutex());
+    Peers().erase(this);
   }
 
-  // Chooses NVML or procfs. Throws when "nvml" was asked for and is not
-  // usable.
+  // Chooses NVML or procfs. Throws when NVML is required and not usable.
   void Start() {
-    if (discovery_ == Discovery::kProcfs) return;
+    WarnAboutPeers();
+    if (s_.discovery == Discovery::kProcfs) return;
     std::string why;
-    if (OpenNvml(&why)) return;
-    if (discovery_ == Discovery::kNvml) throw ModuleError(ENODEV, "discovery = \"nvml\": " + why);
-    host().Warn("NVML is not usable (" + why + "); discovering GPUs from " + kProcGpus +
-                ", without XID health events or NVLink topology");
+    session_ = Session::Acquire(s_.library, &why);
+    if (!session_) {
+      if (s_.discovery == Discovery::kNvml)
+        throw ModuleError(ENODEV, "discovery = \"nvml\": " + why);
+      if (s_.mig_only)
+        throw ModuleError(ENODEV, "mig = \"only\" needs NVML, which is not usable: " + why);
+      host().Warn("NVML is not usable (" + why + "); discovering GPUs from " + kProcGpus +
+                  ", without XID health events or NVLink topology");
+      return;
+    }
+    if (!session_->api().has_mig()) {
+      if (s_.mig_only) {
+        session_.reset();
+        throw ModuleError(ENOTSUP, s_.library +
+                                       " lacks NVML's MIG calls (driver older than R450?): MIG "
+                                       "devices cannot be listed");
+      }
+      host().Info(s_.library + " lacks NVML's MIG calls: every GPU is served whole");
+    }
+    session_->Subscribe(this);
   }
 
-  void ListDevices(DeviceSink& sink) override {
-    if (reinit_nvml_ && lib_) {
-      // A GPU came back or changed: fresh handles, fresh event registrations.
-      StopEvents();
-      ShutdownNvml();
-      std::string why;
-      if (!InitNvml(&why)) host().Warn("NVML re-initialisation failed: " + why);
-      reinit_nvml_ = false;
+  // ---- Session::Listener (event thread) ----
+  void OnXid(const std::string& uuid, unsigned gi, unsigned ci, int64_t xid) override {
+    bool changed = false;
+    {
+      std::lock_guard lock(mu_);
+      std::vector<std::string> hit;
+      if (uuid.empty())
+        hit.assign(parents_.begin(), parents_.end());
+      else if (parents_.count(uuid))
+        hit.push_back(uuid);
+      for (const std::string& gpu : hit) {
+        std::string what = gpu;
+        if (gi != nvml::kNoInstance)
+          what += " (GPU instance " + std::to_string(gi) + ", compute instance " +
+                  std::to_string(ci) + ")";
+        if (s_.ignored_xids.count(xid)) {
+          host().Info(what + ": XID " + std::to_string(xid) + " (application error, ignored)");
+          continue;
+        }
+        host().Warn(what + ": critical XID " + std::to_string(xid) + ": marking " +
+                    (gi == nvml::kNoInstance ? "it" : "that MIG device") + " Unhealthy");
+        bad_xid_[XidKey(gpu, gi, ci)] = xid;
+        changed = true;
+      }
     }
-    if (nvml_up_)
-      DiscoverNvml();
-    else
+    if (changed) host().DevicesChanged();
+  }
+
+  void OnChange() override { host().DevicesChanged(); }
+  void Log(int32_t level, const std::string& msg) override { host().Log(level, msg); }
+
+  // ---- Instance ----
+  void ListDevices(DeviceSink& sink) override {
+    const std::map<std::string, GpuInfo>* gpus = nullptr;
+    if (session_) {
+      inventory_ = session_->Current(*this);
+      gpus = &inventory_->gpus;
+    } else {
       DiscoverProcfs();
-    if (nvml_up_ && !events_.joinable()) StartEvents();
+      gpus = &procfs_gpus_;
+    }
+    Collect(*gpus);
 
     std::vector<std::string> control;
     for (const char* n : kControlNodes)
       if (devplug::common::IsCharDevice(root_.Path(n))) control.push_back(n);
     const bool procfs = devplug::common::Exists(root_.Path(kProcGpus));
+    const bool driver_ok =
+        !s_.driver_mount || devplug::common::Exists(root_.Path(s_.driver_mount->host));
+    std::vector<const HostMount*> extra;
+    for (const HostMount& m : s_.extra_mounts)
+      if (devplug::common::Exists(root_.Path(m.host))) extra.push_back(&m);
     std::map<std::string, int64_t> bad_xid;
     {
       std::lock_guard lock(mu_);
       bad_xid = bad_xid_;
+      parents_.clear();
+      for (const auto& [id, u] : units_) parents_.insert(u.parent);
     }
-    for (auto& [uuid, g] : gpus_) {
+
+    for (const auto& [id, u] : units_) {
       // `problem` for the log, `reason` (a few words) for the status.
-      std::string problem, reason;
-      const std::string node = "/dev/nvidia" + std::to_string(g.minor);
-      if (!g.found) {
-        problem = "is gone (not reported by " + std::string(nvml_up_ ? "NVML" : "procfs") + ")";
-        reason = "gone";
-      } else if (!g.problem.empty()) {
-        problem = g.problem;
-        reason = g.lost ? "fallen off the bus" : "NVML error";
-      } else if (!devplug::common::IsCharDevice(root_.Path(node))) {
-        problem = node + " is missing";
-        reason = node + " missing";
-      } else if (procfs && !devplug::common::Exists(root_.Path(std::string(kProcGpus) + "/" +
-                                                               g.pci + "/information"))) {
-        problem = std::string(kProcGpus) + "/" + g.pci + "/information is missing";
-        reason = "procfs entry missing";
-      } else if (auto it = bad_xid.find(uuid); it != bad_xid.end()) {
-        problem = "critical XID " + std::to_string(it->second) +
-                  "; Unhealthy until the GPU is reset or re-appears";
-        reason = "XID " + std::to_string(it->second);
+      std::string problem = u.problem, reason = u.reason;
+      const std::string node = "/dev/nvidia" + std::to_string(u.minor);
+      std::vector<std::string> caps;
+      auto check = [&](bool ok, const std::string& p, const std::string& r) {
+        if (problem.empty() && !ok) {
+          problem = p;
+          reason = r;
+        }
+      };
+      check(devplug::common::IsCharDevice(root_.Path(node)), node + " is missing", node + " missing");
+      if (procfs) {
+        const std::string info = std::string(kProcGpus) + "/" + u.pci + "/information";
+        check(devplug::common::Exists(root_.Path(info)), info + " is missing",
+              "procfs entry missing");
       }
-      Report(g, problem);
+      if (u.mig && problem.empty()) caps = CapabilityNodes(u, &problem, &reason);
+      if (problem.empty()) {
+        auto whole = bad_xid.find(u.parent);
+        auto mine = bad_xid.find(XidKey(u.parent, u.gi, u.ci));
+        const auto hit = whole != bad_xid.end() ? whole : (u.mig ? mine : bad_xid.end());
+        if (hit != bad_xid.end()) {
+          problem = "critical XID " + std::to_string(hit->second) +
+                    "; Unhealthy until the GPU is reset or re-appears";
+          reason = "XID " + std::to_string(hit->second);
+        }
+      }
+      check(driver_ok, s_.driver_mount ? s_.driver_mount->host + " (driver_mount) is missing" : "",
+            "driver mount missing");
+      Report(u, problem);
       const bool healthy = problem.empty();
-      for (int64_t k = 0; k < shares_; k++) {
-        const std::string id = shares_ == 1 ? uuid : uuid + "::" + std::to_string(k);
-        auto r = sink.Add(id, healthy, g.numa_node, reason);
+      for (int64_t k = 0; k < s_.shares; k++) {
+        const std::string dev_id = s_.shares == 1 ? u.uuid : u.uuid + "::" + std::to_string(k);
+        auto r = sink.Add(dev_id, healthy, u.numa_node, reason);
         if (!r || !healthy) continue;
         for (const std::string& c : control) r->Node(c);
-        r->Node(node).Env("NVIDIA_VISIBLE_DEVICES", uuid);
-        if (cdi_) r->Cdi("nvidia.com/gpu=" + uuid);
+        r->Node(node);
+        for (const std::string& c : caps) r->Node(c);
+        switch (s_.strategy) {
+          case Strategy::kEnvvar:
+            r->Env(kVisible, u.uuid);
+            break;
+          case Strategy::kVolumeMounts:
+            r->Mount("/dev/null", std::string(kVolumeDir) + "/" + u.uuid, true);
+            r->Env(kVisible, kVolumeDir);
+            break;
+          case Strategy::kCdi:
+            break;
+        }
+        if (s_.cdi || s_.strategy == Strategy::kCdi) r->Cdi("nvidia.com/gpu=" + u.uuid);
+        if (s_.driver_mount) r->Mount(s_.driver_mount->host, s_.driver_mount->container, true);
+        for (const HostMount* m : extra) r->Mount(m->host, m->container, true);
+        for (const auto& [key, value] : s_.envs) r->Env(key, value);
       }
     }
   }
 
   bool OnUdevEvent(const devplug_udev_event& ev) override {
     if (!ev.sysname) return true;
-    const std::string_view name = ev.sysname, action = ev.action ? ev.action : "";
-    for (auto& [uuid, g] : gpus_) {
-      if (g.pci != name) continue;
-      // The GPU was reset, re-bound or plugged back: forget its XID and
-      // take fresh NVML handles before the next scan.
+    const std::string name = ev.sysname, action = ev.action ? ev.action : "";
+    auto it = gpu_by_pci_.find(name);
+    if (it != gpu_by_pci_.end()) {
+      // The GPU was reset, re-bound or plugged back: forget its XIDs (and
+      // its MIG devices'), take fresh NVML handles, and see its MIG layout
+      // again before the next scan.
       if (action == "add" || action == "bind" || action == "change") {
         std::lock_guard lock(mu_);
-        if (bad_xid_.erase(uuid)) host().Info(uuid + ": " + std::string(action) + " event; XID cleared");
+        const std::string& gpu = it->second;
+        size_t cleared = 0;
+        for (auto x = bad_xid_.begin(); x != bad_xid_.end();) {
+          if (x->first == gpu || x->first.rfind(gpu + "/", 0) == 0) {
+            x = bad_xid_.erase(x);
+            cleared++;
+          } else {
+            ++x;
+          }
+        }
+        if (cleared) host().Info(gpu + ": " + action + " event; XID cleared");
       }
-      reinit_nvml_ = true;
+      if (session_) session_->Invalidate(true);
       return true;
     }
     // Another PCI function. Only a new NVIDIA one can be a new GPU: SR-IOV
     // VFs of a NIC coming and going on a GPU node must not re-initialise
     // NVML (or rescan). A function we never listed leaving changes nothing.
     if ((action == "add" || action == "bind") && IsNvidiaFunction(ev)) {
-      reinit_nvml_ = true;
+      if (session_) session_->Invalidate(true);
       return true;
     }
     return false;
+  }
+
+  std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
+                                               size_t size) override {
+    if (s_.mig_only) return PreferByParent(available, must_include, size);
+    if (s_.shares == 1 && inventory_ && !inventory_->links.empty())
+      return PreferByTopology(available, must_include, size);
+    // Replicas of one GPU form a group; NUMA first.
+    std::map<std::string_view, int> index;
+    int next = 0;
+    for (const auto& [uuid, u] : units_) index[uuid] = next++;
+    std::vector<devplug::common::Placement> places;
+    for (std::string_view id : available) {
+      devplug::common::Placement p{std::string(id), -1, -1};
+      auto it = units_.find(std::string(UuidOf(id)));
+      if (it != units_.end()) {
+        p.numa_node = it->second.numa_node;
+        p.group = index[it->first];
+      }
+      places.push_back(std::move(p));
+    }
+    return devplug::common::PackByLocality(
+        places, std::vector<std::string>(must_include.begin(), must_include.end()), size);
+  }
+
+ private:
+  void WarnAboutPeers() {
+    const std::string me(host().resource_name());
+    std::lock_guard lock(PeersMutex());
+    for (const auto& [ptr, peer] : Peers()) {
+      // The same resource twice: its replacement during a reload.
+      if (peer.resource == me) continue;
+      if (peer.strategy == s_.strategy && s_.strategy != Strategy::kEnvvar) continue;
+      host().Warn("resources \"" + peer.resource + "\" (device_list_strategy = \"" +
+                  StrategyName(peer.strategy) + "\") and \"" + me + "\" (\"" +
+                  StrategyName(s_.strategy) +
+                  "\") both serve NVIDIA devices: a container given both sees the devices of "
+                  "only one in " + kVisible +
+                  " (the kubelet keeps one value); set device_list_strategy = "
+                  "\"volume-mounts\" or \"cdi\" on both");
+    }
+    Peers()[this] = Peer{me, s_.strategy};
+  }
+
+  // Folds a discovery into units_: found, new, reconfigured away.
+  void Collect(const std::map<std::string, GpuInfo>& gpus) {
+    for (auto& [id, u] : units_) u.found = false;
+    gpu_by_pci_.clear();
+    for (const auto& [uuid, g] : gpus) {
+      if (!g.pci.empty()) gpu_by_pci_[g.pci] = uuid;
+      const int numa = Numa(g.pci);
+      auto fill = [&](Unit& u) {
+        u.parent = uuid;
+        u.pci = g.pci;
+        u.model = g.model;
+        u.minor = g.minor;
+        u.numa_node = numa;
+        u.found = true;
+        u.problem = g.problem;
+        u.reason = g.problem.empty() ? "" : g.lost ? "lost (NVML)" : "NVML error";
+      };
+      if (!s_.mig_only) {
+        if (g.mig_enabled) {
+          if (noted_.insert(uuid).second)
+            host().Info(uuid + (g.pci.empty() ? "" : " at " + g.pci) +
+                        ": MIG is enabled; not served whole (its MIG devices go to resources "
+                        "with mig = \"only\")");
+          continue;
+        }
+        noted_.erase(uuid);
+        Unit& u = units_[uuid];
+        u.uuid = uuid;
+        fill(u);
+        continue;
+      }
+      if (!g.mig_enabled) {
+        if (!g.lost && noted_.insert(uuid).second)
+          host().Info(uuid + (g.pci.empty() ? "" : " at " + g.pci) +
+                      ": MIG is not enabled; no MIG devices to serve");
+        continue;
+      }
+      noted_.erase(uuid);
+      for (const MigDevice& m : g.migs) {
+        if (!s_.mig_profile.empty() && m.profile != s_.mig_profile) continue;
+        Unit& u = units_[m.uuid];
+        u.uuid = m.uuid;
+        u.mig = true;
+        u.gi = m.gi;
+        u.ci = m.ci;
+        u.profile = m.profile;
+        fill(u);
+      }
+    }
+    for (auto it = units_.begin(); it != units_.end();) {
+      Unit& u = it->second;
+      if (u.found) {
+        ++it;
+        continue;
+      }
+      auto p = gpus.find(u.parent);
+      // The GPU is there and fully listed, this device is not: MIG was
+      // reconfigured (instances destroyed, MIG switched on or off). It
+      // leaves; a GPU that vanished keeps its devices listed Unhealthy.
+      if (p != gpus.end() && !p->second.lost && p->second.problem.empty() &&
+          p->second.mig_problem.empty()) {
+        host().Info(u.uuid + ": no longer there (MIG reconfigured on " + u.parent + ")");
+        reported_.erase(u.uuid);
+        it = units_.erase(it);
+        continue;
+      }
+      if (p == gpus.end()) {
+        u.problem = "is gone (not reported by " + std::string(session_ ? "NVML" : "procfs") + ")";
+        u.reason = "gone";
+      } else if (p->second.lost || !p->second.problem.empty()) {
+        u.problem = "its GPU " + (p->second.problem.empty() ? "is lost" : p->second.problem);
+        u.reason = p->second.lost ? "lost (NVML)" : "NVML error";
+      } else {
+        u.problem = "NVML could not list it: " + p->second.mig_problem;
+        u.reason = "NVML error";
+      }
+      ++it;
+    }
+  }
+
+  // The two capability nodes of a MIG device, from the driver's access
+  // files; empty with *problem set when one is missing.
+  std::vector<std::string> CapabilityNodes(const Unit& u, std::string* problem,
+                                           std::string* reason) const {
+    const std::string gi_dir = std::string(kProcCaps) + "/gpu" + std::to_string(u.minor) +
+                               "/mig/gi" + std::to_string(u.gi);
+    std::vector<std::string> nodes;
+    for (const std::string& access :
+         {gi_dir + "/access", gi_dir + "/ci" + std::to_string(u.ci) + "/access"}) {
+      auto text = devplug::common::ReadAttr(root_.Path(access));
+      std::optional<unsigned> minor;
+      if (text.ok()) minor = devplug::nvidia::ParseCapabilityMinor(*text);
+      if (!minor) {
+        *problem = access + (text.ok() ? " has no DeviceFileMinor" : " is missing");
+        *reason = "MIG capability missing";
+        return {};
+      }
+      const std::string node = "/dev/nvidia-caps/nvidia-cap" + std::to_string(*minor);
+      if (!devplug::common::IsCharDevice(root_.Path(node))) {
+        *problem = node + " is missing";
+        *reason = node + " missing";
+        return {};
+      }
+      nodes.push_back(node);
+    }
+    return nodes;
   }
 
   bool IsNvidiaFunction(const devplug_udev_event& ev) const {
@@ -212,106 +506,8 @@ class Nvidia : public Instance {
     return false;
   }
 
-  std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
-                                               size_t size) override {
-    if (shares_ == 1 && !links_.empty()) return PreferByTopology(available, must_include, size);
-    // Replicas of one GPU form a group; NUMA first.
-    std::map<std::string_view, int> index;
-    int next = 0;
-    for (const auto& [uuid, g] : gpus_) index[uuid] = next++;
-    std::vector<devplug::common::Placement> places;
-    for (std::string_view id : available) {
-      devplug::common::Placement p{std::string(id), -1, -1};
-      auto it = gpus_.find(std::string(UuidOf(id)));
-      if (it != gpus_.end()) {
-        p.numa_node = it->second.numa_node;
-        p.group = index[it->first];
-      }
-      places.push_back(std::move(p));
-    }
-    return devplug::common::PackByLocality(
-        places, std::vector<std::string>(must_include.begin(), must_include.end()), size);
-  }
-
- private:
-  // ---- NVML ----
-  bool OpenNvml(std::string* why) {
-    lib_ = nvml::Library::Open(library_path_, why);
-    if (!lib_) return false;
-    if (!InitNvml(why)) {
-      lib_.reset();
-      return false;
-    }
-    return true;
-  }
-
-  bool InitNvml(std::string* why) {
-    const nvml::Return rc = lib_->api().Init();
-    if (rc != nvml::kSuccess) {
-      *why = "nvmlInit_v2: " + lib_->Error(rc);
-      return false;
-    }
-    nvml_up_ = true;
-    return true;
-  }
-
-  void ShutdownNvml() {
-    if (nvml_up_ && lib_) lib_->api().Shutdown();
-    nvml_up_ = false;
-    for (auto& [uuid, g] : gpus_) g.handle = nullptr;
-  }
-
-  void DiscoverNvml() {
-    const nvml::Api& api = lib_->api();
-    for (auto& [uuid, g] : gpus_) g.found = false;
-    unsigned count = 0;
-    nvml::Return rc = api.DeviceGetCount(&count);
-    if (rc != nvml::kSuccess) throw ModuleError(EIO, "nvmlDeviceGetCount_v2: " + lib_->Error(rc));
-    std::map<nvml::Device, std::string> handles;
-    for (unsigned i = 0; i < count; i++) {
-      nvml::Device dev = nullptr;
-      if ((rc = api.DeviceGetHandleByIndex(i, &dev)) != nvml::kSuccess) {
-        host().Warn("GPU index " + std::to_string(i) + ": " + lib_->Error(rc));
-        continue;
-      }
-      char uuid[nvml::kUuidBufferSize] = {};
-      if ((rc = api.DeviceGetUUID(dev, uuid, sizeof(uuid))) != nvml::kSuccess) {
-        host().Warn("GPU index " + std::to_string(i) + ": no UUID: " + lib_->Error(rc));
-        continue;
-      }
-      Gpu& g = gpus_[uuid];
-      g.uuid = uuid;
-      g.handle = dev;
-      g.found = true;
-      g.problem.clear();
-      g.lost = false;
-      nvml::PciInfo pci{};
-      if ((rc = api.DeviceGetPciInfo(dev, &pci)) == nvml::kSuccess)
-        g.pci = nvml::NormalizeBusId(pci.busId);
-      unsigned minor = 0;
-      if ((rc = api.DeviceGetMinorNumber(dev, &minor)) == nvml::kSuccess)
-        g.minor = minor;
-      else
-        g.problem = "NVML cannot tell its device minor: " + lib_->Error(rc);
-      if (rc == nvml::kErrorGpuIsLost) {
-        g.problem = "has fallen off the bus (" + lib_->Error(rc) + ")";
-        g.lost = true;
-      }
-      char name[nvml::kNameBufferSize] = {};
-      if (api.DeviceGetName && api.DeviceGetName(dev, name, sizeof(name)) == nvml::kSuccess)
-        g.model = name;
-      g.numa_node = Numa(g.pci);
-      handles[dev] = g.uuid;
-    }
-    {
-      std::lock_guard lock(mu_);
-      handles_ = std::move(handles);
-    }
-    BuildTopology();
-  }
-
   void DiscoverProcfs() {
-    for (auto& [uuid, g] : gpus_) g.found = false;
+    procfs_gpus_.clear();
     auto dirs = devplug::common::ListDir(root_.Path(kProcGpus));
     if (!dirs.ok()) {
       if (dirs.error().code != ENOENT) host().Warn(dirs.error().ToString());
@@ -328,15 +524,11 @@ class Nvidia : public Instance {
         host().Warn(path + ": no GPU UUID or Device Minor; skipped");
         continue;
       }
-      Gpu& g = gpus_[uuid];
+      GpuInfo& g = procfs_gpus_[uuid];
       g.uuid = uuid;
       g.pci = devplug::common::NormalizePciAddress(pci).value_or(pci);
       g.minor = static_cast<unsigned>(*minor);
       g.model = info["Model"];
-      g.numa_node = Numa(g.pci);
-      g.found = true;
-      g.problem.clear();
-      g.lost = false;
     }
   }
 
@@ -346,43 +538,66 @@ class Nvidia : public Instance {
     return n.ok() && *n >= 0 ? static_cast<int>(*n) : -1;
   }
 
-  // NVLink counts and PCIe common-ancestor levels between the GPUs, by UUID
-  // order. Static for a given set of GPUs: read once per discovery.
-  void BuildTopology() {
-    const nvml::Api& api = lib_->api();
-    std::vector<const Gpu*> order;
-    for (const auto& [uuid, g] : gpus_)
-      if (g.found && g.handle) order.push_back(&g);
-    const size_t n = order.size();
-    links_.assign(n, std::vector<int>(n, 0));
-    levels_.assign(n, std::vector<int>(n, nvml::kTopologySystem));
-    topo_ids_.clear();
-    for (const Gpu* g : order) topo_ids_.push_back(g->uuid);
-    for (size_t i = 0; i < n; i++) {
-      for (size_t j = 0; j < n; j++) {
-        if (i == j) continue;
-        int level = nvml::kTopologySystem;
-        if (api.DeviceGetTopologyCommonAncestor &&
-            api.DeviceGetTopologyCommonAncestor(order[i]->handle, order[j]->handle, &level) ==
-                nvml::kSuccess)
-          levels_[i][j] = level;
-        else if (order[i]->numa_node >= 0 && order[i]->numa_node == order[j]->numa_node)
-          levels_[i][j] = nvml::kTopologyNode;
-      }
-      if (!api.has_nvlink()) continue;
-      for (unsigned link = 0; link < nvml::kNvLinkMaxLinks; link++) {
-        int active = 0;
-        if (api.DeviceGetNvLinkState(order[i]->handle, link, &active) != nvml::kSuccess || !active)
-          continue;
-        nvml::PciInfo remote{};
-        if (api.DeviceGetNvLinkRemotePciInfo(order[i]->handle, link, &remote) != nvml::kSuccess)
-          continue;
-        const std::string peer = nvml::NormalizeBusId(remote.busId);
-        for (size_t j = 0; j < n; j++)
-          if (j != i && order[j]->pci == peer) links_[i][j]++;
-      }
+  // MIG devices from as few GPUs as possible: the GPUs must_include uses
+  // first, then the GPU that holds the whole remainder with the least left
+  // over, else the GPU with the most free devices; NUMA breaks ties (the
+  // node already used, then the lower one), then the GPU's UUID.
+  std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include,
+                                          size_t size) {
+    struct Group {
+      std::vector<std::string_view> ids;  // sorted
+      int numa = -1;
+      bool used = false;
+    };
+    std::map<std::string_view, Group> groups;  // by parent UUID
+    std::set<int> numas;
+    std::vector<std::string> out;
+    std::set<std::string_view> taken;
+    auto parent_of = [&](std::string_view id) -> std::pair<std::string_view, int> {
+      auto it = units_.find(std::string(UuidOf(id)));
+      if (it == units_.end()) return {id, -1};  // unknown: a group of its own
+      return {it->second.parent, it->second.numa_node};
+    };
+    for (std::string_view id : must_include) {
+      if (!taken.insert(id).second) continue;
+      out.emplace_back(id);
+      auto [parent, numa] = parent_of(id);
+      Group& g = groups[parent];
+      g.used = true;
+      g.numa = numa;
+      numas.insert(numa);
     }
-    if (n == 0) links_.clear();
+    for (std::string_view id : available) {
+      if (!taken.insert(id).second) continue;
+      auto [parent, numa] = parent_of(id);
+      Group& g = groups[parent];
+      g.numa = numa;
+      g.ids.push_back(id);
+    }
+    for (auto& [p, g] : groups) std::sort(g.ids.begin(), g.ids.end());
+    while (out.size() < size) {
+      const size_t want = size - out.size();
+      Group* best = nullptr;
+      auto better = [&](const Group& a, const Group& b) {  // a before b?
+        if (a.used != b.used) return a.used;
+        const bool fa = a.ids.size() >= want, fb = b.ids.size() >= want;
+        if (fa != fb) return fa;
+        if (a.ids.size() != b.ids.size())
+          return fa ? a.ids.size() < b.ids.size() : a.ids.size() > b.ids.size();
+        const bool na = numas.count(a.numa) > 0, nb = numas.count(b.numa) > 0;
+        if (na != nb) return na;
+        return a.numa < b.numa;
+      };
+      for (auto& [p, g] : groups)  // in UUID order: the first of equals wins
+        if (!g.ids.empty() && (!best || better(g, *best))) best = &g;
+      if (!best) break;
+      const size_t n = std::min(want, best->ids.size());
+      for (size_t i = 0; i < n; i++) out.emplace_back(best->ids[i]);
+      best->ids.erase(best->ids.begin(), best->ids.begin() + static_cast<std::ptrdiff_t>(n));
+      best->used = true;
+      numas.insert(best->numa);
+    }
+    return out;
   }
 
   // The best set of `size` GPUs containing must_include: most NVLinks
@@ -390,10 +605,11 @@ class Nvidia : public Instance {
   // candidates when that is small (8 GPUs: at most 70 sets), greedy beyond.
   std::vector<std::string> PreferByTopology(const Ids& available, const Ids& must_include,
                                             size_t size) {
+    const Inventory& inv = *inventory_;
     std::map<std::string_view, size_t> index;
-    for (size_t i = 0; i < topo_ids_.size(); i++) index[topo_ids_[i]] = i;
+    for (size_t i = 0; i < inv.topo_ids.size(); i++) index[inv.topo_ids[i]] = i;
     auto score = [&](size_t a, size_t b) {
-      return 1000L * links_[a][b] + (nvml::kTopologySystem + 10 - levels_[a][b]);
+      return 1000L * inv.links[a][b] + (nvml::kTopologySystem + 10 - inv.levels[a][b]);
     };
     std::vector<std::string> out;
     std::vector<size_t> chosen;
@@ -418,7 +634,8 @@ class Nvidia : public Instance {
     };
     // Exhaustive when C(n, k) is small.
     double combos = 1;
-    for (size_t i = 0; i < k; i++) combos = combos * static_cast<double>(cands.size() - i) / static_cast<double>(i + 1);
+    for (size_t i = 0; i < k; i++)
+      combos = combos * static_cast<double>(cands.size() - i) / static_cast<double>(i + 1);
     std::vector<size_t> best;
     if (combos <= 50000) {
       std::vector<size_t> pick(k);
@@ -428,7 +645,8 @@ class Nvidia : public Instance {
         long s = 0;
         for (size_t a = 0; a < k; a++) {
           for (size_t c : chosen) s += pair_score(cands[pick[a]].second, c);
-          for (size_t b = a + 1; b < k; b++) s += pair_score(cands[pick[a]].second, cands[pick[b]].second);
+          for (size_t b = a + 1; b < k; b++)
+            s += pair_score(cands[pick[a]].second, cands[pick[b]].second);
         }
         if (s > best_score) {
           best_score = s;
@@ -465,149 +683,174 @@ class Nvidia : public Instance {
     return out;
   }
 
-  // ---- XID events ----
-  void StartEvents() {
-    const nvml::Api& api = lib_->api();
-    if (!api.has_events()) {
-      if (!warned_no_events_)
-        host().Warn(library_path_ + " has no event API: XIDs cannot be watched");
-      warned_no_events_ = true;
-      return;
-    }
-    nvml::EventSet set = nullptr;
-    nvml::Return rc = api.EventSetCreate(&set);
-    if (rc != nvml::kSuccess) {
-      host().Warn("nvmlEventSetCreate: " + lib_->Error(rc) + "; XIDs are not watched");
-      return;
-    }
-    for (auto& [uuid, g] : gpus_) {
-      if (!g.found || !g.handle) continue;
-      rc = api.DeviceRegisterEvents(g.handle, nvml::kEventXidCriticalError, set);
-      if (rc != nvml::kSuccess)
-        host().Warn(uuid + ": XID events not available: " + lib_->Error(rc));
-    }
-    stop_events_ = false;
-    events_ = std::thread([this, set] { WatchEvents(set); });
-  }
-
-  void StopEvents() {
-    if (!events_.joinable()) return;
-    stop_events_ = true;
-    events_.join();
-  }
-
-  void WatchEvents(nvml::EventSet set) {
-    const nvml::Api& api = lib_->api();
-    while (!stop_events_) {
-      nvml::EventData ev{};
-      const nvml::Return rc = api.EventSetWait(set, &ev, 200);
-      if (rc == nvml::kErrorTimeout) continue;
-      if (rc != nvml::kSuccess) {
-        // GPU_IS_LOST and friends: a rescan finds out which.
-        host().Warn("nvmlEventSetWait_v2: " + lib_->Error(rc));
-        host().DevicesChanged();
-        for (int i = 0; i < 10 && !stop_events_; i++) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      if (!(ev.eventType & nvml::kEventXidCriticalError)) continue;
-      const int64_t xid = static_cast<int64_t>(ev.eventData);
-      bool changed = false;
-      {
-        std::lock_guard lock(mu_);
-        std::vector<std::string> hit;
-        if (ev.device == nullptr) {
-          for (const auto& [h, uuid] : handles_) hit.push_back(uuid);
-        } else if (auto it = handles_.find(ev.device); it != handles_.end()) {
-          hit.push_back(it->second);
-        }
-        for (const std::string& uuid : hit) {
-          if (ignored_xids_.count(xid)) {
-            host().Info(uuid + ": XID " + std::to_string(xid) + " (application error, ignored)");
-            continue;
-          }
-          host().Warn(uuid + ": critical XID " + std::to_string(xid) + ": marking it Unhealthy");
-          bad_xid_[uuid] = xid;
-          changed = true;
-        }
-      }
-      if (changed) host().DevicesChanged();
-    }
-    api.EventSetFree(set);
-  }
-
-  void Report(const Gpu& g, const std::string& problem) {
-    auto it = reported_.find(g.uuid);
+  void Report(const Unit& u, const std::string& problem) {
+    auto it = reported_.find(u.uuid);
     const bool known = it != reported_.end();
     if (known && it->second == problem) return;
-    const std::string what = g.uuid + (g.pci.empty() ? "" : " at " + g.pci) +
-                             (g.model.empty() ? "" : " (" + g.model + ")");
+    std::string what = u.uuid;
+    if (u.mig)
+      what += " (MIG " + (u.profile.empty() ? std::string("device") : u.profile) + " on " +
+              u.parent + ")";
+    else
+      what += (u.pci.empty() ? "" : " at " + u.pci) + (u.model.empty() ? "" : " (" + u.model + ")");
     if (problem.empty())
       host().Info(what + (known ? ": Healthy again" : ": found") +
-                  (g.numa_node >= 0 ? ", NUMA node " + std::to_string(g.numa_node) : ""));
+                  (u.numa_node >= 0 ? ", NUMA node " + std::to_string(u.numa_node) : ""));
     else
       host().Warn(what + ": Unhealthy, " + problem);
-    reported_[g.uuid] = problem;
+    reported_[u.uuid] = problem;
   }
 
   HostRoot root_;
-  Discovery discovery_;
-  std::string library_path_;
-  int64_t shares_;
-  std::set<int64_t> ignored_xids_;
-  bool cdi_;
+  const Settings s_;
+  std::shared_ptr<Session> session_;
 
-  std::unique_ptr<nvml::Library> lib_;
-  bool nvml_up_ = false;
-  bool reinit_nvml_ = false;
-  bool warned_no_events_ = false;
-  std::map<std::string, Gpu> gpus_;            // by UUID; worker thread only
-  std::map<std::string, std::string> reported_;  // uuid -> last logged problem
-  std::vector<std::string> topo_ids_;            // UUIDs, index of links_/levels_
-  std::vector<std::vector<int>> links_, levels_;
+  // Worker thread only.
+  std::shared_ptr<const Inventory> inventory_;       // the latest NVML discovery
+  std::map<std::string, GpuInfo> procfs_gpus_;       // the latest procfs discovery
+  std::map<std::string, Unit> units_;                // by UUID
+  std::map<std::string, std::string> gpu_by_pci_;    // every GPU discovered: PCI -> UUID
+  std::set<std::string> noted_;                      // GPUs skipped for their MIG mode (logged)
+  std::map<std::string, std::string> reported_;      // UUID -> last logged problem
 
   std::mutex mu_;  // shared with the event thread
-  std::map<nvml::Device, std::string> handles_;
-  std::map<std::string, int64_t> bad_xid_;  // uuid -> XID
-  std::thread events_;
-  std::atomic<bool> stop_events_{false};
+  std::set<std::string> parents_;             // GPUs this resource serves (or their MIG devices)
+  std::map<std::string, int64_t> bad_xid_;    // XidKey -> XID
 };
+
+// ---- configuration ----
+
+bool ValidPath(const std::string& p) {
+  return p.size() > 1 && p[0] == '/' && p.find("/../") == std::string::npos &&
+         (p.size() < 3 || p.compare(p.size() - 3, 3, "/..") != 0);
+}
+
+// A {host = "...", container = "..."} table at `at`.
+std::optional<HostMount> ParseMount(Host& host, const std::string& at) {
+  auto v = host.Get(at);
+  if (!v) return std::nullopt;
+  if (v->type != DEVPLUG_CONFIG_TABLE) {
+    host.ConfigError(at.c_str(), "must be a table like { host = \"/home/kubernetes/bin/nvidia\", "
+                                 "container = \"/usr/local/nvidia\" }");
+    return std::nullopt;
+  }
+  bool ok = true;
+  for (const std::string& k : host.Members(at)) {
+    if (k != "host" && k != "container") {
+      host.ConfigError((at + Host::Member(k)).c_str(), "unknown key (known: host, container)");
+      ok = false;
+    }
+  }
+  HostMount m;
+  for (auto [key, out] : {std::pair{"host", &m.host}, std::pair{"container", &m.container}}) {
+    const std::string path = at + "." + key;
+    auto s = host.Get(path);
+    if (!s) {
+      host.ConfigError(at.c_str(), std::string("has no ") + key + " path");
+      ok = false;
+    } else if (s->type != DEVPLUG_CONFIG_STRING || !ValidPath(s->string)) {
+      host.ConfigError(path.c_str(), "must be an absolute path");
+      ok = false;
+    } else {
+      *out = s->string;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return m;
+}
 
 std::unique_ptr<Instance> Create(Host& host) {
   bool ok = true;
-  Discovery discovery = Discovery::kAuto;
+  Settings s;
   const std::string d = host.String("discovery").value_or("auto");
   if (d == "nvml")
-    discovery = Discovery::kNvml;
+    s.discovery = Discovery::kNvml;
   else if (d == "procfs")
-    discovery = Discovery::kProcfs;
+    s.discovery = Discovery::kProcfs;
   else if (d != "auto") {
     host.ConfigError("discovery", "must be \"auto\", \"nvml\" or \"procfs\", not \"" + d + "\"");
     ok = false;
   }
-  const std::string library = host.String("nvml_library").value_or("libnvidia-ml.so.1");
-  if (library.empty()) {
+  s.library = host.String("nvml_library").value_or("libnvidia-ml.so.1");
+  if (s.library.empty()) {
     host.ConfigError("nvml_library", "must name a library, like \"libnvidia-ml.so.1\"");
     ok = false;
   }
-  const int64_t shares = host.Int("shares").value_or(1);
-  if (shares < 1 || shares > 1000) {
+  s.shares = host.Int("shares").value_or(1);
+  if (s.shares < 1 || s.shares > 1000) {
     host.ConfigError("shares", "must be between 1 and 1000");
     ok = false;
   }
-  std::set<int64_t> ignored(kDefaultIgnoredXids.begin(), kDefaultIgnoredXids.end());
+  s.ignored_xids.insert(kDefaultIgnoredXids.begin(), kDefaultIgnoredXids.end());
   if (auto xids = host.Ints("ignored_xids")) {
-    ignored.clear();
+    s.ignored_xids.clear();
     for (int64_t x : *xids) {
       if (x < 1 || x > 100000) {
         host.ConfigError("ignored_xids", std::to_string(x) + " is not an XID (1 to 100000)");
         ok = false;
       }
-      ignored.insert(x);
+      s.ignored_xids.insert(x);
     }
   }
-  const bool cdi = host.Bool("cdi").value_or(false);
+  s.cdi = host.Bool("cdi").value_or(false);
+
+  const std::string mig = host.String("mig").value_or("none");
+  if (mig == "only") {
+    s.mig_only = true;
+  } else if (mig != "none") {
+    host.ConfigError("mig", "must be \"none\" (whole GPUs) or \"only\" (MIG devices), not \"" +
+                                mig + "\"");
+    ok = false;
+  }
+  if (auto profile = host.String("mig_profile")) {
+    s.mig_profile = *profile;
+    if (mig == "none") {
+      host.ConfigError("mig_profile", "needs mig = \"only\"");
+      ok = false;
+    } else if (!devplug::nvidia::IsMigProfileName(*profile)) {
+      host.ConfigError("mig_profile", "\"" + *profile +
+                                          "\" is not a MIG profile name like \"1g.10gb\" or "
+                                          "\"1c.3g.40gb\"");
+      ok = false;
+    }
+  }
+  if (s.mig_only && s.discovery == Discovery::kProcfs) {
+    host.ConfigError("mig", "\"only\" needs NVML: discovery = \"procfs\" cannot list MIG devices");
+    ok = false;
+  }
+  const std::string strategy = host.String("device_list_strategy").value_or("envvar");
+  if (strategy == "volume-mounts")
+    s.strategy = Strategy::kVolumeMounts;
+  else if (strategy == "cdi")
+    s.strategy = Strategy::kCdi;
+  else if (strategy != "envvar") {
+    host.ConfigError("device_list_strategy",
+                     "must be \"envvar\", \"volume-mounts\" or \"cdi\", not \"" + strategy + "\"");
+    ok = false;
+  }
+  if (host.Get("driver_mount")) {
+    s.driver_mount = ParseMount(host, "driver_mount");
+    ok = s.driver_mount.has_value() && ok;
+  }
+  if (auto extra = host.Get("extra_mounts")) {
+    for (size_t i = 0; i < extra->size; i++) {
+      auto m = ParseMount(host, "extra_mounts[" + std::to_string(i) + "]");
+      if (m)
+        s.extra_mounts.push_back(*m);
+      else
+        ok = false;
+    }
+  }
+  ok = host.EnvTable("envs", &s.envs) && ok;
+  for (const auto& [k, v] : s.envs) {
+    if (k == kVisible) {
+      host.ConfigError(("envs" + Host::Member(k)).c_str(),
+                       "is set by the module from the devices given (device_list_strategy)");
+      ok = false;
+    }
+  }
   if (!ok) return nullptr;
-  auto inst = std::make_unique<Nvidia>(host, discovery, library, shares, std::move(ignored), cdi);
+  auto inst = std::make_unique<Nvidia>(host, std::move(s));
   inst->Start();
   return inst;
 }
@@ -615,10 +858,18 @@ std::unique_ptr<Instance> Create(Host& host) {
 const devplug_config_key kKeys[] = {
     {"discovery", DEVPLUG_CONFIG_STRING, 0, "\"auto\" (NVML, else procfs), \"nvml\" or \"procfs\""},
     {"nvml_library", DEVPLUG_CONFIG_STRING, 0, "NVML library to load (default libnvidia-ml.so.1)"},
-    {"shares", DEVPLUG_CONFIG_INT, 0, "time-slicing replicas per GPU, not isolated (default 1)"},
+    {"shares", DEVPLUG_CONFIG_INT, 0, "time-slicing replicas per device, not isolated (default 1)"},
     {"ignored_xids", DEVPLUG_CONFIG_INT_ARRAY, 0,
      "XIDs that do not make a GPU Unhealthy (default 13, 31, 43, 45, 68, 109)"},
     {"cdi", DEVPLUG_CONFIG_BOOL, 0, "also return CDI names nvidia.com/gpu=<uuid>"},
+    {"mig", DEVPLUG_CONFIG_STRING, 0, "\"none\" (whole GPUs, default) or \"only\" (MIG devices)"},
+    {"mig_profile", DEVPLUG_CONFIG_STRING, 0, "with mig = \"only\": only this profile (\"1g.10gb\")"},
+    {"device_list_strategy", DEVPLUG_CONFIG_STRING, 0,
+     "\"envvar\" (default), \"volume-mounts\" or \"cdi\": how devices are named to the runtime"},
+    {"driver_mount", DEVPLUG_CONFIG_TABLE, 0,
+     "{ host, container }: the driver's folder, mounted read-only (nodes without the toolkit)"},
+    {"extra_mounts", DEVPLUG_CONFIG_ARRAY, 0, "more { host, container } read-only mounts, if present"},
+    {"envs", DEVPLUG_CONFIG_TABLE, 0, "extra environment, { NAME = \"value\" }"},
     {nullptr, 0, 0, nullptr},
 };
 
@@ -626,15 +877,15 @@ const char* const kSubsystems[] = {"pci", nullptr};
 
 }  // namespace
 
-// Defined by hand (not DEVPLUG_CXX_MODULE): ignored_xids needs an agent of
-// ABI minor 1.
+// Defined by hand (not DEVPLUG_CXX_MODULE): the table keys need an agent of
+// ABI minor 3.
 static constexpr devplug_module nvidia_module = devplug::common::internal::MakeModule<Create>(
-    "nvidia", "1.0.0", "NVIDIA GPUs through NVML or procfs, with XID health", kKeys, kSubsystems,
-    devplug::common::kHookUdev | devplug::common::kHookPreferred);
+    "nvidia", "1.1.0", "NVIDIA GPUs and MIG devices through NVML or procfs, with XID health",
+    kKeys, kSubsystems, devplug::common::kHookUdev | devplug::common::kHookPreferred);
 
 extern "C" DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_minor,
                                                              const devplug_module** ret) {
-  if (agent_minor < 1) return -ENOTSUP;
+  if (agent_minor < 3) return -ENOTSUP;
   *ret = &nvidia_module;
   return 0;
 }

@@ -41,6 +41,13 @@ std::unique_ptr<Library> Library::Open(const std::string& path, std::string* why
   bind(a.DeviceGetNvLinkState, "nvmlDeviceGetNvLinkState", false);
   bind(a.DeviceGetNvLinkRemotePciInfo, "nvmlDeviceGetNvLinkRemotePciInfo_v2", false);
   bind(a.DeviceGetTopologyCommonAncestor, "nvmlDeviceGetTopologyCommonAncestor", false);
+  bind(a.DeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo", false);
+  bind(a.DeviceGetMigMode, "nvmlDeviceGetMigMode", false);
+  bind(a.DeviceGetMaxMigDeviceCount, "nvmlDeviceGetMaxMigDeviceCount", false);
+  bind(a.DeviceGetMigDeviceHandleByIndex, "nvmlDeviceGetMigDeviceHandleByIndex", false);
+  bind(a.DeviceGetGpuInstanceId, "nvmlDeviceGetGpuInstanceId", false);
+  bind(a.DeviceGetComputeInstanceId, "nvmlDeviceGetComputeInstanceId", false);
+  bind(a.DeviceGetAttributes, "nvmlDeviceGetAttributes_v2", false);
   if (!missing.empty()) {
     *why = path + " lacks " + missing + " (driver too old?)";
     return nullptr;

@@ -50,6 +50,33 @@ struct EventData {
 inline constexpr unsigned long long kEventSingleBitEccError = 0x1;
 inline constexpr unsigned long long kEventDoubleBitEccError = 0x2;
 inline constexpr unsigned long long kEventXidCriticalError = 0x8;
+inline constexpr unsigned long long kEventMigConfigChange = 0x100;
+
+// nvmlEventData_t.gpuInstanceId / computeInstanceId when the event is not
+// attributable to one MIG instance.
+inline constexpr unsigned kNoInstance = 0xFFFFFFFFu;
+// nvmlDeviceGetMigMode's current mode: NVML_DEVICE_MIG_ENABLE.
+inline constexpr unsigned kMigEnable = 1;
+
+// nvmlMemory_t (nvmlDeviceGetMemoryInfo), bytes.
+struct Memory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+
+// nvmlDeviceAttributes_t (nvmlDeviceGetAttributes_v2).
+struct DeviceAttributes {
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+  unsigned int gpuInstanceSliceCount;
+  unsigned int computeInstanceSliceCount;
+  unsigned long long memorySizeMB;  // MiB
+};
 
 // nvmlGpuTopologyLevel_t
 inline constexpr int kTopologyInternal = 0;
@@ -84,9 +111,22 @@ struct Api {
   Return (*DeviceGetNvLinkState)(Device, unsigned int, int*);    // nvmlDeviceGetNvLinkState
   Return (*DeviceGetNvLinkRemotePciInfo)(Device, unsigned int, PciInfo*);  // ..._v2
   Return (*DeviceGetTopologyCommonAncestor)(Device, Device, int*);
+  // MIG (drivers from R450 on)
+  Return (*DeviceGetMemoryInfo)(Device, Memory*);                     // nvmlDeviceGetMemoryInfo
+  Return (*DeviceGetMigMode)(Device, unsigned int*, unsigned int*);   // current, pending
+  Return (*DeviceGetMaxMigDeviceCount)(Device, unsigned int*);
+  Return (*DeviceGetMigDeviceHandleByIndex)(Device, unsigned int, Device*);
+  Return (*DeviceGetGpuInstanceId)(Device, unsigned int*);
+  Return (*DeviceGetComputeInstanceId)(Device, unsigned int*);
+  Return (*DeviceGetAttributes)(Device, DeviceAttributes*);          // nvmlDeviceGetAttributes_v2
 
   bool has_events() const { return EventSetCreate && DeviceRegisterEvents && EventSetWait && EventSetFree; }
   bool has_nvlink() const { return DeviceGetNvLinkState && DeviceGetNvLinkRemotePciInfo; }
+  bool has_mig() const {
+    return DeviceGetMemoryInfo && DeviceGetMigMode && DeviceGetMaxMigDeviceCount &&
+           DeviceGetMigDeviceHandleByIndex && DeviceGetGpuInstanceId &&
+           DeviceGetComputeInstanceId && DeviceGetAttributes;
+  }
 };
 
 // A loaded libnvidia-ml. Unloaded (dlclose) on destruction; callers call

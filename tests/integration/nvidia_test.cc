@@ -10,8 +10,11 @@
 namespace devplug {
 namespace {
 
+using namespace std::chrono_literals;
 using testing::FakeGpu;
+using testing::FakeMig;
 using testing::GpuFixture;
+using Strings = std::vector<std::string>;
 
 constexpr char kGpu[] = "nvidia.com/gpu";
 
@@ -73,6 +76,100 @@ TEST_F(NvidiaAgentTest, AllocatePreferredAllocationAndXid) {
   st = sim_->Allocate(kGpu, {gpus_[2].uuid}, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(agent_->WaitForLog("critical XID 79", kWait)) << agent_->Log();
+}
+
+// The MIG node: GPUs 0 and 1 (H100, MIG on) split into 1g.10gb and
+// 3g.40gb instances, served as two resources of one devplugd; every
+// container gets exactly its own instances' nodes.
+TEST_F(NvidiaAgentTest, MigNodeServesTwoProfilesAsTwoResources) {
+  for (auto& g : gpus_) g.mib = testing::kH100Mib;
+  fx_->Script(gpus_);
+  const std::vector<FakeMig> migs = {
+      testing::Mig1g10gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000001", 9),
+      testing::Mig1g10gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 10),
+      testing::Mig3g40gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000003", 2),
+      testing::Mig3g40gb(1, "MIG-bbbbbbbb-0000-4000-8000-000000000001", 1),
+      testing::Mig3g40gb(1, "MIG-bbbbbbbb-0000-4000-8000-000000000002", 2)};
+  ASSERT_TRUE(fx_->Mig(gpus_, {0, 1}, migs));
+  constexpr char kSmall[] = "nvidia.com/mig-1g.10gb", kBig[] = "nvidia.com/mig-3g.40gb";
+  const std::string common = "mig = \"only\"\ndevice_list_strategy = \"volume-mounts\"\n";
+  StartSim();
+  StartAgent(Resource(kSmall, "nvidia", Body(common + "mig_profile = \"1g.10gb\"\n")) +
+             Resource(kBig, "nvidia", Body(common + "mig_profile = \"3g.40gb\"\n")) +
+             Resource(kGpu, "nvidia", Body()));
+  ASSERT_TRUE(Registered(kSmall));
+  ASSERT_TRUE(Registered(kBig));
+  ASSERT_TRUE(Registered(kGpu));
+  ASSERT_TRUE(HealthyIs(kSmall, 2, 2));
+  ASSERT_TRUE(HealthyIs(kBig, 3, 3));
+  ASSERT_TRUE(HealthyIs(kGpu, 2, 2));  // GPUs 2 and 3, whole
+  EXPECT_EQ(sim_->resource(kBig)->devices[2].topology().nodes(0).id(), 0);  // GPU 1's node
+
+  auto allocate = [&](const char* res, const std::string& id, Strings* nodes, Strings* mounts,
+                      std::string* env) {
+    v1beta1::ContainerAllocateResponse resp;
+    grpc::Status st = sim_->Allocate(res, {id}, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    for (const auto& d : resp.devices()) nodes->push_back(d.host_path());
+    for (const auto& m : resp.mounts()) {
+      EXPECT_TRUE(m.read_only());
+      mounts->push_back(m.host_path() + ":" + m.container_path());
+    }
+    *env = resp.envs().at("NVIDIA_VISIBLE_DEVICES");
+  };
+  Strings nodes, mounts;
+  std::string env;
+  allocate(kSmall, migs[1].uuid, &nodes, &mounts, &env);
+  Strings want = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"};
+  for (const auto& c : fx_->CapNodes(0, 10, 0)) want.push_back(c);
+  EXPECT_EQ(nodes, want);
+  EXPECT_EQ(mounts, Strings{"/dev/null:/var/run/nvidia-container-devices/" + migs[1].uuid});
+  EXPECT_EQ(env, "/var/run/nvidia-container-devices");
+  nodes.clear();
+  mounts.clear();
+  allocate(kBig, migs[4].uuid, &nodes, &mounts, &env);
+  want = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1"};
+  for (const auto& c : fx_->CapNodes(1, 2, 0)) want.push_back(c);
+  EXPECT_EQ(nodes, want);
+  EXPECT_EQ(mounts, Strings{"/dev/null:/var/run/nvidia-container-devices/" + migs[4].uuid});
+  EXPECT_EQ(env, "/var/run/nvidia-container-devices");  // the same from both: no conflict
+
+  // One NVML session for the three resources; the whole-GPU resource
+  // (envvar) and the MIG ones (volume-mounts) are told to agree.
+  EXPECT_EQ(fx_->Calls("init"), 1);
+  EXPECT_EQ(fx_->Calls("eventsetcreate"), 1);
+  EXPECT_TRUE(agent_->WaitForLog("set device_list_strategy = \"volume-mounts\" or \"cdi\" on both",
+                                 kWait))
+      << agent_->Log();
+
+  // An XID contained to GPU 1's instance 2: only that 3g.40gb device.
+  fx_->Xid(1, 94, 2, 0);
+  ASSERT_TRUE(HealthyIs(kBig, 3, 2));
+  EXPECT_TRUE(HealthyIs(kSmall, 2, 2));
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  EXPECT_EQ(fx_->Calls("shutdown"), 1);
+}
+
+// A GKE/COS-style node: no container toolkit, the driver's files in
+// /home/kubernetes/bin/nvidia, mounted read-only into every container.
+TEST_F(NvidiaAgentTest, NodeWithoutToolkitGetsTheDriverMounted) {
+  testing::WriteFile(host_root() + "/home/kubernetes/bin/nvidia/lib64/libcuda.so.1", "");
+  testing::WriteFile(host_root() + "/home/kubernetes/bin/nvidia/bin/nvidia-smi", "");
+  StartSim();
+  StartAgent(Resource(kGpu, "nvidia", Body(
+      "driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = \"/usr/local/nvidia\" }\n"
+      "envs = { LD_LIBRARY_PATH = \"/usr/local/nvidia/lib64\" }\n")));
+  ASSERT_TRUE(Registered(kGpu));
+  ASSERT_TRUE(HealthyIs(kGpu, 4, 4));
+  v1beta1::ContainerAllocateResponse resp;
+  grpc::Status st = sim_->Allocate(kGpu, {gpus_[0].uuid, gpus_[1].uuid}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.mounts_size(), 1);
+  EXPECT_EQ(resp.mounts(0).host_path(), "/home/kubernetes/bin/nvidia");
+  EXPECT_EQ(resp.mounts(0).container_path(), "/usr/local/nvidia");
+  EXPECT_TRUE(resp.mounts(0).read_only());
+  EXPECT_EQ(resp.envs().at("LD_LIBRARY_PATH"), "/usr/local/nvidia/lib64");
+  EXPECT_EQ(resp.envs().at("NVIDIA_VISIBLE_DEVICES"), gpus_[0].uuid + "," + gpus_[1].uuid);
 }
 
 }  // namespace

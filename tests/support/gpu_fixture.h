@@ -5,8 +5,11 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sysfs_fixture.h"
@@ -20,7 +23,26 @@ struct FakeGpu {
   unsigned minor = 0;
   int numa_node = -1;
   std::string model = "NVIDIA A100-SXM4-40GB";
+  unsigned long long mib = 0;  // total memory; 0: the fake NVML's default
 };
+
+// A MIG device of GPU `gpu` (an index into the GPUs given to Build()).
+struct FakeMig {
+  int gpu = 0;
+  std::string uuid;
+  unsigned gi = 0, ci = 0;
+  unsigned gi_slices = 1, ci_slices = 1;
+  unsigned long long mib = 0;  // its memory
+};
+
+// An H100 80GB's total memory as NVML reports it, and its MIG profiles'.
+inline constexpr unsigned long long kH100Mib = 81559;
+inline FakeMig Mig1g10gb(int gpu, std::string uuid, unsigned gi) {
+  return {gpu, std::move(uuid), gi, 0, 1, 1, 9856};
+}
+inline FakeMig Mig3g40gb(int gpu, std::string uuid, unsigned gi) {
+  return {gpu, std::move(uuid), gi, 0, 3, 3, 40192};
+}
 
 class GpuFixture {
  public:
@@ -64,6 +86,8 @@ class GpuFixture {
       for (char& c : bus) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       script += "gpu " + g.uuid + " " + std::to_string(g.minor) + " " + bus + " " + model + "\n";
     }
+    for (size_t i = 0; i < gpus.size(); i++)
+      if (gpus[i].mib) script += "mem " + std::to_string(i) + " " + std::to_string(gpus[i].mib) + "\n";
     for (const std::string& l : extra) script += l + "\n";
     WriteFile(nvml_dir_ + "/gpus", script);
   }
@@ -81,12 +105,81 @@ class GpuFixture {
     std::ofstream(nvml_dir_ + "/events", std::ios::app)
         << "xid " << index << " " << code << "\n" << std::flush;
   }
+  // The same, naming one MIG instance of the GPU.
+  void Xid(int index, int code, unsigned gi, unsigned ci) {
+    std::ofstream(nvml_dir_ + "/events", std::ios::app)
+        << "xid " << index << " " << code << " " << gi << " " << ci << "\n" << std::flush;
+  }
+  void MigChangeEvent(int index) {
+    std::ofstream(nvml_dir_ + "/events", std::ios::app) << "migchange " << index << "\n"
+                                                        << std::flush;
+  }
+
+  // MIG on the GPUs at `enabled` (indexes into `gpus`) with `migs`: the fake
+  // NVML's MIG script (read at every MIG mode query), and what the driver
+  // makes for each instance: /proc/driver/nvidia/capabilities/gpu<minor>/
+  // mig/gi<gi>/access and .../ci<ci>/access ("DeviceFileMinor: N") and
+  // /dev/nvidia-caps/nvidia-cap<N>. Capability minors stay the same for
+  // the same (GPU, gi, ci) across calls.
+  bool Mig(const std::vector<FakeGpu>& gpus, const std::vector<int>& enabled,
+           const std::vector<FakeMig>& migs) {
+    std::string script;
+    for (int i : enabled) script += "mode " + std::to_string(i) + " 1\n";
+    bool ok = true;
+    const std::string caps = root_ + "/proc/driver/nvidia/capabilities";
+    WriteFile(caps + "/mig/config", Access(1));
+    WriteFile(caps + "/mig/monitor", Access(2));
+    for (const FakeMig& m : migs) {
+      script += "mig " + std::to_string(m.gpu) + " " + m.uuid + " " + std::to_string(m.gi) + " " +
+                std::to_string(m.ci) + " " + std::to_string(m.gi_slices) + " " +
+                std::to_string(m.ci_slices) + " " + std::to_string(m.mib) + "\n";
+      const unsigned minor = gpus.at(static_cast<size_t>(m.gpu)).minor;
+      const std::string gi_dir = caps + "/gpu" + std::to_string(minor) + "/mig/gi" +
+                                 std::to_string(m.gi);
+      const unsigned gi_cap = CapMinor(minor, m.gi, ~0u), ci_cap = CapMinor(minor, m.gi, m.ci);
+      WriteFile(gi_dir + "/access", Access(gi_cap));
+      WriteFile(gi_dir + "/ci" + std::to_string(m.ci) + "/access", Access(ci_cap));
+      for (unsigned cap : {gi_cap, ci_cap})
+        ok = (std::filesystem::exists(CapNode(cap)) || MakeCharDevice(CapNode(cap), 508, cap)) && ok;
+    }
+    WriteFile(nvml_dir_ + "/mig", script);
+    return ok;
+  }
+
+  // The capability nodes of a MIG device, as Allocate should pass them.
+  std::vector<std::string> CapNodes(unsigned minor, unsigned gi, unsigned ci) {
+    return {"/dev/nvidia-caps/nvidia-cap" + std::to_string(CapMinor(minor, gi, ~0u)),
+            "/dev/nvidia-caps/nvidia-cap" + std::to_string(CapMinor(minor, gi, ci))};
+  }
+  std::string CapNode(unsigned cap) const {
+    return root_ + "/dev/nvidia-caps/nvidia-cap" + std::to_string(cap);
+  }
+
+  // How many times the fake NVML saw `call` (init, shutdown, eventsetcreate,
+  // eventsetfree).
+  int Calls(const std::string& call) const {
+    std::ifstream in(nvml_dir_ + "/calls");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line == call;
+    return n;
+  }
 
   const std::string& nvml_dir() const { return nvml_dir_; }
 
  private:
+  static std::string Access(unsigned minor) {
+    return "DeviceFileMinor: " + std::to_string(minor) + "\nDeviceFileMode: 292\nDeviceFileModify: 1\n";
+  }
+  unsigned CapMinor(unsigned minor, unsigned gi, unsigned ci) {
+    auto [it, fresh] = caps_.try_emplace(std::make_tuple(minor, gi, ci), next_cap_);
+    if (fresh) next_cap_++;
+    return it->second;
+  }
+
   std::string root_, nvml_dir_;
   SysfsFixture fx_;
+  std::map<std::tuple<unsigned, unsigned, unsigned>, unsigned> caps_;
+  unsigned next_cap_ = 21;
 };
 
 }  // namespace devplug::testing

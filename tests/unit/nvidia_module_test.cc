@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_fixture.h"
+#include "mig.h"
 #include "module_harness.h"
 #include "test_util.h"
 
@@ -15,6 +16,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using devplug::testing::FakeGpu;
+using devplug::testing::FakeMig;
 using devplug::testing::GpuFixture;
 using devplug::testing::TempDir;
 using harness::Find;
@@ -300,6 +302,24 @@ TEST_F(NvidiaModuleTest, BadKeysNameFileLineAndKey) {
       {"ignored_xids = [\"13\"]\n", "module.toml:5: resource[0].ignored_xids: must be an array of integers"},
       {"ignored_xids = [13, 0]\n", "module.toml:5: resource[0].ignored_xids: 0 is not an XID"},
       {"cdi = 1\n", "module.toml:5: resource[0].cdi: must be a boolean"},
+      {"mig = \"mixed\"\n", "module.toml:5: resource[0].mig: must be \"none\" (whole GPUs) or \"only\""},
+      {"mig_profile = \"1g.10gb\"\n", "module.toml:5: resource[0].mig_profile: needs mig = \"only\""},
+      {"mig = \"only\"\nmig_profile = \"1g\"\n",
+       "module.toml:6: resource[0].mig_profile: \"1g\" is not a MIG profile name"},
+      {"discovery = \"procfs\"\nmig = \"only\"\n",
+       "module.toml:6: resource[0].mig: \"only\" needs NVML"},
+      {"device_list_strategy = \"env\"\n",
+       "module.toml:5: resource[0].device_list_strategy: must be \"envvar\", \"volume-mounts\" or \"cdi\""},
+      {"driver_mount = { host = \"/home/kubernetes/bin/nvidia\" }\n",
+       "module.toml:5: resource[0].driver_mount: has no container path"},
+      {"driver_mount = { host = \"lib\", container = \"/usr/local/nvidia\" }\n",
+       "module.toml:5: resource[0].driver_mount.host: must be an absolute path"},
+      {"driver_mount = \"/home/kubernetes/bin/nvidia\"\n",
+       "module.toml:5: resource[0].driver_mount: must be a table"},
+      {"extra_mounts = [{ host = \"/a\", container = \"/b\", ro = true }]\n",
+       "module.toml:5: resource[0].extra_mounts[0].ro: unknown key (known: host, container)"},
+      {"envs = { NVIDIA_VISIBLE_DEVICES = \"all\" }\n",
+       "module.toml:5: resource[0].envs.NVIDIA_VISIBLE_DEVICES: is set by the module"},
   };
   for (const Case& c : cases) {
     auto inst = Open(c.body);
@@ -307,6 +327,268 @@ TEST_F(NvidiaModuleTest, BadKeysNameFileLineAndKey) {
     EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
         << c.body << "\n" << inst.status().message();
   }
+}
+
+// ---- MIG ----
+
+TEST(NvidiaMigNameTest, ProfileNamesMatchNvidias) {
+  using devplug::nvidia::MigProfileName;
+  // H100 80GB: NVML's total is 81559 MiB.
+  const unsigned long long h100 = 81559ULL << 20, a100 = 40536ULL << 20, a30 = 24258ULL << 20;
+  EXPECT_EQ(MigProfileName(1, 1, 9856, h100), "1g.10gb");
+  EXPECT_EQ(MigProfileName(1, 1, 19968, h100), "1g.20gb");
+  EXPECT_EQ(MigProfileName(2, 2, 19968, h100), "2g.20gb");
+  EXPECT_EQ(MigProfileName(3, 3, 40192, h100), "3g.40gb");
+  EXPECT_EQ(MigProfileName(4, 4, 40192, h100), "4g.40gb");
+  EXPECT_EQ(MigProfileName(7, 7, 80896, h100), "7g.80gb");
+  EXPECT_EQ(MigProfileName(3, 1, 40192, h100), "1c.3g.40gb");  // a smaller compute instance
+  EXPECT_EQ(MigProfileName(1, 1, 4864, a100), "1g.5gb");
+  EXPECT_EQ(MigProfileName(7, 7, 40192, a100), "7g.40gb");
+  EXPECT_EQ(MigProfileName(1, 1, 5888, a30), "1g.6gb");
+  // A share of exactly 1/8 stays 1/8.
+  EXPECT_EQ(MigProfileName(1, 1, 10240, 81920ULL << 20), "1g.10gb");
+  EXPECT_EQ(MigProfileName(0, 0, 9856, h100), "");
+  EXPECT_EQ(MigProfileName(1, 1, 9856, 0), "");
+}
+
+TEST(NvidiaMigNameTest, ProfileNameShapeAndCapabilityFiles) {
+  using devplug::nvidia::IsMigProfileName;
+  using devplug::nvidia::ParseCapabilityMinor;
+  for (const char* ok : {"1g.10gb", "7g.80gb", "1c.3g.40gb", "2c.4g.40gb"})
+    EXPECT_TRUE(IsMigProfileName(ok)) << ok;
+  for (const char* bad : {"", "1g", "g.10gb", "1g.10", "1g.10gb+me", "c.3g.40gb", "1x.3g.40gb",
+                          "1g.10gbx", "mig-1g.10gb"})
+    EXPECT_FALSE(IsMigProfileName(bad)) << bad;
+  EXPECT_EQ(ParseCapabilityMinor("DeviceFileMinor: 21\nDeviceFileMode: 292\nDeviceFileModify: 1\n"),
+            21u);
+  EXPECT_EQ(ParseCapabilityMinor("DeviceFileMode: 292\nDeviceFileMinor:\t7\r\n"), 7u);
+  EXPECT_FALSE(ParseCapabilityMinor("DeviceFileMode: 292\n").has_value());
+  EXPECT_FALSE(ParseCapabilityMinor("DeviceFileMinor: x1\n").has_value());
+  EXPECT_FALSE(ParseCapabilityMinor("DeviceFileMinor: \n").has_value());
+}
+
+// Two H100s with MIG on (GPU 0: three 1g.10gb and one 3g.40gb; GPU 1: two
+// 3g.40gb), two without.
+class NvidiaMigTest : public NvidiaModuleTest {
+ protected:
+  void SetUp() override {
+    NvidiaModuleTest::SetUp();
+    if (IsSkipped()) return;
+    for (auto& g : gpus_) {
+      g.model = "NVIDIA H100 80GB HBM3";
+      g.mib = devplug::testing::kH100Mib;
+    }
+    migs_ = {devplug::testing::Mig1g10gb(0, kM[0], 9), devplug::testing::Mig1g10gb(0, kM[1], 10),
+             devplug::testing::Mig1g10gb(0, kM[2], 11), devplug::testing::Mig3g40gb(0, kM[3], 2),
+             devplug::testing::Mig3g40gb(1, kM[4], 1), devplug::testing::Mig3g40gb(1, kM[5], 2)};
+    ASSERT_TRUE(Build());
+    ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs_));
+  }
+
+  void Change(ModuleInstance& inst, const std::string& pci) {
+    udev::Event ev;
+    ev.action = "change";
+    ev.subsystem = "pci";
+    ev.sysname = pci;
+    ev.syspath = fx_.sysfs().DevicePath(pci).substr(root_.path().size());
+    inst.OnUdevEvents({ev});
+  }
+
+  bool WaitCount(ModuleInstance& inst, size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (inst.devices()->size() == n) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+
+  static inline const std::string kM[6] = {
+      "MIG-00000000-0000-4000-8000-000000000000", "MIG-00000000-0000-4000-8000-000000000001",
+      "MIG-00000000-0000-4000-8000-000000000002", "MIG-00000000-0000-4000-8000-000000000003",
+      "MIG-00000000-0000-4000-8000-000000000004", "MIG-00000000-0000-4000-8000-000000000005"};
+  std::vector<FakeMig> migs_;
+};
+
+TEST_F(NvidiaMigTest, MigDevicesByProfileWithTheirCapabilityNodes) {
+  auto small = Open("mig = \"only\"\nmig_profile = \"1g.10gb\"\n");
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  DeviceListPtr list = (*small)->devices();
+  EXPECT_EQ(Ids(*list, true), (Strings{kM[0], kM[1], kM[2]}));
+  EXPECT_EQ(Find(*list, kM[1])->numa_node, 0);
+  auto r = harness::Allocate(**small, {kM[2], kM[0]});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  Strings want = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"};
+  for (const auto& c : fx_.CapNodes(0, 11, 0)) want.push_back(c);
+  for (const auto& c : fx_.CapNodes(0, 9, 0)) want.push_back(c);
+  EXPECT_EQ(Nodes(*r), want);
+  EXPECT_EQ(Env(*r, "NVIDIA_VISIBLE_DEVICES"), kM[2] + "," + kM[0]);
+
+  // All profiles; and the whole GPUs: only those without MIG.
+  auto all = Open("mig = \"only\"\n");
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(Ids(*(*all)->devices(), true), (Strings{kM[0], kM[1], kM[2], kM[3], kM[4], kM[5]}));
+  auto big = Open("mig = \"only\"\nmig_profile = \"3g.40gb\"\nshares = 2\n");
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_EQ(Ids(*(*big)->devices(), true),
+            (Strings{kM[3] + "::0", kM[3] + "::1", kM[4] + "::0", kM[4] + "::1", kM[5] + "::0",
+                     kM[5] + "::1"}));
+  auto whole = Open("");
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(Ids(*(*whole)->devices(), true), (Strings{kC, kD}));
+  // Four instances, one NVML session: one init, one event set.
+  EXPECT_EQ(fx_.Calls("init"), 1);
+  EXPECT_EQ(fx_.Calls("eventsetcreate"), 1);
+  small->reset();
+  all->reset();
+  big->reset();
+  whole->reset();
+  EXPECT_EQ(fx_.Calls("shutdown"), 1);
+  EXPECT_EQ(fx_.Calls("eventsetfree"), 1);
+}
+
+TEST_F(NvidiaMigTest, MissingCapabilityMakesThatMigDeviceUnhealthy) {
+  auto inst = Open("mig = \"only\"\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  const Strings caps = fx_.CapNodes(0, 10, 0);
+  std::filesystem::remove(root_.path() + caps[1]);
+  std::filesystem::remove(root_ / "proc/driver/nvidia/capabilities/gpu1/mig/gi2/access");
+  harness::Rescan(**inst);
+  DeviceListPtr list = (*inst)->devices();
+  EXPECT_EQ(Ids(*list, true), (Strings{kM[0], kM[2], kM[3], kM[4]}));
+  EXPECT_EQ(Find(*list, kM[1])->health_reason, caps[1] + " missing");
+  EXPECT_EQ(Find(*list, kM[5])->health_reason, "MIG capability missing");
+  ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs_));  // the driver makes them again
+  harness::Rescan(**inst);
+  EXPECT_EQ(Ids(*(*inst)->devices(), true).size(), 6u);
+}
+
+TEST_F(NvidiaMigTest, XidOnTheParentOrOneInstance) {
+  auto inst = Open("mig = \"only\"\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  fx_.Xid(1, 94, 2, 0);  // contained to GPU 1's instance 2
+  ASSERT_TRUE(WaitHealth(**inst, kM[5], false));
+  EXPECT_EQ(Find(*(*inst)->devices(), kM[5])->health_reason, "XID 94");
+  EXPECT_TRUE(Find(*(*inst)->devices(), kM[4])->healthy);
+  fx_.Xid(0, 79);  // the whole GPU 0
+  ASSERT_TRUE(WaitHealth(**inst, kM[3], false));
+  EXPECT_EQ(Ids(*(*inst)->devices(), true), (Strings{kM[4]}));
+  Change(**inst, gpus_[0].pci);  // GPU 0 reset
+  ASSERT_TRUE(WaitHealth(**inst, kM[0], true));
+  EXPECT_EQ(Ids(*(*inst)->devices(), true), (Strings{kM[0], kM[1], kM[2], kM[3], kM[4]}));
+  Change(**inst, gpus_[1].pci);
+  ASSERT_TRUE(WaitHealth(**inst, kM[5], true));
+}
+
+TEST_F(NvidiaMigTest, ReconfigurationIsPickedUp) {
+  auto inst = Open("mig = \"only\"\nmig_profile = \"1g.10gb\"\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_EQ((*inst)->devices()->size(), 3u);
+  // GPU 0's 3g.40gb becomes three more 1g.10gb: MIG-config-change event.
+  std::vector<FakeMig> migs(migs_.begin(), migs_.begin() + 3);
+  for (unsigned gi = 3; gi < 6; gi++)
+    migs.push_back(devplug::testing::Mig1g10gb(0, "MIG-10000000-0000-4000-8000-00000000000" +
+                                                      std::to_string(gi), gi));
+  migs.push_back(migs_[4]);
+  migs.push_back(migs_[5]);
+  ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs));
+  fx_.MigChangeEvent(0);
+  ASSERT_TRUE(WaitCount(**inst, 6));
+  // Destroyed again, seen on a change uevent for the GPU.
+  ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, {migs_[0], migs_[4], migs_[5]}));
+  Change(**inst, gpus_[0].pci);
+  ASSERT_TRUE(WaitCount(**inst, 1));
+  EXPECT_EQ(Ids(*(*inst)->devices(), true), Strings{kM[0]});
+  // MIG switched off on GPU 0: its devices leave, a whole-GPU resource gains it.
+  ASSERT_TRUE(fx_.Mig(gpus_, {1}, {migs_[4], migs_[5]}));
+  Change(**inst, gpus_[0].pci);
+  ASSERT_TRUE(WaitCount(**inst, 0));
+}
+
+TEST_F(NvidiaMigTest, PreferredAllocationUsesFewestGpus) {
+  // GPU 0: 1g x3 + 3g; GPU 1: 3g x2. Every MIG device, any profile.
+  auto inst = Open("mig = \"only\"\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  const Strings all = Ids(*(*inst)->devices());
+  auto two = harness::Prefer(**inst, all, {}, 2);
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  EXPECT_EQ(*two, (Strings{kM[4], kM[5]}));  // GPU 1 fits two exactly
+  auto with = harness::Prefer(**inst, all, {kM[1]}, 3);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(*with, (Strings{kM[1], kM[0], kM[2]}));  // the GPU already used
+  auto five = harness::Prefer(**inst, all, {}, 5);
+  ASSERT_TRUE(five.ok());
+  EXPECT_EQ(*five, (Strings{kM[0], kM[1], kM[2], kM[3], kM[4]}));  // largest GPU first
+}
+
+TEST_F(NvidiaMigTest, DriversWithoutMigCalls) {
+  auto only = Open("mig = \"only\"\n", FakeNvml("fake_nvml_nomig"));
+  ASSERT_FALSE(only.ok());
+  EXPECT_NE(only.status().message().find("lacks NVML's MIG calls"), std::string::npos)
+      << only.status().message();
+  auto whole = Open("", FakeNvml("fake_nvml_nomig"));
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  EXPECT_EQ(Ids(*(*whole)->devices(), true), (Strings{kA, kB, kC, kD}));
+  // No NVML at all: mig = "only" cannot work.
+  auto none = Open("mig = \"only\"\n", "/nonexistent/libnvidia-ml.so.1");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("needs NVML"), std::string::npos)
+      << none.status().message();
+}
+
+// ---- driver mounts and device list strategies ----
+
+TEST_F(NvidiaModuleTest, DriverMountExtraMountsAndEnvs) {
+  ASSERT_TRUE(Build());
+  devplug::testing::WriteFile(root_.path() + "/home/kubernetes/bin/nvidia/lib64/libcuda.so.1", "");
+  devplug::testing::WriteFile(root_.path() + "/etc/vulkan/icd.d/nvidia_icd.json", "{}");
+  auto inst = Open(
+      "driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = \"/usr/local/nvidia\" }\n"
+      "extra_mounts = [{ host = \"/etc/vulkan/icd.d\", container = \"/etc/vulkan/icd.d\" },\n"
+      "  { host = \"/opt/absent\", container = \"/opt/absent\" }]\n"
+      "envs = { LD_LIBRARY_PATH = \"/usr/local/nvidia/lib64\" }\n");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  auto r = harness::Allocate(**inst, {kA, kB});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->mounts.size(), 2u);
+  EXPECT_EQ(r->mounts[0].host_path, "/home/kubernetes/bin/nvidia");
+  EXPECT_EQ(r->mounts[0].container_path, "/usr/local/nvidia");
+  EXPECT_TRUE(r->mounts[0].read_only);
+  EXPECT_EQ(r->mounts[1].container_path, "/etc/vulkan/icd.d");
+  EXPECT_TRUE(r->mounts[1].read_only);
+  EXPECT_EQ(Env(*r, "LD_LIBRARY_PATH"), "/usr/local/nvidia/lib64");
+  EXPECT_EQ(Env(*r, "NVIDIA_VISIBLE_DEVICES"), kA + "," + kB);
+  // The driver folder disappears (driver being reinstalled): every GPU
+  // Unhealthy, with the reason; back when it is back.
+  std::filesystem::rename(root_ / "home/kubernetes/bin/nvidia", root_ / "home/kubernetes/bin/old");
+  harness::Rescan(**inst);
+  EXPECT_TRUE(Ids(*(*inst)->devices(), true).empty());
+  EXPECT_EQ(Find(*(*inst)->devices(), kC)->health_reason, "driver mount missing");
+  std::filesystem::rename(root_ / "home/kubernetes/bin/old", root_ / "home/kubernetes/bin/nvidia");
+  harness::Rescan(**inst);
+  EXPECT_EQ(Ids(*(*inst)->devices(), true).size(), 4u);
+}
+
+TEST_F(NvidiaModuleTest, VolumeMountsAndCdiStrategies) {
+  ASSERT_TRUE(Build());
+  auto vol = Open("device_list_strategy = \"volume-mounts\"\n");
+  ASSERT_TRUE(vol.ok()) << vol.status().message();
+  auto r = harness::Allocate(**vol, {kD, kA});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->mounts.size(), 2u);
+  EXPECT_EQ(r->mounts[0].host_path, "/dev/null");
+  EXPECT_EQ(r->mounts[0].container_path, "/var/run/nvidia-container-devices/" + kD);
+  EXPECT_EQ(r->mounts[1].container_path, "/var/run/nvidia-container-devices/" + kA);
+  EXPECT_TRUE(r->mounts[1].read_only);
+  EXPECT_EQ(Env(*r, "NVIDIA_VISIBLE_DEVICES"), "/var/run/nvidia-container-devices");
+  EXPECT_TRUE(r->cdi_devices.empty());
+  auto cdi = Open("device_list_strategy = \"cdi\"\n");
+  ASSERT_TRUE(cdi.ok()) << cdi.status().message();
+  r = harness::Allocate(**cdi, {kB});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->cdi_devices, Strings{"nvidia.com/gpu=" + kB});
+  EXPECT_EQ(Env(*r, "NVIDIA_VISIBLE_DEVICES"), "<unset>");
+  EXPECT_EQ(Nodes(*r).back(), "/dev/nvidia1");  // nodes still go to the device cgroup
 }
 
 TEST(NvidiaModuleRealTest, NoDriverMeansNoGpus) {
