@@ -10,6 +10,7 @@ std::string MigProfileName(unsigned gi_slices, unsigned ci_slices, unsigned long
   if (gi_slices == 0 || parent_total_bytes == 0 || memory_mib == 0) return {};
   constexpr unsigned long long kMiB = 1ULL << 20, kGiB = 1ULL << 30;
   // In integers, so that a share of exactly k/8 stays k/8.
+  if (memory_mib > parent_total_bytes / kMiB) return {};  // more than its GPU has: not a MIG device
   const unsigned long long bytes = memory_mib * kMiB;
   const unsigned long long eighths = (bytes * 8 + parent_total_bytes - 1) / parent_total_bytes;
   const unsigned long long total_gb = (parent_total_bytes + kGiB - 1) / kGiB;

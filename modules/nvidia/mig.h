@@ -12,7 +12,8 @@ namespace devplug::nvidia {
 // "<c>c.<g>g.<GB>gb" when its compute instance has fewer slices (c) than its
 // GPU instance (g). GB = round(F * ceil(parent total / 1 GiB)), F = the MIG
 // memory's share of the parent's total rounded up to eighths. "" when the
-// inputs cannot name a profile (no slices, no total).
+// inputs cannot name a profile (no slices, no memory, more memory than the
+// parent has).
 std::string MigProfileName(unsigned gi_slices, unsigned ci_slices, unsigned long long memory_mib,
                            unsigned long long parent_total_bytes);
 

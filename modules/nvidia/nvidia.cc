@@ -144,12 +144,12 @@ struct Peer {
   Strategy strategy;
 };
 std::mutex& PeersMutex() {
-  static auto* mu = new std::mutex;
-  return *mu;
+  static std::mutex mu;
+  return mu;
 }
 std::map<const void*, Peer>& Peers() {
-  static auto* peers = new std::map<const void*, Peer>;
-  return *peers;
+  static std::map<const void*, Peer> peers;
+  return peers;
 }
 
 class Nvidia : public Instance, public Session::Listener {

@@ -12,10 +12,12 @@ using Clock = std::chrono::steady_clock;
 using devplug::common::ModuleError;
 
 std::shared_ptr<Session> Session::Acquire(const std::string& library, std::string* why) {
-  // Never destroyed: instances may outlive static destruction order.
-  static std::mutex* mu = new std::mutex;
-  static auto* sessions = new std::map<std::string, std::weak_ptr<Session>>;
-  std::lock_guard lock(*mu);
+  // Instances (and so sessions) are destroyed before the module is
+  // unloaded, when these go.
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<Session>> registry;
+  auto* sessions = &registry;
+  std::lock_guard lock(mu);
   for (auto it = sessions->begin(); it != sessions->end();)
     it = it->second.expired() ? sessions->erase(it) : std::next(it);
   if (auto it = sessions->find(library); it != sessions->end())

@@ -397,6 +397,15 @@ TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
     EXPECT_GE(uncommented, 8u) << text;
     fs::copy_file(src / "devplug.toml", etc / "devplug.toml", fs::copy_options::overwrite_existing);
   }
+  // The nvidia examples are for GPU nodes: give devplugd a driver library
+  // (the fake libnvidia-ml, no GPUs), as such a node has; mig = "only"
+  // refuses to start without one.
+  TempDir driver;
+  fs::create_symlink(testing::FakeModuleDir() + "/fake_nvml.so", driver / "libnvidia-ml.so.1");
+  setenv("FAKE_NVML_DIR", driver.path().c_str(), 1);
+  const char* old_path = getenv("LD_LIBRARY_PATH");
+  const std::string saved = old_path ? old_path : "";
+  setenv("LD_LIBRARY_PATH", (driver.path() + (saved.empty() ? "" : ":" + saved)).c_str(), 1);
   size_t examples = 0;
   for (const auto& e : fs::directory_iterator(src / "conf.d")) {
     if (e.path().extension() != ".example") continue;
@@ -409,6 +418,10 @@ TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
     EXPECT_NE(r.output.find("configuration ok"), std::string::npos) << r.output;
     fs::remove(dropin);
   }
+  if (saved.empty())
+    unsetenv("LD_LIBRARY_PATH");
+  else
+    setenv("LD_LIBRARY_PATH", saved.c_str(), 1);
   EXPECT_GE(examples, 1u);
 }
 

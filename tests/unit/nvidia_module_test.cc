@@ -349,6 +349,7 @@ TEST(NvidiaMigNameTest, ProfileNamesMatchNvidias) {
   EXPECT_EQ(MigProfileName(1, 1, 10240, 81920ULL << 20), "1g.10gb");
   EXPECT_EQ(MigProfileName(0, 0, 9856, h100), "");
   EXPECT_EQ(MigProfileName(1, 1, 9856, 0), "");
+  EXPECT_EQ(MigProfileName(1, 1, 90000, h100), "");  // more than the GPU has
 }
 
 TEST(NvidiaMigNameTest, ProfileNameShapeAndCapabilityFiles) {
