@@ -139,6 +139,7 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
   nvml::Return rc = api.DeviceGetCount(&count);
   if (rc != nvml::kSuccess) throw ModuleError(EIO, "nvmlDeviceGetCount_v2: " + lib_->Error(rc));
   std::map<std::string, nvml::Device> handles;
+  std::map<unsigned, std::string> index;  // NVML index -> UUID
   for (unsigned i = 0; i < count; i++) {
     nvml::Device dev = nullptr;
     if ((rc = api.DeviceGetHandleByIndex(i, &dev)) != nvml::kSuccess) {
@@ -149,6 +150,22 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
     if ((rc = api.DeviceGetUUID(dev, uuid, sizeof(uuid))) != nvml::kSuccess) {
       caller.Log(DEVPLUG_LOG_WARN,
                  "GPU index " + std::to_string(i) + ": no UUID: " + lib_->Error(rc));
+      // A GPU that fell off the bus answers nothing, not even its UUID:
+      // the one seen at this index before is reported lost, not gone.
+      if (rc == nvml::kErrorGpuIsLost && inventory_) {
+        auto prev = by_index_.find(i);
+        auto known = prev == by_index_.end() ? inventory_->gpus.end()
+                                             : inventory_->gpus.find(prev->second);
+        if (known != inventory_->gpus.end()) {
+          GpuInfo g = known->second;
+          g.lost = true;
+          g.problem = "has fallen off the bus (" + lib_->Error(rc) + ")";
+          g.mig_enabled = false;
+          g.migs.clear();
+          index[i] = g.uuid;
+          inv->gpus[g.uuid] = std::move(g);
+        }
+      }
       continue;
     }
     GpuInfo g;
@@ -177,10 +194,12 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
       }
     }
     handles[g.uuid] = dev;
+    index[i] = g.uuid;
     inv->gpus[g.uuid] = std::move(g);
   }
   BuildTopology(*inv, handles);
   handles_ = std::move(handles);
+  by_index_ = std::move(index);
   discoveries_++;
   return inv;
 }

@@ -123,6 +123,7 @@ class Session {
   std::mutex api_mu_;  // discovery, (re)initialisation, the event thread's start and stop
   bool up_ = false;    // nvmlInit succeeded and not shut down
   std::map<std::string, nvml::Device> handles_;  // of the latest discovery, by UUID
+  std::map<unsigned, std::string> by_index_;     // of the latest discovery: NVML index -> UUID
   bool warned_no_events_ = false;
   uint64_t generation_ = 0;
 

@@ -204,6 +204,25 @@ TEST_F(NvidiaModuleTest, MissingNodeProcfsEntryOrLostGpuIsUnhealthy) {
             (Strings{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"}));
 }
 
+// A GPU that falls off the bus while served: NVML no longer answers even
+// its UUID. It stays listed, Unhealthy, with the reason.
+TEST_F(NvidiaModuleTest, GpuLostWhileServedSaysSo) {
+  ASSERT_TRUE(Build());
+  auto inst = Open("");
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_EQ(Ids(*(*inst)->devices(), true).size(), 4u);
+  fx_.Script(gpus_, {"lost 2"});  // seen at the next nvmlInit
+  udev::Event ev;
+  ev.action = "change";
+  ev.subsystem = "pci";
+  ev.sysname = gpus_[2].pci;
+  ev.syspath = fx_.sysfs().DevicePath(gpus_[2].pci).substr(root_.path().size());
+  (*inst)->OnUdevEvents({ev});
+  ASSERT_TRUE(WaitHealth(**inst, kC, false));
+  EXPECT_EQ(Find(*(*inst)->devices(), kC)->health_reason, "lost (NVML)");
+  EXPECT_EQ(Ids(*(*inst)->devices(), true), (Strings{kA, kB, kD}));
+}
+
 TEST_F(NvidiaModuleTest, ProcfsDiscoveryAndFallback) {
   ASSERT_TRUE(Build());
   // No NVML at all: auto falls back to procfs.
@@ -504,6 +523,12 @@ TEST_F(NvidiaMigTest, ReconfigurationIsPickedUp) {
   ASSERT_TRUE(fx_.Mig(gpus_, {1}, {migs_[4], migs_[5]}));
   Change(**inst, gpus_[0].pci);
   ASSERT_TRUE(WaitCount(**inst, 0));
+  // Back on, with no event at all: the periodic resync sees it once the
+  // shared discovery is older than a second.
+  ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs_));
+  std::this_thread::sleep_for(1100ms);
+  harness::Rescan(**inst);
+  EXPECT_EQ(Ids(*(*inst)->devices(), true), (Strings{kM[0], kM[1], kM[2]}));
 }
 
 TEST_F(NvidiaMigTest, PreferredAllocationUsesFewestGpus) {
