@@ -526,11 +526,6 @@ bool ValidPermissions(const std::string& p) {
   return true;
 }
 
-bool ValidHostPath(const std::string& p) {
-  return p.size() > 1 && p[0] == '/' && p.find("/../") == std::string::npos &&
-         (p.size() < 3 || p.compare(p.size() - 3, 3, "/..") != 0);
-}
-
 // Reads a string or boolean at `path` into *out when set; false after a
 // config error (the wrong type).
 bool GetString(Host& host, const std::string& path, std::string* out) {
@@ -583,7 +578,7 @@ bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool defau
     return false;
   }
   const std::string where = v->type == DEVPLUG_CONFIG_STRING ? at : at + ".path";
-  if (ok && !ValidHostPath(it->pattern)) {
+  if (ok && !devplug::common::IsAbsolutePath(it->pattern)) {
     host.ConfigError(where.c_str(), "\"" + it->pattern + "\" must be an absolute path, like /dev/net/tun");
     ok = false;
   }
@@ -597,7 +592,7 @@ bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool defau
                      "must be made of r, w and m, like \"rw\"");
     ok = false;
   }
-  if (!it->container_path.empty() && !ValidHostPath(it->container_path)) {
+  if (!it->container_path.empty() && !devplug::common::IsAbsolutePath(it->container_path)) {
     host.ConfigError((at + ".container_path").c_str(), "must be an absolute path");
     ok = false;
   }

@@ -720,11 +720,6 @@ class Nvidia : public Instance, public Session::Listener {
 
 // ---- configuration ----
 
-bool ValidPath(const std::string& p) {
-  return p.size() > 1 && p[0] == '/' && p.find("/../") == std::string::npos &&
-         (p.size() < 3 || p.compare(p.size() - 3, 3, "/..") != 0);
-}
-
 // A {host = "...", container = "..."} table at `at`.
 std::optional<HostMount> ParseMount(Host& host, const std::string& at) {
   auto v = host.Get(at);
@@ -748,7 +743,7 @@ std::optional<HostMount> ParseMount(Host& host, const std::string& at) {
     if (!s) {
       host.ConfigError(at.c_str(), std::string("has no ") + key + " path");
       ok = false;
-    } else if (s->type != DEVPLUG_CONFIG_STRING || !ValidPath(s->string)) {
+    } else if (s->type != DEVPLUG_CONFIG_STRING || !devplug::common::IsAbsolutePath(s->string)) {
       host.ConfigError(path.c_str(), "must be an absolute path");
       ok = false;
     } else {

@@ -524,8 +524,7 @@ std::unique_ptr<Instance> Create(Host& host) {
   s.check_cplane = host.Bool("check_cplane").value_or(true);
 
   auto absolute = [&](const char* key, const std::string& p) {
-    if (p.size() < 2 || p[0] != '/' || p.find("/../") != std::string::npos ||
-        p.find('\0') != std::string::npos || p.back() == '/') {
+    if (!devplug::common::IsAbsolutePath(p) || p.back() == '/') {
       bad(key, "\"" + p + "\" must be an absolute path");
       return false;
     }

@@ -34,6 +34,15 @@ TEST(CommonFsTest, BasenameAndDirname) {
   EXPECT_EQ(Dirname("/"), "/");
 }
 
+TEST(CommonFsTest, ConfiguredPathsAreAbsoluteWithoutDotDot) {
+  using devplug::common::IsAbsolutePath;
+  for (const char* ok : {"/dev/net/tun", "/home/kubernetes/bin/nvidia", "/a", "/a/..b", "/a/b/"})
+    EXPECT_TRUE(IsAbsolutePath(ok)) << ok;
+  for (const char* bad : {"", "/", "dev/net/tun", "./x", "/a/../etc", "/a/..", "~/x"})
+    EXPECT_FALSE(IsAbsolutePath(bad)) << bad;
+  EXPECT_FALSE(IsAbsolutePath(std::string_view("/a\0b", 4)));
+}
+
 TEST(CommonIdsTest, PciIdsInAnyCaseWithOrWithoutPrefix) {
   EXPECT_EQ(ParsePciId("8086"), 0x8086);
   EXPECT_EQ(ParsePciId("0x8086"), 0x8086);

@@ -132,6 +132,12 @@ std::string_view Dirname(std::string_view path) {
                                                        : path.substr(0, slash);
 }
 
+bool IsAbsolutePath(std::string_view p) {
+  return p.size() > 1 && p[0] == '/' && p.find('\0') == std::string_view::npos &&
+         p.find("/../") == std::string_view::npos &&
+         (p.size() < 3 || p.substr(p.size() - 3) != "/..");
+}
+
 std::optional<int64_t> ParseInt(std::string_view s) {
   s = TrimRight(s);
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);

@@ -135,5 +135,8 @@ std::string_view Basename(std::string_view path);
 // The directory part of an absolute path: "/dev/net" of "/dev/net/tun", "/"
 // of "/dev".
 std::string_view Dirname(std::string_view path);
+// What a configured host or container path must be: absolute, not "/"
+// alone, without ".." components or NUL bytes.
+bool IsAbsolutePath(std::string_view path);
 
 }  // namespace devplug::common
