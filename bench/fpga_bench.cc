@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_agent.h"
 #include "bench_module.h"
 #include "bench_stats.h"
 #include "fpga_fixture.h"
@@ -88,15 +89,9 @@ int main(int argc, char** argv) {
 
   // 2. PreStartContainer over gRPC on a port already programmed.
   const std::string plugins = dir.path() + "/p", cfg = dir.path() + "/devplug.toml";
-  std::ofstream(cfg) << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \""
-                     << DEVPLUG_BENCH_MODULE_DIR << "\"\nhost_root = \"" << root
-                     << "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n"
+  std::ofstream(cfg) << devplug::bench::AgentTable(plugins, root)
                      << "control_socket = \"\"\n[[resource]]\n" << body;
-  devplug::sim::KubeletSim::Options o;
-  o.dir = plugins;
-  o.owns_dir = true;
-  o.checkpoint_noise = false;
-  devplug::sim::KubeletSim sim(o);
+  devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
   if (!sim.Start().ok()) return 1;
   const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg},
                                                      dir.path() + "/agent.log");

@@ -27,12 +27,11 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "config/config.h"
-#include "gpu_fixture.h"
+#include "bench_agent.h"
+#include "bench_module.h"
 #include "bench_stats.h"
+#include "gpu_fixture.h"
 #include "kubelet_sim.h"
-#include "modules/loaded_module.h"
-#include "modules/module_instance.h"
 #include "test_util.h"
 
 namespace {
@@ -73,23 +72,18 @@ std::string Body(const std::string& lib) { return "nvml_library = \"" + lib + "\
 Stats InProcess(const std::string& root, const std::vector<std::string>& ids, int calls,
                 const std::string& lib, const std::string& extra = "",
                 const std::vector<std::string>& must = {}) {
-  auto cfg = devplug::config::LoadString(std::string("[[resource]]\nname = \"") + kName +
-                                             "\"\nmodule = \"nvidia\"\n" + Body(lib) + extra,
-                                         "bench.toml", {});
-  auto m = devplug::modules::LoadedModule::Load(std::string(DEVPLUG_BENCH_MODULE_DIR) + "/nvidia.so");
-  if (!cfg.ok() || !m.ok()) return {};
-  devplug::modules::ModuleInstance::Options o;
-  o.host_root = root;
-  auto inst = devplug::modules::ModuleInstance::Create(*m, cfg->resources.at(0), std::move(o));
-  if (!inst.ok()) {
-    std::fprintf(stderr, "%s\n", inst.status().message().c_str());
+  auto inst = devplug::bench::OpenModule(
+      "nvidia", std::string("name = \"") + kName + "\"\nmodule = \"nvidia\"\n" + Body(lib) + extra,
+      root);
+  if (!inst) {
+    std::fprintf(stderr, "the nvidia module did not start on the fixture\n");
     return {};
   }
   std::vector<double> us;
   for (int i = 0; i < calls; i++) {
     std::promise<void> done;
     const auto t0 = Clock::now();
-    (*inst)->PreferredAllocation(ids, must, 4, [&](auto) { done.set_value(); });
+    inst->PreferredAllocation(ids, must, 4, [&](auto) { done.set_value(); });
     done.get_future().get();
     us.push_back(Us(Clock::now() - t0));
   }
@@ -99,15 +93,9 @@ Stats InProcess(const std::string& root, const std::vector<std::string>& ids, in
 Stats ThroughAgent(const std::string& dir, const std::string& root,
                    const std::vector<std::string>& ids, int calls, const std::string& lib) {
   const std::string plugins = dir + "/p", cfg = dir + "/nvidia.toml";
-  std::ofstream(cfg) << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \""
-                     << DEVPLUG_BENCH_MODULE_DIR << "\"\nhost_root = \"" << root
-                     << "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n[[resource]]\nname = \""
+  std::ofstream(cfg) << devplug::bench::AgentTable(plugins, root) << "[[resource]]\nname = \""
                      << kName << "\"\nmodule = \"nvidia\"\n" << Body(lib);
-  devplug::sim::KubeletSim::Options o;
-  o.dir = plugins;
-  o.owns_dir = true;  // a temporary directory
-  o.checkpoint_noise = false;
-  devplug::sim::KubeletSim sim(o);
+  devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
   if (!sim.Start().ok()) return {};
   const pid_t agent =
       devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg}, dir + "/agent.log");
@@ -176,19 +164,14 @@ StartStop Lifecycle(const std::string& dir, const std::string& root, const std::
   const std::string plugins = dir + "/p", cfg = dir + "/lifecycle.toml";
   {
     std::ofstream out(cfg);
-    out << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \"" << DEVPLUG_BENCH_MODULE_DIR
-        << "\"\nhost_root = \"" << root << "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n";
+    out << devplug::bench::AgentTable(plugins, root);
     for (int i = 0; i < n; i++)
       out << "[[resource]]\nname = \"" << all[i].name << "\"\nmodule = \"nvidia\"\n"
           << Body(lib) << "device_list_strategy = \"volume-mounts\"\n" << all[i].body;
   }
   StartStop out;
   for (int run = 0; run < runs; run++) {
-    devplug::sim::KubeletSim::Options o;
-    o.dir = plugins;
-    o.owns_dir = true;
-    o.checkpoint_noise = false;
-    devplug::sim::KubeletSim sim(o);
+    devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
     if (!sim.Start().ok()) return {};
     const auto t0 = Clock::now();
     const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg},

@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_agent.h"
 #include "bench_module.h"
 #include "bench_stats.h"
 #include "kubelet_sim.h"
@@ -88,17 +89,12 @@ int main(int argc, char** argv) {
   chmod(attach.c_str(), 0755);
   const std::string plugins = dir.path() + "/p", cfg = dir.path() + "/devplug.toml",
                     pods = dir.path() + "/pod-resources.sock";
-  std::ofstream(cfg) << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \""
-                     << DEVPLUG_BENCH_MODULE_DIR << "\"\nhost_root = \"" << root
-                     << "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n"
+  std::ofstream(cfg) << devplug::bench::AgentTable(plugins, root)
                      << "control_socket = \"\"\npod_resources_socket = \"" << pods << "\"\n"
                      << "[[resource]]\nname = \"" << kShared << "\"\nmodule = \"solarflare\"\n"
                      << "[[resource]]\nname = \"" << kNic << "\"\nmodule = \"solarflare\"\n"
                      << "mode = \"nic\"\nattach_command = \"" << attach << "\"\n";
-  devplug::sim::KubeletSim::Options o;
-  o.dir = plugins;
-  o.owns_dir = true;
-  o.checkpoint_noise = false;
+  devplug::sim::KubeletSim::Options o = devplug::bench::SimOptions(plugins);
   o.pod_resources_socket = pods;
   o.pod_resources_qps = 1e6;
   o.pod_resources_burst = 1000000;

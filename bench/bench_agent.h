@@ -1,0 +1,29 @@
+// Helpers of the benchmarks that run devplugd against the kubelet simulator.
+#pragma once
+
+#include <string>
+
+#include "kubelet_sim.h"
+
+namespace devplug::bench {
+
+// The [agent] table these benchmarks start from: the built modules, a
+// fixture host_root, warnings only, no resync. Callers append their own
+// [agent] keys, then the [[resource]] tables.
+inline std::string AgentTable(const std::string& plugin_dir, const std::string& host_root) {
+  return "[agent]\nplugin_dir = \"" + plugin_dir + "\"\nmodule_dir = \"" +
+         DEVPLUG_BENCH_MODULE_DIR + "\"\nhost_root = \"" + host_root +
+         "\"\nlog_level = \"warn\"\nresync_interval = \"0s\"\n";
+}
+
+// A simulated kubelet that owns plugin_dir (a temporary folder) and writes
+// no checkpoint noise.
+inline sim::KubeletSim::Options SimOptions(const std::string& plugin_dir) {
+  sim::KubeletSim::Options o;
+  o.dir = plugin_dir;
+  o.owns_dir = true;
+  o.checkpoint_noise = false;
+  return o;
+}
+
+}  // namespace devplug::bench
