@@ -14,7 +14,6 @@
 // exist, /dev/nvidia<minor>, a MIG device's capability nodes, the devices
 // named per device_list_strategy, the driver and extra mounts, envs.
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <map>
 #include <memory>

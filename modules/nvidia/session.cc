@@ -46,7 +46,6 @@ bool Session::Init(std::string* why) {
     return false;
   }
   up_ = true;
-  inits_++;
   return true;
 }
 
@@ -115,7 +114,6 @@ std::shared_ptr<const Inventory> Session::Current(Listener& caller) {
       if (!Init(&why)) throw ModuleError(EIO, "NVML re-initialisation failed: " + why);
     }
     std::shared_ptr<Inventory> inv = Discover(caller);
-    inv->generation = ++generation_;
     {
       std::lock_guard lock(state_mu_);
       inventory_ = inv;
@@ -134,7 +132,7 @@ std::shared_ptr<const Inventory> Session::Current(Listener& caller) {
 std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
   const nvml::Api& api = lib_->api();
   auto inv = std::make_shared<Inventory>();
-  inv->mig_api = api.has_mig();
+  const bool mig_api = api.has_mig();
   unsigned count = 0;
   nvml::Return rc = api.DeviceGetCount(&count);
   if (rc != nvml::kSuccess) throw ModuleError(EIO, "nvmlDeviceGetCount_v2: " + lib_->Error(rc));
@@ -184,7 +182,7 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
     char name[nvml::kNameBufferSize] = {};
     if (api.DeviceGetName && api.DeviceGetName(dev, name, sizeof(name)) == nvml::kSuccess)
       g.model = name;
-    if (inv->mig_api && !g.lost) {
+    if (mig_api && !g.lost) {
       unsigned current = 0, pending = 0;
       // NOT_SUPPORTED: a GPU without MIG.
       if (api.DeviceGetMigMode(dev, &current, &pending) == nvml::kSuccess &&
@@ -200,7 +198,6 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
   BuildTopology(*inv, handles);
   handles_ = std::move(handles);
   by_index_ = std::move(index);
-  discoveries_++;
   return inv;
 }
 

@@ -45,8 +45,6 @@ struct GpuInfo {
 
 // One discovery.
 struct Inventory {
-  uint64_t generation = 0;
-  bool mig_api = false;                 // the library has the MIG calls
   std::map<std::string, GpuInfo> gpus;  // by UUID
   // Between the GPUs that are not MIG-enabled, by index in topo_ids: NVLink
   // counts and PCIe common-ancestor levels.
@@ -80,7 +78,6 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   const nvml::Api& api() const { return lib_->api(); }
-  const std::string& library() const { return path_; }
 
   void Subscribe(Listener* l);
   // After it returns, `l` is not called any more.
@@ -95,10 +92,6 @@ class Session {
   // The next Current() rediscovers; with reinit, after a fresh nvmlInit
   // (new handles and event registrations: a GPU was reset or re-bound).
   void Invalidate(bool reinit);
-
-  // Counters for tests and benchmarks.
-  uint64_t discoveries() const { return discoveries_.load(); }
-  uint64_t inits() const { return inits_.load(); }
 
   // How long one nvmlEventSetWait may block: a discovery and a stop wait at
   // most this long for the event thread.
@@ -125,7 +118,6 @@ class Session {
   std::map<std::string, nvml::Device> handles_;  // of the latest discovery, by UUID
   std::map<unsigned, std::string> by_index_;     // of the latest discovery: NVML index -> UUID
   bool warned_no_events_ = false;
-  uint64_t generation_ = 0;
 
   std::mutex state_mu_;  // what Invalidate() and the event thread touch
   bool reinit_ = false;
@@ -144,8 +136,6 @@ class Session {
 
   std::mutex listeners_mu_;
   std::vector<Listener*> listeners_;
-
-  std::atomic<uint64_t> discoveries_{0}, inits_{0};
 };
 
 }  // namespace devplug::nvidia
