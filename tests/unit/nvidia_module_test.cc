@@ -74,6 +74,16 @@ class NvidiaModuleTest : public ::testing::Test {
     return false;
   }
 
+  // A PCI change uevent for a GPU (a reset, or an operator's echo).
+  void Change(ModuleInstance& inst, const std::string& pci) {
+    udev::Event ev;
+    ev.action = "change";
+    ev.subsystem = "pci";
+    ev.sysname = pci;
+    ev.syspath = fx_.sysfs().DevicePath(pci).substr(root_.path().size());
+    inst.OnUdevEvents({ev});
+  }
+
   TempDir root_, nvml_;
   GpuFixture fx_{root_.path(), nvml_.path()};
   std::vector<FakeGpu> gpus_;
@@ -212,12 +222,7 @@ TEST_F(NvidiaModuleTest, GpuLostWhileServedSaysSo) {
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   ASSERT_EQ(Ids(*(*inst)->devices(), true).size(), 4u);
   fx_.Script(gpus_, {"lost 2"});  // seen at the next nvmlInit
-  udev::Event ev;
-  ev.action = "change";
-  ev.subsystem = "pci";
-  ev.sysname = gpus_[2].pci;
-  ev.syspath = fx_.sysfs().DevicePath(gpus_[2].pci).substr(root_.path().size());
-  (*inst)->OnUdevEvents({ev});
+  Change(**inst, gpus_[2].pci);
   ASSERT_TRUE(WaitHealth(**inst, kC, false));
   EXPECT_EQ(Find(*(*inst)->devices(), kC)->health_reason, "lost (NVML)");
   EXPECT_EQ(Ids(*(*inst)->devices(), true), (Strings{kA, kB, kD}));
@@ -403,15 +408,6 @@ class NvidiaMigTest : public NvidiaModuleTest {
              devplug::testing::Mig3g40gb(1, kM[4], 1), devplug::testing::Mig3g40gb(1, kM[5], 2)};
     ASSERT_TRUE(Build());
     ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs_));
-  }
-
-  void Change(ModuleInstance& inst, const std::string& pci) {
-    udev::Event ev;
-    ev.action = "change";
-    ev.subsystem = "pci";
-    ev.sysname = pci;
-    ev.syspath = fx_.sysfs().DevicePath(pci).substr(root_.path().size());
-    inst.OnUdevEvents({ev});
   }
 
   bool WaitCount(ModuleInstance& inst, size_t n) {
