@@ -52,6 +52,25 @@ TEST(RecipeTest, EnvJoinDoesNotConfusePrefixes) {
   EXPECT_EQ(out.envs[0].second, "gpu-10,gpu-1");
 }
 
+// A static value with commas, the same on every device (nvidia's, generic's
+// and solarflare's `envs`), is not doubled when two devices go to one
+// container; ID lists still combine.
+TEST(RecipeTest, EnvValuesWithCommasAreMergedItemByItem) {
+  Recipe a, b, c;
+  a.envs = {{"NVIDIA_DRIVER_CAPABILITIES", "compute,utility"}, {"IDS", "gpu-0"}};
+  b.envs = {{"NVIDIA_DRIVER_CAPABILITIES", "compute,utility"}, {"IDS", "gpu-1"}};
+  c.envs = {{"NVIDIA_DRIVER_CAPABILITIES", "utility,video"}, {"IDS", "gpu-1,gpu-2"}};
+  Recipe out;
+  out.Merge(a);
+  out.Merge(b);
+  ASSERT_EQ(out.envs.size(), 2u);
+  EXPECT_EQ(out.envs[0].second, "compute,utility");
+  EXPECT_EQ(out.envs[1].second, "gpu-0,gpu-1");
+  out.Merge(c);
+  EXPECT_EQ(out.envs[0].second, "compute,utility,video");
+  EXPECT_EQ(out.envs[1].second, "gpu-0,gpu-1,gpu-2");
+}
+
 TEST(RecipeTest, DefaultRecipeCombinesRequestedDevicesOnly) {
   Recipe r0, r1, r2;
   r0.device_nodes = {{"/dev/kvm", "/dev/kvm", "rw"}};

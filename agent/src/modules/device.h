@@ -38,8 +38,9 @@ struct Recipe {
   bool operator==(const Recipe&) const = default;
 
   // Adds `other` to this recipe: device nodes and mounts deduplicated by
-  // container path (first wins), env values of one key joined with ','
-  // (duplicates dropped), annotations last-wins, CDI names deduplicated.
+  // container path (first wins), env values of one key merged as
+  // comma-separated lists (each item once, in order), annotations
+  // last-wins, CDI names deduplicated.
   void Merge(const Recipe& other);
 };
 

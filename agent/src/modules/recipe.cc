@@ -5,6 +5,19 @@
 #include "util/status.h"
 
 namespace devplug::modules {
+namespace {
+
+// `item` is one of the comma-separated items of `list`.
+bool ListHas(std::string_view list, std::string_view item) {
+  for (;;) {
+    const size_t comma = list.find(',');
+    if (list.substr(0, comma) == item) return true;
+    if (comma == std::string_view::npos) return false;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace
 
 void Recipe::Merge(const Recipe& other) {
   for (const DeviceNode& n : other.device_nodes) {
@@ -26,15 +39,17 @@ void Recipe::Merge(const Recipe& other) {
       envs.emplace_back(key, value);
       continue;
     }
-    // Join, skipping a value already present in the list.
-    bool present = false;
-    for (std::string_view rest = it->second; !present;) {
+    // Both are comma-separated lists: each item of the new value not in
+    // the list yet is appended. Per-device IDs combine ("a" + "b" is
+    // "a,b"), and a value every device sets alike stays as it is, commas
+    // and all ("compute,utility" twice is "compute,utility").
+    for (std::string_view rest = value;;) {
       const size_t comma = rest.find(',');
-      present = rest.substr(0, comma) == value;
+      const std::string_view item = rest.substr(0, comma);
+      if (!ListHas(it->second, item)) StrAppend(&it->second, ",", item);
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
-    if (!present) StrAppend(&it->second, ",", value);
   }
   for (const auto& kv : other.annotations) {
     auto it = std::find_if(annotations.begin(), annotations.end(),
