@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -283,6 +284,21 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
 // The metrics count what happened: registrations, calls by result, health
 // flips, rescans, the uevents of the subsystems watched, over the control
 // socket and over HTTP.
+// control_socket pointed at a file by mistake: devplugd serves without a
+// control socket and leaves the file as it was, at start and at exit.
+TEST_F(OperationsTest, AControlSocketPathThatIsNotASocketIsLeftAlone) {
+  WriteFile(control_socket(), "precious\n");
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"));
+  ASSERT_TRUE(Registered(kFull));
+  EXPECT_TRUE(agent_->WaitForLog("exists and is not a socket; not replacing it", kWait))
+      << agent_->Log();
+  ASSERT_EQ(agent_->Stop(SIGTERM, kWait), std::optional<int>(0));
+  std::ifstream in(control_socket());
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious\n");
+}
+
 TEST_F(OperationsTest, MetricsCountWhatHappened) {
   StartSim();
   const std::string sick = dir_ / "sick";

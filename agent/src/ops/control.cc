@@ -94,6 +94,12 @@ Status ControlServer::Start(const std::string& path, Handler handler) {
   if (UnixSocketIsLive(path))
     return FailedPreconditionError(
         StrCat("control socket ", path, " is served by another process (a second devplugd?)"));
+  // A dead socket of ours is replaced; anything else at the path (a file
+  // named by mistake) is the operator's and stays.
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode))
+    return FailedPreconditionError(
+        StrCat("control socket ", path, " exists and is not a socket; not replacing it"));
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   unlink(path.c_str());  // a dead one
@@ -109,6 +115,7 @@ Status ControlServer::Start(const std::string& path, Handler handler) {
     listen_fd_ = -1;
     return UnavailableError(StrCat("cannot serve the control socket ", path, ": ", why));
   }
+  if (lstat(path.c_str(), &st) == 0) bound_ = {st.st_dev, st.st_ino};
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   thread_ = std::thread([this] { Loop(); });
   return OkStatus();
@@ -122,7 +129,11 @@ void ControlServer::Stop() {
   close(listen_fd_);
   close(stop_fd_);
   listen_fd_ = stop_fd_ = -1;
-  unlink(path_.c_str());
+  // Only our own socket: whatever replaced it meanwhile is left alone.
+  struct stat st;
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+      std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino) == bound_)
+    unlink(path_.c_str());
 }
 
 void ControlServer::Loop() {

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "util/status.h"
 
@@ -59,6 +60,8 @@ class ControlServer {
   void Serve(int fd);
 
   std::string path_;
+  // The socket file we bound (device, inode): only that one is removed.
+  std::pair<uint64_t, uint64_t> bound_{0, 0};
   Handler handler_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;
