@@ -10,6 +10,7 @@
 // claims registry below), so a port never moves between resources when it
 // is reprogrammed.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +74,7 @@ enum class ProgramWith { kAuto, kFpgaconf, kIoctl };
 constexpr milliseconds kMaxProgramTimeout = std::chrono::seconds(29);
 constexpr milliseconds kMaxFailureHold = std::chrono::hours(24);
 constexpr milliseconds kMaxReleaseTimeout = std::chrono::hours(1);
+constexpr milliseconds kMaxStatePoll = std::chrono::hours(1);
 // afu_id reads fail with EBUSY while a port is in reset; how often to retry.
 constexpr milliseconds kBusyRetry{20};
 
@@ -93,6 +96,7 @@ struct Settings {
   milliseconds release_timeout = std::chrono::seconds(60);
   bool health_errors = false;
   bool env = true;
+  milliseconds state_poll = std::chrono::seconds(1);  // 0: off
 
   bool region() const { return mode != Mode::kAf; }
   bool Releases(std::string_view action) const {
@@ -192,11 +196,16 @@ class Claims {
   std::vector<Entry> entries_;
 };
 
-// Calls DevicesChanged() when the earliest of some deadlines passes (the end
-// of a failure hold).
+// The module's own thread. Calls DevicesChanged() when the earliest of some
+// deadlines passes (the end of a failure hold), and every `poll` (0: never)
+// when `changed` says what a scan reads has changed: reprogramming and power
+// state changes raise no uevent (dfl-fme-pr.c and dfl-afu-main.c signal
+// nothing), and a change made outside devplug (fpgaconf by hand) raises
+// none at all.
 class Alarm {
  public:
-  explicit Alarm(const Host& host) : host_(host), thread_([this] { Run(); }) {}
+  Alarm(const Host& host, milliseconds poll, std::function<bool()> changed)
+      : host_(host), poll_(poll), changed_(std::move(changed)), thread_([this] { Run(); }) {}
   ~Alarm() {
     {
       std::lock_guard lock(mu_);
@@ -215,20 +224,37 @@ class Alarm {
 
  private:
   void Run() {
+    pthread_setname_np(pthread_self(), "dp:fpga-poll");
     std::unique_lock lock(mu_);
+    auto next_poll = Clock::now() + poll_;
     while (!stop_) {
-      if (due_.empty()) {
+      std::optional<Clock::time_point> next;
+      if (!due_.empty()) next = *due_.begin();
+      if (poll_.count() > 0 && (!next || next_poll < *next)) next = next_poll;
+      if (!next) {
         cv_.wait(lock);
         continue;
       }
-      const auto next = *due_.begin();
-      if (cv_.wait_until(lock, next) == std::cv_status::timeout || Clock::now() >= next) {
-        while (!due_.empty() && *due_.begin() <= Clock::now()) due_.erase(due_.begin());
-        host_.DevicesChanged();
+      cv_.wait_until(lock, *next);
+      if (stop_) break;
+      const auto now = Clock::now();
+      bool tell = false;
+      if (!due_.empty() && *due_.begin() <= now) {
+        while (!due_.empty() && *due_.begin() <= now) due_.erase(due_.begin());
+        tell = true;
       }
+      if (poll_.count() > 0 && now >= next_poll) {
+        next_poll = now + poll_;
+        lock.unlock();  // reads sysfs; At() must not wait for it
+        tell = changed_() || tell;
+        lock.lock();
+      }
+      if (tell) host_.DevicesChanged();
     }
   }
   const Host host_;
+  const milliseconds poll_;
+  const std::function<bool()> changed_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::multiset<Clock::time_point> due_;
@@ -239,7 +265,10 @@ class Alarm {
 class FpgaOpae : public Instance {
  public:
   FpgaOpae(Host host, Settings s)
-      : Instance(host), s_(std::move(s)), root_(std::string(host.host_root())), alarm_(host) {
+      : Instance(host),
+        s_(std::move(s)),
+        root_(std::string(host.host_root())),
+        alarm_(host, s_.state_poll, [this] { return StateChanged(); }) {
     driver_ = s_.driver ? *s_.driver : devplug::fpga::DetectDriver(root_);
     Claims::Get().Add({this, std::string(host.resource_name()), host.ResourceIndex().value_or(0),
                        &s_, &this->host()});
@@ -250,7 +279,6 @@ class FpgaOpae : public Instance {
   ~FpgaOpae() override { Claims::Get().Remove(this); }
 
   void ListDevices(DeviceSink& sink) override;
-  bool OnUdevEvent(const devplug_udev_event& ev) override;
   bool Allocate(const Ids& ids, Recipe& resp) override;
   std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
                                                size_t size) override;
@@ -275,7 +303,13 @@ class FpgaOpae : public Instance {
   std::string Program(const Port& p, const std::string& afu, Clock::time_point deadline);
   std::string ProgramWithFpgaconf(const Port& p, const std::string& gbs, Clock::time_point deadline);
   void Hold(const Port& p, const std::string& why);
+  // A programming of `p` succeeded (or it holds the accelerator): an
+  // earlier failure no longer holds it back.
+  void EndHold(const Port& p);
   std::string ReleaseOne(const Port& p);
+  // The state poll (Alarm's thread): afu_id and power_state of every port
+  // the last scan listed, against what it read then. True on a change.
+  bool StateChanged();
 
   const Settings s_;
   const HostRoot root_;
@@ -287,8 +321,30 @@ class FpgaOpae : public Instance {
     std::string why;
   };
   std::map<std::string, HoldState> holds_;
-  Alarm alarm_;
+  // What the state poll compares: attribute path -> text the last scan (or
+  // poll) read ("" when unreadable).
+  std::mutex polled_mu_;
+  std::map<std::string, std::string> polled_;  // guarded by polled_mu_
+  Alarm alarm_;  // last: its thread stops before the rest goes
 };
+
+std::string ReadOrEmpty(const std::string& path) {
+  auto text = devplug::common::ReadAttr(path);
+  return text ? *text : std::string();
+}
+
+bool FpgaOpae::StateChanged() {
+  std::lock_guard lock(polled_mu_);
+  bool changed = false;
+  for (auto& [path, last] : polled_) {
+    std::string now = ReadOrEmpty(path);
+    if (now != last) {
+      last = std::move(now);
+      changed = true;
+    }
+  }
+  return changed;
+}
 
 devplug::common::Result<std::string> FpgaOpae::ReadAfu(const Port& p,
                                                       Clock::time_point deadline) const {
@@ -310,9 +366,15 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
   std::map<std::string, Known> known;
   std::set<std::string> listed;
   std::map<std::string, devplug::common::Result<std::string>> iface_cache;
+  // For the state poll: every port the selectors allow, listed or not (an
+  // af resource gains a port loaded with its accelerator by hand).
+  std::map<std::string, std::string> polled;
   for (Port& p : devplug::fpga::DiscoverPorts(root_, driver_)) {
     if (!s_.addresses.empty() && !Contains(s_.addresses, p.function)) continue;
     if (!s_.ports.empty() && !Contains(s_.ports, p.name)) continue;
+    if (s_.state_poll.count() > 0)
+      for (const char* attr : {"/afu_id", "/power_state"})
+        polled[p.sys_dir + attr] = ReadOrEmpty(p.sys_dir + attr);
     const bool was_listed = listed_.count(p.name) > 0;
     PortFacts facts{p.name, p.function, std::nullopt, std::nullopt};
 
@@ -380,15 +442,12 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     listed.insert(p.name);
     known[p.name] = Known{p, facts.afu_id};
   }
+  if (s_.state_poll.count() > 0) {
+    std::lock_guard lock(polled_mu_);
+    polled_ = std::move(polled);
+  }
   known_ = std::move(known);
   listed_ = std::move(listed);
-}
-
-bool FpgaOpae::OnUdevEvent(const devplug_udev_event& ev) {
-  const std::string_view subsystem = ev.subsystem ? ev.subsystem : "";
-  if (subsystem != "platform") return true;  // fpga_region, fpga, pci
-  const std::string_view name = ev.sysname ? ev.sysname : "";
-  return name.rfind("dfl-", 0) == 0 || name.rfind("intel-fpga-", 0) == 0;
 }
 
 bool FpgaOpae::Allocate(const Ids& ids, Recipe& resp) {
@@ -461,6 +520,10 @@ std::vector<std::string> FpgaOpae::PreferredAllocation(const Ids& available,
     out.push_back(c.id);
   }
   return out;
+}
+
+void FpgaOpae::EndHold(const Port& p) {
+  if (holds_.erase(p.name) > 0) host().DevicesChanged();
 }
 
 void FpgaOpae::Hold(const Port& p, const std::string& why) {
@@ -550,17 +613,23 @@ std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time
     return "after programming with " + path + ", " + p.name + " holds accelerator " + *after +
            ", not " + afu;
   host().Info("programmed " + p.name + " with " + afu + " from " + rel);
+  EndHold(p);
   return "";
 }
 
 void FpgaOpae::PreStart(const Ids& ids) {
   if (!s_.region()) return;  // af: ports are served as they are programmed
+  // One budget for the whole call, however many ports it programs:
+  // program_timeout is below the agent's prestart_timeout.
+  const auto deadline = Clock::now() + s_.program_timeout;
   for (std::string_view id : ids) {
     const Port p = Find(id).port;
-    const auto deadline = Clock::now() + s_.program_timeout;
     // Every container restart comes here: a port that holds the accelerator
     // costs one read, and no rescan.
-    if (auto now = ReadAfu(p, deadline); now && *now == s_.afu_id) continue;
+    if (auto now = ReadAfu(p, deadline); now && *now == s_.afu_id) {
+      EndHold(p);
+      continue;
+    }
     const std::string err = Program(p, s_.afu_id, deadline);
     host().DevicesChanged();  // its afu_id may have changed, whatever the outcome
     Claims::Get().Changed(this);
@@ -741,6 +810,7 @@ std::unique_ptr<Instance> Create(Host& host) {
     if (std::string why = host.CheckWithinPrestart(s.program_timeout); !why.empty())
       bad("program_timeout", why);
   if (s.release_timeout.count() <= 0) bad("release_timeout", "must be longer than 0");
+  if (auto d = Duration(host, "state_poll", s.state_poll, kMaxStatePoll, ok)) s.state_poll = *d;
 
   static const char* const kActions[] = {"reset", "clear-errors", "program-idle", "command"};
   for (const std::string& a : host.Strings("release_actions").value_or(std::vector<std::string>{})) {
@@ -762,6 +832,12 @@ std::unique_ptr<Instance> Create(Host& host) {
   s.idle_afu_id = id_key("idle_afu_id");
   if (s.Releases("program-idle") && s.idle_afu_id.empty() && !host.String("idle_afu_id"))
     bad("release_actions", "\"program-idle\" needs idle_afu_id (the scrub accelerator)");
+  // af lists a port only while it holds afu_id and never programs it: after
+  // its first release the port would leave this resource for good.
+  if (s.Releases("program-idle") && s.mode == Mode::kAf)
+    bad("release_actions",
+        "\"program-idle\" needs mode \"region\" (in mode \"af\" an idle port leaves the resource "
+        "and nothing programs it back)");
   if (auto cmd = host.String("release_command")) {
     if (cmd->empty() || cmd->front() != '/') bad("release_command", "must be an absolute path");
     s.release_command = *cmd;
@@ -798,9 +874,13 @@ const devplug_config_key kKeys[] = {
     {"release_timeout", DEVPLUG_CONFIG_STRING, 0, "longest release_command may run (default 60s)"},
     {"health_errors", DEVPLUG_CONFIG_BOOL, 0, "port errors make it Unhealthy (default false)"},
     {"env", DEVPLUG_CONFIG_BOOL, 0, "set FPGA_RESOURCE_<NAME> (default true)"},
+    {"state_poll", DEVPLUG_CONFIG_STRING, 0,
+     "how often afu_id and power_state are read for changes no uevent tells (default 1s; 0s off)"},
     {nullptr, 0, 0, nullptr},
 };
 
+// Every event of these subsystems rescans (no filter on the device's name):
+// a port's state can change with events of other devices of its card.
 const char* const kSubsystems[] = {"fpga_region", "fpga", "platform", "pci", nullptr};
 
 }  // namespace
@@ -808,6 +888,6 @@ const char* const kSubsystems[] = {"fpga_region", "fpga", "platform", "pci", nul
 DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
                    "Intel FPGA ports (DFL and intel-fpga drivers), programmed per workload",
                    kKeys, kSubsystems, Create,
-                   devplug::common::kHookUdev | devplug::common::kHookAllocate |
+                   devplug::common::kHookAllocate |
                        devplug::common::kHookPreferred | devplug::common::kHookPreStart |
                        devplug::common::kHookRelease)

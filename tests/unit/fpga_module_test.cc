@@ -417,6 +417,103 @@ TEST_F(FpgaModuleTest, ProgrammingThatDoesNotTakeFailsAndSlowToolsAreKilled) {
   EXPECT_NE(st.message().find("timed out after 300ms"), std::string::npos) << st.message();
 }
 
+// PreStartContainer is bounded as a whole: two ports, each programmed by a
+// tool that takes a second, share one program_timeout of 1.5 s (before,
+// each port got its own, and N ports took N times it).
+TEST_F(FpgaModuleTest, PreStartIsBoundedAsAWholeByProgramTimeout) {
+  FpgaCardSpec a, b;
+  a.ports = {FpgaPortSpec{0, 0, kNlb0}};
+  b.pf = "0000:af:00.0";
+  b.bridge = "0000:ae:00.0";
+  b.region = 2;
+  b.fme = 1;
+  b.ports = {FpgaPortSpec{1, 0, kNlb0}};
+  fx_.AddCard(a);
+  fx_.AddCard(b);
+  fx_.AddGbs(kInterface, kNlb3);
+  const std::string slow = fx_.AddFpgaconf(0, /*sleep_s=*/1);
+  auto inst = Open(Region("fpgaconf = \"" + slow + "\"\nprogram_timeout = \"1500ms\"\n"));
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  ASSERT_EQ(Ids(*(*inst)->devices()), (Strings{"dfl-port.0", "dfl-port.1"}));
+  const auto start = std::chrono::steady_clock::now();
+  Status st = harness::PreStart(**inst, {"dfl-port.0", "dfl-port.1"});
+  EXPECT_FALSE(st.ok()) << "two one-second programmings fit in 1.5 s?";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1900ms);
+  EXPECT_NE(st.message().find("dfl-port.1"), std::string::npos) << st.message();
+}
+
+// A failed programming holds the port back, but a later programming of the
+// same port that succeeds (the kubelet's retry of the start) ends the hold
+// at once instead of after failure_hold.
+TEST_F(FpgaModuleTest, ASuccessfulProgrammingEndsAnEarlierHold) {
+  OneCard();
+  fx_.AddGbs(kInterface, kNlb3);
+  std::string tool = fx_.AddFpgaconf(/*exit_code=*/3);
+  auto inst = Open(Region("fpgaconf = \"" + tool + "\"\nfailure_hold = \"60s\"\n"));
+  ASSERT_TRUE(inst.ok());
+  ASSERT_FALSE(harness::PreStart(**inst, {"dfl-port.0"}).ok());
+  harness::Rescan(**inst);
+  ASSERT_FALSE(Find(*(*inst)->devices(), "dfl-port.0")->healthy);
+  tool = fx_.AddFpgaconf();  // the card works again
+  Status st = harness::PreStart(**inst, {"dfl-port.0"});
+  ASSERT_TRUE(st.ok()) << st.message();
+  harness::Rescan(**inst);
+  const Device* d = Find(*(*inst)->devices(), "dfl-port.0");
+  EXPECT_TRUE(d->healthy) << d->health_reason;
+}
+
+// Reprogramming and power state changes raise no uevent: the module's state
+// poll sees them (here a port throttled to AP6, and an accelerator loaded
+// by hand), with no resync and no event.
+TEST_F(FpgaModuleTest, ThePortStatePollSeesChangesNoEventTells) {
+  OneCard();
+  auto inst = Open(Region("state_poll = \"100ms\"\n"));
+  ASSERT_TRUE(inst.ok());
+  ASSERT_TRUE(Find(*(*inst)->devices(), "dfl-port.0")->healthy);
+  fx_.SetPortAttr("dfl-port.0", "power_state", "0x6");
+  auto eventually = [](auto f) {
+    for (auto end = std::chrono::steady_clock::now() + 10s; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(20ms))
+      if (f()) return true;
+    return f();
+  };
+  EXPECT_TRUE(eventually([&] {
+    const Device* d = Find(*(*inst)->devices(), "dfl-port.0");
+    return !d->healthy && d->health_reason == "power state AP6";
+  }));
+  fx_.SetPortAttr("dfl-port.0", "power_state", "0x0");
+  EXPECT_TRUE(eventually([&] { return Find(*(*inst)->devices(), "dfl-port.0")->healthy; }));
+  // An af resource: a port loaded with its accelerator by hand joins it.
+  auto af = Open(std::string("afu_id = \"") + kNlb3 + "\"\nstate_poll = \"100ms\"\n", "x.io/af");
+  ASSERT_TRUE(af.ok());
+  inst->reset();
+  harness::Rescan(**af);
+  EXPECT_EQ(Ids(*(*af)->devices()), Strings{});
+  fx_.SetAfu("dfl-port.1", kNlb3);
+  EXPECT_TRUE(eventually([&] { return Ids(*(*af)->devices()) == Strings{"dfl-port.1"}; }));
+}
+
+// Any event of the module's subsystems rescans, whatever device it names.
+TEST_F(FpgaModuleTest, EveryEventOfItsSubsystemsRescans) {
+  OneCard();
+  auto inst = Open(Region("state_poll = \"0s\"\n"));
+  ASSERT_TRUE(inst.ok());
+  fx_.SetPortAttr("dfl-port.0", "power_state", "0x6");
+  udev::Event ev;
+  ev.action = "change";
+  ev.subsystem = "platform";
+  ev.sysname = "serial8250";
+  ev.syspath = "/sys/devices/platform/serial8250";
+  const uint64_t before = (*inst)->scans();
+  (*inst)->OnUdevEvents({ev});
+  for (auto end = std::chrono::steady_clock::now() + 10s;
+       (*inst)->scans() == before && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GT((*inst)->scans(), before);
+  harness::Rescan(**inst);  // settles the worker
+  EXPECT_FALSE(Find(*(*inst)->devices(), "dfl-port.0")->healthy);
+}
+
 // ---- release -----------------------------------------------------------------------------------
 
 TEST_F(FpgaModuleTest, ReleaseWaitsWhilePortIsOpenThenResetsAndScrubs) {
@@ -500,6 +597,9 @@ TEST_F(FpgaModuleTest, BadConfigurationNamesTheKey) {
       {afu + "release_actions = [\"reset\", \"wipe\"]\n", "unknown action \"wipe\""},
       {afu + "release_actions = [\"reset\", \"reset\"]\n", "\"reset\" is listed twice"},
       {afu + "release_actions = [\"program-idle\"]\n", "\"program-idle\" needs idle_afu_id"},
+      {afu + "release_actions = [\"program-idle\"]\nidle_afu_id = \"" + kIdleAfu + "\"\n",
+       "\"program-idle\" needs mode \"region\""},
+      {afu + "state_poll = \"2h\"\n", "state_poll: \"2h\" is over the maximum of 1h"},
       {afu + "release_actions = [\"command\"]\n", "\"command\" needs release_command"},
       {afu + "release_command = \"scrub.sh\"\n", "release_command: must be an absolute path"},
       {afu + "addresses = [\"5e:00\"]\n", "addresses: \"5e:00\" is not a PCI address"},
