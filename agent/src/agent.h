@@ -38,6 +38,7 @@
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
+#include "lifecycle/handed_out.h"
 #include "lifecycle/release_tracker.h"
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
@@ -137,9 +138,13 @@ class Agent {
     // A reload's new resource, not serving until the reload commits.
     bool staged = false;
 
-    // ---- release tracking (a module with on_release) ----
+    // ---- release tracking (a module with on_release; off while
+    // pod_resources_poll is 0) ----
     std::shared_ptr<lifecycle::ReleaseTracker> tracker;
     uint64_t tracker_generation = 0;  // of the last published list
+    // When each device was last handed out (pod_of); a reload's new
+    // instance takes over its predecessor's.
+    std::shared_ptr<lifecycle::HandedOut> handed_out;
 
     // ---- registration ----
     State state = State::kDown;
@@ -191,11 +196,18 @@ class Agent {
 
   // The resource with this id (serving, or staged by a reload), or nullptr.
   Resource* ById(uint64_t id);
-  std::unique_ptr<Resource> NewResource(const config::ResourceConfig& cfg, size_t index);
+  std::unique_ptr<Resource> NewResource(const config::ResourceConfig& cfg, size_t index,
+                                        bool staged = false);
 
   // ---- starting resources ----
   Status LoadModule(Resource& r);
-  void Launch(Resource& r);
+  // Creates the module instance under `cfg` (the running configuration, or
+  // a reload's), taking over `carried` as its release tracker when given.
+  void Launch(Resource& r, const config::AgentConfig& cfg,
+              std::shared_ptr<lifecycle::ReleaseTracker> carried = nullptr);
+  static lifecycle::ReleaseTiming Timing(const config::AgentConfig& c);
+  // Release tracking is on for this resource.
+  static bool Tracking(const Resource& r);
   void OnCreated(Resource& r, uint64_t launch, Status st);
   void LeaveOut(Resource& r, Status why, bool retry);
   void GiveUp(Resource& r);
@@ -227,7 +239,12 @@ class Agent {
   void FinishReload();   // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();
-  void ApplyAgentKeys(const config::AgentConfig& next);
+  // config_ is the new configuration: applies what changed since `previous`
+  // to every resource.
+  void ApplyAgentKeys(const config::AgentConfig& previous);
+  // Release tracking on or off as pod_resources_poll says, the release
+  // timings of config_, and what the kubelet is told about it.
+  void ApplyTracking(Resource& r);
   // Stops a resource for good without waiting for its module: a thread
   // waits for it and then frees everything (or leaks it, if it hangs).
   void Retire(std::unique_ptr<Resource> r);

@@ -22,8 +22,10 @@ using std::chrono::milliseconds;
 using nlohmann::json;
 
 // A changed resource registers again this long after its old stream ended,
-// so that the kubelet has seen the end before the new registration.
-constexpr milliseconds kReloadRegisterDelay{20};
+// so that the kubelet has seen the end before the new registration: a
+// kubelet that handles the old stream's end late drops a registration that
+// came first (kubelet-contract §3.7). The same wait as after any stream end.
+constexpr milliseconds kReloadRegisterDelay{1000};
 
 // The same resource, as far as serving it goes (where it is written in the
 // files does not matter).
@@ -125,20 +127,27 @@ void Agent::BeginReload() {
       if (!o.module || (now && *now == o.module->file_id())) continue;
       spdlog::info("resource \"{}\": module file {} was replaced", cfg.name, o.module->path());
     }
-    auto r = NewResource(cfg, i);
-    r->staged = true;
+    auto r = NewResource(cfg, i, /*staged=*/true);
     if (Status st = LoadModule(*r); !st.ok()) errors.push_back(st.message());
     pending->staged.push_back(std::move(r));
   }
   if (!errors.empty()) {
-    for (auto& r : pending->staged) metrics_->Remove(r->metrics);
     FailReload(StrJoin(errors, "\n"));
     return;
   }
   pending->deadline = Clock::now() + pending->config.start_timeout;
   reload_ = std::move(pending);
-  // Their create() and first scan run while everything else keeps serving.
-  for (auto& r : reload_->staged) Launch(*r);
+  // Their create() and first scan run while everything else keeps serving,
+  // under the new configuration. A restarted resource shares its
+  // predecessor's release tracker from the start: what it holds back is
+  // held back in the new instance's first list too, and a release still
+  // running in the old instance reports to it.
+  for (auto& r : reload_->staged) {
+    auto old = std::find_if(resources_.begin(), resources_.end(),
+                            [&](const auto& o) { return o->cfg.name == r->cfg.name; });
+    if (old != resources_.end()) r->handed_out = (*old)->handed_out;
+    Launch(*r, reload_->config, old != resources_.end() ? (*old)->tracker : nullptr);
+  }
   FinishReload();
 }
 
@@ -184,16 +193,17 @@ void Agent::FailReload(const std::string& why) {
 }
 
 void Agent::CommitReload() {
-  config::AgentConfig next = std::move(reload_->config);
   std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged);
+  // From here on config_ is the new configuration: the servers,
+  // registrations and trackers of new resources take its values.
+  const config::AgentConfig previous = std::exchange(config_, std::move(reload_->config));
   reload_.reset();
-  ApplyAgentKeys(next);
 
   std::vector<std::unique_ptr<Resource>> serving;
   std::vector<std::string> added, changed, removed, unchanged;
   const auto now = Clock::now();
-  for (size_t i = 0; i < next.resources.size(); ++i) {
-    const config::ResourceConfig& cfg = next.resources[i];
+  for (size_t i = 0; i < config_.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = config_.resources[i];
     auto take = [&](std::vector<std::unique_ptr<Resource>>& from) -> std::unique_ptr<Resource> {
       auto it = std::find_if(from.begin(), from.end(),
                              [&](const auto& r) { return r && r->cfg.name == cfg.name; });
@@ -213,7 +223,16 @@ void Agent::CommitReload() {
     fresh->staged = false;
     fresh->failure = OkStatus();
     if (fresh->tracker && !fresh->instance->tracks_releases()) fresh->tracker.reset();
-    if (fresh->tracker) SchedulePodList(true);
+    // Release state the new instance cannot carry on (its module has no
+    // on_release, or it opted out): say what is given up.
+    if (old && old->tracker && old->tracker != fresh->tracker) {
+      const std::vector<std::string> dropped = old->tracker->SetEnabled(false);
+      if (!dropped.empty())
+        spdlog::warn("resource \"{}\": the new module instance does not release devices; {} "
+                     "will not be released",
+                     cfg.name, StrJoin(dropped, ","));
+    }
+    metrics_->Adopt(fresh->metrics, old ? old->metrics : nullptr);
     if (old) {
       changed.push_back(cfg.name);
       // The old stream ends first; the new registration follows once the
@@ -234,6 +253,9 @@ void Agent::CommitReload() {
       added.push_back(cfg.name);
       ServeAndRegister(*fresh);
     }
+    // Uevents reach it only from now on: one scan sees what changed since
+    // its first one.
+    fresh->instance->RequestRescan(ops::ScanCause::kEvent);
     spdlog::info("resource \"{}\": module \"{}\" {} from {}", fresh->cfg.name,
                  fresh->module->name(), fresh->module->version(), fresh->module->path());
     serving.push_back(std::move(fresh));
@@ -246,7 +268,7 @@ void Agent::CommitReload() {
     Retire(std::move(old));
   }
   resources_ = std::move(serving);
-  config_ = std::move(next);
+  ApplyAgentKeys(previous);
   RebuildUdevMonitor();
   std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
   for (const auto& r : resources_)
@@ -263,29 +285,44 @@ void Agent::CommitReload() {
   sd_notify(0, "READY=1");
 }
 
-void Agent::ApplyAgentKeys(const config::AgentConfig& next) {
-  if (next.log_level != config_.log_level) {
-    SetLogLevel(next.log_level);
-    spdlog::info("log level: {}", config::LogLevelName(next.log_level));
+void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
+  if (config_.log_level != previous.log_level) {
+    SetLogLevel(config_.log_level);
+    spdlog::info("log level: {}", config::LogLevelName(config_.log_level));
   }
-  if (next.resync_interval != config_.resync_interval) {
+  if (config_.resync_interval != previous.resync_interval) {
     next_resync_.reset();
-    if (next.resync_interval.count() > 0) next_resync_ = Clock::now() + next.resync_interval;
+    if (config_.resync_interval.count() > 0)
+      next_resync_ = Clock::now() + config_.resync_interval;
   }
-  if (next.call_timeout != config_.call_timeout)
-    for (auto& r : resources_)
-      if (r->service) r->service->set_call_timeout(next.call_timeout);
-  if (next.prestart_timeout != config_.prestart_timeout)
-    for (auto& r : resources_)
-      if (r->service) r->service->set_prestart_timeout(next.prestart_timeout);
-  pods_->set_socket(next.pod_resources_socket);
-  lifecycle::ReleaseTiming timing;
-  timing.grace = next.release_grace;
-  timing.settle = next.kubelet_settle;
-  timing.unseen = next.unseen_timeout;
-  for (auto& r : resources_)
-    if (r->tracker) r->tracker->set_timing(timing);
-  if (next.pod_resources_poll.count() == 0) next_pod_list_.reset();
+  for (auto& r : resources_) {
+    if (r->service) {
+      r->service->set_call_timeout(config_.call_timeout);
+      r->service->set_prestart_timeout(config_.prestart_timeout);
+    }
+    ApplyTracking(*r);
+  }
+  pods_->set_socket(config_.pod_resources_socket);
+  if (config_.pod_resources_poll.count() == 0) next_pod_list_.reset();
+}
+
+void Agent::ApplyTracking(Resource& r) {
+  if (!r.tracker || !r.instance) return;
+  r.tracker->set_timing(Timing(config_));
+  const bool on = config_.pod_resources_poll.count() > 0;
+  if (on == r.tracker->enabled()) return;
+  const std::vector<std::string> dropped = r.tracker->SetEnabled(on);
+  if (on) {
+    spdlog::info("resource \"{}\": tracking device releases through {}", r.cfg.name,
+                 pods_->socket());
+    SchedulePodList(true);  // the first List is the truth about what is held
+  } else {
+    spdlog::warn("resource \"{}\": release tracking is off (pod_resources_poll = \"0s\"){}",
+                 r.cfg.name,
+                 dropped.empty() ? std::string()
+                                 : StrCat("; not released: ", StrJoin(dropped, ",")));
+  }
+  OnTrackerChanged(r);  // devices held back are offered again, or the reverse
 }
 
 void Agent::Retire(std::unique_ptr<Resource> r) {
@@ -374,7 +411,7 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
          registered && r->registration != 0 && r->hub->kubelet_stream() == r->registration},
         {"devices_total", list->size()},
         {"devices_healthy", healthy},
-        {"release_tracking", r->tracker != nullptr},
+        {"release_tracking", Tracking(*r)},
         {"last_error", !r->failure.ok() ? r->failure.message() : r->last_error}};
     if (devices || !only.empty()) {
       json devs = json::array();

@@ -189,10 +189,13 @@ int main(int argc, char** argv) {
   {
     devplug::Agent::Options agent_opts;
     agent_opts.version = DEVPLUG_VERSION;
-    // SIGHUP reads the same files, with the same command line, again.
+    // SIGHUP reads the same files, with the same command line, again:
+    // --log-level still wins over the file's log_level.
     if (!f.builtin_config)
-      agent_opts.reload = [path = f.config_path, load_opts] {
-        return devplug::config::LoadFile(path, load_opts);
+      agent_opts.reload = [path = f.config_path, load_opts, level = f.log_level] {
+        auto next = devplug::config::LoadFile(path, load_opts);
+        if (next.ok() && !level.empty()) devplug::config::ParseLogLevel(level, &next->log_level);
+        return next;
       };
     devplug::Agent agent(*cfg, std::move(agent_opts));
     if (devplug::Status st = agent.Start(); !st.ok()) {

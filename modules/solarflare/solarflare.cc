@@ -434,16 +434,27 @@ void Solarflare::PreStart(const Ids& ids) {
     ifnames.insert(ifnames.end(), it->ifnames.begin(), it->ifnames.end());
     id_list += (id_list.empty() ? "" : ",") + std::string(id);
   }
+  // The pod that holds them. Every NIC must name the same one: a NIC the
+  // kubelet lists under two pods, or NICs of different pods, would move a
+  // NIC into a pod that does not hold it, so the start fails instead (the
+  // kubelet tries it again).
   std::optional<Host::Pod> pod;
   std::string unknown_why;
   for (std::string_view id : ids) {
+    std::optional<Host::Pod> p;
     try {
-      pod = host().PodOf(std::string(id));
+      p = host().PodOf(std::string(id));
     } catch (const ModuleError& e) {
+      if (e.code() == ENOTUNIQ) throw ModuleError(EBUSY, std::string(e.what()) + "; not attaching");
       unknown_why = e.what();
       break;
     }
-    if (pod) break;
+    if (!p) continue;
+    if (pod && (pod->pod_namespace != p->pod_namespace || pod->pod_name != p->pod_name))
+      throw ModuleError(EBUSY, id_list + ": held by " + pod->pod_namespace + "/" +
+                                   pod->pod_name + " and " + p->pod_namespace + "/" +
+                                   p->pod_name + "; not attaching");
+    if (!pod) pod = std::move(p);
   }
   std::vector<std::string> env{
       "DEVPLUG_RESOURCE=" + std::string(host().resource_name()),

@@ -196,6 +196,32 @@ class AgentTest : public ::testing::Test {
     return ok;
   }
 
+  static size_t Count(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+      ++n;
+    return n;
+  }
+
+  // Sends SIGHUP and waits for its outcome: true when the new configuration
+  // was applied, false when it was refused.
+  bool Reload() {
+    static constexpr char kApplied[] = "reloaded: ";
+    static constexpr char kRefused[] = "reload failed, the old configuration keeps running:";
+    const std::string before = agent_->Log();
+    const size_t applied = Count(before, kApplied), refused = Count(before, kRefused);
+    EXPECT_EQ(kill(agent_->pid(), SIGHUP), 0);
+    const auto end = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < end) {
+      const std::string log = agent_->Log();
+      if (Count(log, kApplied) > applied) return true;
+      if (Count(log, kRefused) > refused) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "no reload outcome within " << kWait.count() << " s\n" << agent_->Log();
+    return false;
+  }
+
   static std::string Resource(const std::string& name, const std::string& module,
                               const std::string& extra = "") {
     return "[[resource]]\nname = \"" + name + "\"\nmodule = \"" + module + "\"\n" + extra + "\n";

@@ -340,6 +340,39 @@ INSTANTIATE_TEST_SUITE_P(
                         "start_timeout = \"3000000h\""}),
     [](const ::testing::TestParamInfo<ConfigErrorCase>& info) { return info.param.name; });
 
+// Mistakes in several resources' module keys, found at load and at create():
+// devplugd names every one in one go, as --check-config does.
+TEST_F(AgentTest, EveryResourcesModuleKeyMistakeIsReportedAtStart) {
+  WriteFile(config_path(),
+            Config(Resource("a.example/k", "kvm", "sharez = 3") +
+                   Resource("b.example/k", "kvm", "shares = -1") +
+                   Resource("c.example/f", FakeModule("fake_full"), "count = true")));
+  for (const char* check : {"", "--check-config"}) {
+    std::vector<std::string> args{"--config", config_path()};
+    if (*check) args.push_back(check);
+    testing::RunResult r = testing::RunDevplugd(args);
+    EXPECT_EQ(r.exit_code, 78) << r.output;
+    for (const char* want : {"resource[0].sharez: unknown key", "resource[1].shares: must be",
+                             "resource[2].count: must be an integer"})
+      EXPECT_NE(r.output.find(want), std::string::npos) << check << ": " << want << "\n"
+                                                        << r.output;
+  }
+}
+
+// Once all keys load, every module's own create-time mistakes are named too.
+TEST_F(AgentTest, EveryCreateTimeConfigMistakeIsReportedAtStart) {
+  WriteFile(config_path(),
+            Config(Resource("c.example/f", FakeModule("fake_full"), "late_config_error = true") +
+                   Resource("d.example/f", FakeModule("fake_full"), "late_config_error = true")));
+  testing::RunResult r = testing::RunDevplugd({"--config", config_path()});
+  EXPECT_EQ(r.exit_code, 78) << r.output;
+  // In the error devplugd exits with, not only in the log lines before it.
+  const size_t at = r.output.find("devplugd: configuration error:");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resource[0].count", at), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resource[1].count", at), std::string::npos) << r.output;
+}
+
 TEST_F(AgentTest, CommandLineOverridesAreCheckedLikeTheFile) {
   WriteFile(config_path(), Config(Resource(kKvm, "kvm")));
   testing::RunResult r =

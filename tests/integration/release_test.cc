@@ -4,6 +4,8 @@
 // the kubelet would.
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -25,10 +27,13 @@ class ReleaseTest : public AgentTest {
   }
 
   // [agent] keys: fast polls for tests (real defaults: 5s, 10s, 60s, 120s).
-  std::string Agent(const std::string& settle = "1s") const {
-    return "pod_resources_socket = \"" + sim_pod_resources_ +
-           "\"\npod_resources_poll = \"200ms\"\nrelease_grace = \"500ms\"\nkubelet_settle = \"" +
-           settle + "\"\nunseen_timeout = \"3s\"";
+  std::string Agent(const std::string& settle = "1s", const std::string& poll = "200ms") const {
+    return "pod_resources_socket = \"" + sim_pod_resources_ + "\"\npod_resources_poll = \"" +
+           poll + "\"\nrelease_grace = \"500ms\"\nkubelet_settle = \"" + settle +
+           "\"\nunseen_timeout = \"3s\"";
+  }
+  void Rewrite(const std::string& resources, const std::string& agent) {
+    WriteFile(config_path(), Config(resources, "0s", agent));
   }
   std::string Module(const std::string& extra = "") const {
     return Resource(kRel, FakeModule("fake_release"),
@@ -138,8 +143,9 @@ TEST_F(ReleaseTest, ADeviceReusedBeforeItsReleaseIsReleasedAtPreStart) {
   StartAgent(Module(), "0s", Agent());
   ASSERT_TRUE(Registered(kRel));
   Give("fake-0", "a");
-  ASSERT_TRUE(sim_->WaitUntil([](const auto&) { return true; }, 1s));
-  std::this_thread::sleep_for(500ms);  // seen held in a List
+  // Seen held in a List: several polls (200 ms apart) after the bind.
+  const uint64_t lists = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 2; }));
   // Pod a's end is not visible yet; pod b gets fake-0.
   sim_->DeletePod("ns", "a");
   v1beta1::ContainerAllocateResponse resp;
@@ -202,6 +208,50 @@ TEST_F(ReleaseTest, AModuleLearnsWhichPodHoldsADevice) {
                                                        "holder fake-1 none -2"}));
 }
 
+// pod_of never answers from a List sent before the device was handed out
+// again: pod a's List, under a second old, still names a, while pod b
+// holds the device now. No release tracking here, so no poll refreshes the
+// List in between: only pod_of's own rule does.
+TEST_F(ReleaseTest, PodOfNeverNamesThePreviousHolderFromAnOlderList) {
+  StartSim();
+  StartAgent(Module("log_holder = true\nshared = true"), "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  sim_->BindPod("ns", "a", "main", kRel, {"fake-0"});
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  EXPECT_EQ(Lines("holder"), (std::vector<std::string>{"holder fake-0 ns/a/main",
+                                                       "holder fake-0 ns/b/main"}));
+}
+
+// A kubelet before 1.34 lists a finished pod's devices until the pod is
+// deleted: one ID under two pods names no holder (-ENOTUNIQ), rather than
+// whichever pod the kubelet listed first.
+TEST_F(ReleaseTest, PodOfOfADeviceListedUnderTwoPodsIsAmbiguous) {
+  StartSim();
+  StartAgent(Module("log_holder = true\nshared = true"), "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  sim_->BindPod("ns", "a", "main", kRel, {"fake-0"});
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  // Pod a finished but is still listed; pod b gets fake-0.
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  EXPECT_EQ(Lines("holder"), (std::vector<std::string>{
+                                 "holder fake-0 ns/a/main",
+                                 "holder fake-0 none " + std::to_string(-ENOTUNIQ)}));
+  // Once the kubelet drops pod a, the answer is b.
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  EXPECT_EQ(Lines("holder").back(), "holder fake-0 ns/b/main");
+}
+
 // A release that fails leaves the device Unhealthy with the module's reason
 // and is tried again with backoff until it works.
 TEST_F(ReleaseTest, AFailedReleaseIsRetriedAndTheReasonShows) {
@@ -217,6 +267,119 @@ TEST_F(ReleaseTest, AFailedReleaseIsRetriedAndTheReasonShows) {
   ASSERT_TRUE(HealthyIs(kRel, 2, 1));
   std::remove(fail.c_str());
   ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
+// A reload that re-creates a tracked resource (any key changed) keeps every
+// device's release state: a device whose release failed stays Unhealthy in
+// the new instance and is released there once the cause is gone, exactly
+// once.
+TEST_F(ReleaseTest, AReloadKeepsAFailedReleaseAndReleasesItLater) {
+  const std::string fail = dir_ / "fail";
+  StartSim();
+  StartAgent(Module("release_fail = \"" + fail + "\""), "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  WriteFile(fail, "");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
+      << agent_->Log();
+  Rewrite(Module("release_fail = \"" + fail + "\"\nnuma = 0"), Agent());
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(agent_->WaitForLog("changed: " + std::string(kRel), kWait)) << agent_->Log();
+  ASSERT_TRUE(Registered(kRel, 2));
+  ASSERT_TRUE(HealthyIs(kRel, 2, 1));
+  std::this_thread::sleep_for(1s);  // the new instance's first Lists and scans
+  ASSERT_TRUE(HealthyIs(kRel, 2, 1)) << "an unscrubbed device came back Healthy";
+  EXPECT_TRUE(Lines("release").empty());
+  std::remove(fail.c_str());
+  ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
+// A release still running in the instance a reload replaces: the new
+// instance holds the device back until it is done, and a pod that gets the
+// device meanwhile starts only after it, with no second release.
+TEST_F(ReleaseTest, AReleaseRunningAcrossAReloadIsWaitedForNotRepeated) {
+  StartSim();
+  StartAgent(Module("release_delay_ms = 4000"), "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1));
+  Rewrite(Module("release_delay_ms = 4000\nnuma = 0"), Agent());
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kRel, 2));
+  // Held back in the new instance's list while the old one releases.
+  EXPECT_TRUE(Lines("release fake-0").empty());
+  ASSERT_TRUE(HealthyIs(kRel, 2, 1));
+  // The kubelet offers it anyway (it saw the old list): PreStart waits for
+  // the release running in the old instance.
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+  EXPECT_EQ(Lines("releasing"), std::vector<std::string>{"releasing fake-0"});
+  EXPECT_TRUE(agent_->WaitForLog("PreStartContainer [fake-0]: OK", kWait)) << agent_->Log();
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
+  ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+  std::this_thread::sleep_for(1500ms);  // pod b holds it: no release
+  EXPECT_EQ(Lines("release").size(), 1u);
+  EXPECT_EQ(Lines("releasing").size(), 1u);
+}
+
+// pod_resources_poll turned off by a reload: tracking stops, and a device
+// held back by a failed release is offered again (the operator chose not to
+// scrub); turned on again, the next List is the truth and releases resume.
+TEST_F(ReleaseTest, PodResourcesPollOffAndOnByReload) {
+  const std::string fail = dir_ / "fail";
+  const std::string module = Module("release_fail = \"" + fail + "\"");
+  StartSim();
+  StartAgent(module, "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  WriteFile(fail, "");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(HealthyIs(kRel, 2, 1));
+  Rewrite(module, Agent("1s", "0s"));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(HealthyIs(kRel, 2, 2)) << "still held back with tracking off";
+  EXPECT_TRUE(agent_->WaitForLog("release tracking is off (pod_resources_poll = \"0s\"); "
+                                 "not released: fake-0",
+                                 kWait))
+      << agent_->Log();
+  EXPECT_EQ(sim_->resource(kRel)->registrations, 1u) << "an unchanged resource was restarted";
+
+  // On again for the running instance: fake-1 goes to pod b, b ends, and
+  // fake-1 is released.
+  std::remove(fail.c_str());
+  Rewrite(module, Agent());
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(agent_->WaitForLog("tracking device releases through", kWait));
+  Give("fake-1", "b");
+  const uint64_t lists = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 2; }));
+  sim_->DeletePod("ns", "b");
+  ASSERT_TRUE(WaitLines("release", 1)) << agent_->Log();
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-1"});
+  EXPECT_EQ(sim_->resource(kRel)->registrations, 1u);
+}
+
+// A resource added by a reload that also changes the [agent] keys runs
+// under the new keys: tracking on (the old configuration had it off) with
+// the new timings.
+TEST_F(ReleaseTest, AResourceAddedByAReloadTracksUnderTheNewAgentKeys) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", Agent("1s", "0s"));
+  ASSERT_TRUE(Registered(kFull));
+  Rewrite(Resource(kFull, FakeModule("fake_full"), "count = 1") + Module(), Agent());
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  const uint64_t lists = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 2; }));
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("release", 1)) << agent_->Log();
   EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
 }
 

@@ -6,6 +6,9 @@
 // command learns which pod got the NIC from the PodResources API.
 #include <sys/stat.h>
 
+#include <cstdio>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
@@ -122,6 +125,35 @@ TEST_F(SolarflareAgentTest, NicModeAttachCommandLearnsThePod) {
   EXPECT_NE(st.error_message().find("exited with status 1: ip: cannot move ens5f0np0 into the pod"),
             std::string::npos)
       << st.error_message();
+}
+
+// A NIC the kubelet still lists under its finished pod (kubelets before 1.34)
+// and under the new one: the attach command never runs with either pod's
+// name; the start fails and succeeds once the old pod is gone.
+TEST_F(SolarflareAgentTest, NicModeNeverAttachesOnAnAmbiguousHolder) {
+  StartSim();
+  StartAgent(Resource(kNic, "solarflare",
+                      "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"5s\""),
+             "0s", Agent());
+  ASSERT_TRUE(Registered(kNic));
+  ASSERT_TRUE(HealthyIs(kNic, 2, 2));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kNic, {kA}, &resp).ok());
+  sim_->BindPod("trading", "a-old", "engine", kNic, {kA});
+  ASSERT_TRUE(sim_->PreStartContainer(kNic, {kA}).ok());
+  ASSERT_NE(testing::ReadFile(seen_).find("DEVPLUG_POD_NAME=a-old\n"), std::string::npos);
+  std::remove(seen_.c_str());
+  ASSERT_TRUE(sim_->Allocate(kNic, {kA}, &resp).ok());
+  sim_->BindPod("trading", "b-new", "engine", kNic, {kA});
+  grpc::Status st = sim_->PreStartContainer(kNic, {kA});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("under more than one pod"), std::string::npos)
+      << st.error_message();
+  EXPECT_FALSE(std::filesystem::exists(seen_)) << "attach ran on an ambiguous answer";
+  sim_->DeletePod("trading", "a-old");
+  st = sim_->PreStartContainer(kNic, {kA});
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_NE(testing::ReadFile(seen_).find("DEVPLUG_POD_NAME=b-new\n"), std::string::npos);
 }
 
 TEST_F(SolarflareAgentTest, AnAttachTimeoutLongerThanPrestartTimeoutIsAConfigError) {

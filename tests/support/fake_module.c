@@ -52,6 +52,8 @@
  *                                path exists
  *   release_fail (string)        on_release() fails (-EIO, "scrub failed")
  *                                while this path exists
+ *   release_delay_ms (int)       on_release() appends "releasing <ids>" to
+ *                                release_log and sleeps this long first
  *   shared (bool)                opts out of release tracking
  *   log_holder (bool)            see release_log
  */
@@ -84,6 +86,7 @@ struct devplug_instance {
   const char *release_log;
   const char *release_busy;
   const char *release_fail;
+  int64_t release_delay_ms;
   int32_t log_holder;
 };
 
@@ -144,6 +147,7 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string(host, "release_log", &inst->release_log);
   host->config_string(host, "release_busy", &inst->release_busy);
   host->config_string(host, "release_fail", &inst->release_fail);
+  host->config_int(host, "release_delay_ms", &inst->release_delay_ms);
   host->config_bool(host, "log_holder", &inst->log_holder);
   int32_t shared = 0;
   host->config_bool(host, "shared", &shared);
@@ -298,6 +302,15 @@ static int fake_pre_start(struct devplug_instance *inst, const char *const *ids,
 
 #ifdef FAKE_RELEASE
 static int fake_release(struct devplug_instance *inst, const char *const *ids, size_t n) {
+  if (inst->release_delay_ms > 0) {
+    char started[1024] = "releasing ";
+    for (size_t i = 0; i < n; i++) {
+      if (i) strncat(started, ",", sizeof(started) - strlen(started) - 1);
+      strncat(started, ids[i], sizeof(started) - strlen(started) - 1);
+    }
+    append_line(inst->release_log, started);
+    sleep_ms(inst->release_delay_ms);
+  }
   if (inst->release_busy && access(inst->release_busy, F_OK) == 0) {
     inst->host->set_error(inst->host, "the card is still busy");
     return -EAGAIN;
@@ -337,6 +350,7 @@ static const struct devplug_config_key fake_keys[] = {
     {"release_log", DEVPLUG_CONFIG_STRING, 0, "file on_release() and pre_start() write to"},
     {"release_busy", DEVPLUG_CONFIG_STRING, 0, "on_release() is busy while this path exists"},
     {"release_fail", DEVPLUG_CONFIG_STRING, 0, "on_release() fails while this path exists"},
+    {"release_delay_ms", DEVPLUG_CONFIG_INT, 0, "on_release() sleeps first"},
     {"shared", DEVPLUG_CONFIG_BOOL, 0, "opt out of release tracking"},
     {"log_holder", DEVPLUG_CONFIG_BOOL, 0, "pre_start() logs pod_of() answers"},
     {NULL, 0, 0, NULL},

@@ -194,5 +194,65 @@ TEST_F(ReleaseTrackerTest, AReleaseRunningWhenTheDeviceIsReusedCountsForTheNewPo
   EXPECT_TRUE(tracker_.ReleasesBeforeStart({"dev-0"}).empty());
 }
 
+// A release started by a List still runs (in an instance a reload
+// replaced) when PreStart comes for the device: PreStart waits for it rather
+// than releasing a second time, and its success makes the device the new
+// pod's; its failure leaves the release to PreStart.
+TEST_F(ReleaseTrackerTest, PreStartWaitsForAReleaseRunningElsewhere) {
+  List({}, 0);
+  tracker_.OnAllocated({"dev-0", "dev-1"}, T(1));
+  List({{"dev-0", kPodA}, {"dev-1", kPodA}}, 5);
+  List({}, 10);
+  ASSERT_EQ(List({}, 20), (Ids{"dev-0", "dev-1"}));  // running now
+  tracker_.OnAllocated({"dev-0"}, T(21));
+  bool wait = false;
+  EXPECT_TRUE(tracker_.ReleasesBeforeStart({"dev-0"}, &wait).empty());
+  EXPECT_TRUE(wait);
+  tracker_.OnReleased({"dev-0"}, 0, "", T(22));
+  EXPECT_TRUE(tracker_.ReleasesBeforeStart({"dev-0"}, &wait).empty());
+  EXPECT_FALSE(wait);
+  EXPECT_EQ(StateOf("dev-0"), State::kAssigned);
+  // The same device again, and this time the running release fails.
+  tracker_.OnAllocated({"dev-1"}, T(23));
+  EXPECT_TRUE(tracker_.ReleasesBeforeStart({"dev-1"}, &wait).empty());
+  EXPECT_TRUE(wait);
+  tracker_.OnReleased({"dev-1"}, -EIO, "scrub failed", T(24));
+  EXPECT_EQ(tracker_.ReleasesBeforeStart({"dev-1"}, &wait), Ids{"dev-1"});
+  EXPECT_FALSE(wait);
+}
+
+// Switched off (pod_resources_poll "0s"), the tracker forgets every device,
+// holds nothing back and needs no List; on again, the next List is the
+// truth, as after an agent start.
+TEST_F(ReleaseTrackerTest, OffForgetsEverythingAndOnStartsOver) {
+  List({}, 0);
+  tracker_.OnAllocated({"dev-0"}, T(1));
+  List({{"dev-0", kPodA}}, 5);
+  List({}, 10);
+  ASSERT_EQ(List({}, 20), Ids{"dev-0"});
+  tracker_.OnReleased({"dev-0"}, -EIO, "scrub failed", T(21));
+  const uint64_t g = tracker_.generation();
+  EXPECT_EQ(tracker_.SetEnabled(false), Ids{"dev-0"});
+  EXPECT_GT(tracker_.generation(), g);  // what the kubelet is told changes
+  modules::DeviceList list(1);
+  list[0].id = "dev-0";
+  list[0].healthy = true;
+  EXPECT_FALSE(tracker_.Apply(list));
+  EXPECT_TRUE(list[0].healthy);
+  EXPECT_FALSE(tracker_.NeedsList());
+  tracker_.OnAllocated({"dev-1"}, T(30));
+  EXPECT_TRUE(List({}, 40).empty());
+  EXPECT_FALSE(tracker_.View("dev-1").has_value());
+
+  EXPECT_TRUE(tracker_.SetEnabled(true).empty());
+  EXPECT_TRUE(tracker_.NeedsList());
+  EXPECT_FALSE(tracker_.synced());
+  // The first List: dev-1 is held, and released when its pod goes.
+  EXPECT_TRUE(List({{"dev-1", kPodB}}, 50).empty());
+  EXPECT_EQ(StateOf("dev-1"), State::kHeld);
+  List({}, 55);
+  EXPECT_EQ(List({}, 70), Ids{"dev-1"});
+}
+
 }  // namespace
 }  // namespace devplug::lifecycle

@@ -326,8 +326,9 @@ class SolarflareAttachTest : public SolarflareModuleTest {
   }
   ModuleInstance::Options WithPods() {
     ModuleInstance::Options o;
-    o.pod_of = [this](const std::string& id, PodHolder* holder) {
-      if (id != kA) return lookup_rc_;
+    o.pod_of = [this](const std::string& id, std::optional<std::chrono::steady_clock::time_point>,
+                      PodHolder* holder) {
+      if (id != kA || lookup_rc_ == -ENOTUNIQ) return lookup_rc_;
       *holder = {"team-a", "trader-0", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "engine"};
       return 0;
     };
@@ -362,6 +363,18 @@ TEST_F(SolarflareAttachTest, TheCommandLearnsThePodAndItsNics) {
   lookup_rc_ = -EAGAIN;
   ASSERT_TRUE(harness::PreStart(*inst, {kB}).ok());
   EXPECT_EQ(Seen().size(), 3u);
+}
+
+// A NIC listed under two pods names no holder: the command never runs (it
+// would move the NIC into whichever pod came first) and the start fails.
+TEST_F(SolarflareAttachTest, AnAmbiguousHolderFailsTheStartWithoutRunningTheCommand) {
+  auto inst = Open("mode = \"nic\"\nattach_command = \"" + cmd_ + "\"\n", kNic, WithPods());
+  ASSERT_TRUE(inst);
+  lookup_rc_ = -ENOTUNIQ;
+  Status st = harness::PreStart(*inst, {kA});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("under more than one pod"), std::string::npos) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(out_));
 }
 
 TEST_F(SolarflareAttachTest, AFailureOrTimeoutFailsTheStartWithTheLastStderrLine) {

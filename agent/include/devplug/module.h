@@ -138,9 +138,11 @@ struct devplug_recipe {
   /** A bind mount; read_only is 0 or 1. */
   int (*add_mount)(struct devplug_recipe *r, const char *host_path,
                    const char *container_path, int32_t read_only);
-  /** An environment variable. The agent joins the values of a key set
-   *  more than once in one Allocate response with ',' (duplicates
-   *  dropped), so per-device values combine. Keys should be namespaced
+  /** An environment variable. The values of a key set more than once in
+   *  one Allocate response are merged as comma-separated lists: each item
+   *  is added once, in order. Per-device values combine ("id0" and "id1"
+   *  give "id0,id1"), and a value every device sets alike stays as it is
+   *  ("compute,utility" twice gives "compute,utility"). Keys should be namespaced
    *  to the resource: the kubelet keeps only one value per key across
    *  all resources of a container. */
   int (*add_env)(struct devplug_recipe *r, const char *key, const char *value);
@@ -312,12 +314,19 @@ struct devplug_host {
   /**
    * Which pod holds device `id` of this resource, as the kubelet's
    * PodResources API lists it: fills *ret and returns 0; -ENOENT when no
-   * running container holds it; -EAGAIN when the kubelet cannot be asked
-   * now (no PodResources socket, rate limited, an error); -EINVAL for bad
-   * arguments. Worker thread only: it may wait for one List call (at most
-   * 5 s); an answer at most 1 s old is reused, and the agent shares one List
-   * among every resource. Strings in *ret stay valid until the next pod_of()
-   * or the end of the current module call.
+   * running container holds it; -ENOTUNIQ when the kubelet lists it under
+   * more than one pod (kubelets before 1.34 keep a finished pod's devices
+   * listed, and List does not say which pod runs): no holder can be named,
+   * so act on none (fail pre_start(); the kubelet retries the start);
+   * -EAGAIN when the kubelet cannot be asked now (no PodResources socket,
+   * rate limited, an error); -EINVAL for bad arguments. The answer always
+   * comes from a List sent after the device was last handed out (its last
+   * Allocate and, inside pre_start(), that PreStartContainer), never from
+   * one that may still show the previous holder. Worker thread only: it may
+   * wait for List calls (each at most 5 s); a List at most 1 s old and new
+   * enough is reused, and the agent shares Lists among every resource.
+   * Strings in *ret stay valid until the next pod_of() or the end of the
+   * current module call.
    */
   int (*pod_of)(const struct devplug_host *h, const char *id,
                 struct devplug_pod *ret);

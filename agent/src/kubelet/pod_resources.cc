@@ -8,15 +8,24 @@
 namespace devplug::kubelet {
 
 PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
+                       std::chrono::steady_clock::time_point asked,
                        std::chrono::steady_clock::time_point taken) {
   PodSnapshot s;
+  s.asked = asked;
   s.taken = taken;
   for (const v1::PodResources& pod : response.pod_resources()) {
     for (const v1::ContainerResources& c : pod.containers()) {
       for (const v1::ContainerDevices& d : c.devices()) {
         auto& ids = s.holders[d.resource_name()];
-        for (const std::string& id : d.device_ids())
-          ids.try_emplace(id, lifecycle::Holder{pod.namespace_(), pod.name(), c.name()});
+        for (const std::string& id : d.device_ids()) {
+          auto [it, fresh] =
+              ids.try_emplace(id, lifecycle::Holder{pod.namespace_(), pod.name(), c.name()});
+          // Two containers of one pod (an init container's devices reused)
+          // name one pod; two pods do not.
+          if (!fresh && (it->second.pod_namespace != pod.namespace_() ||
+                         it->second.pod_name != pod.name()))
+            s.ambiguous[d.resource_name()].insert(id);
+        }
       }
     }
   }
@@ -26,6 +35,7 @@ PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
 namespace {
 struct ListCall {
   std::shared_ptr<grpc::Channel> channel;  // outlives a socket change meanwhile
+  std::chrono::steady_clock::time_point asked;
   grpc::ClientContext ctx;
   v1::ListPodResourcesRequest request;
   v1::ListPodResourcesResponse response;
@@ -112,12 +122,15 @@ void PodResourcesClient::StartListLocked() {
   auto call = std::make_shared<ListCall>();
   call->channel = channel_;
   call->ctx.set_deadline(std::chrono::system_clock::now() + options_.deadline);
-  stub_->async()->List(&call->ctx, &call->request, &call->response,
-                       [this, call](grpc::Status st) { OnListDone(st, call->response); });
+  call->asked = Clock::now();
+  stub_->async()->List(&call->ctx, &call->request, &call->response, [this, call](grpc::Status st) {
+    OnListDone(st, call->response, call->asked);
+  });
 }
 
 void PodResourcesClient::OnListDone(const grpc::Status& st,
-                                    const v1::ListPodResourcesResponse& response) {
+                                    const v1::ListPodResourcesResponse& response,
+                                    Clock::time_point asked) {
   std::vector<Done> waiters;
   StatusOr<PodSnapshotPtr> result = Status(StatusCode::kInternal, "unset");
   {
@@ -125,7 +138,7 @@ void PodResourcesClient::OnListDone(const grpc::Status& st,
     const auto now = Clock::now();
     waiters.swap(waiting_);
     if (st.ok()) {
-      latest_ = std::make_shared<const PodSnapshot>(ToSnapshot(response, now));
+      latest_ = std::make_shared<const PodSnapshot>(ToSnapshot(response, asked, now));
       failure_ = OkStatus();
       backoff_ = {};
       result = latest_;

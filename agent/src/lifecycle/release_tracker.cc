@@ -43,8 +43,29 @@ void ReleaseTracker::set_timing(const ReleaseTiming& timing) {
   timing_ = timing;
 }
 
+std::vector<std::string> ReleaseTracker::SetEnabled(bool on) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> dropped;
+  if (on == enabled_) return dropped;
+  enabled_ = on;
+  for (const auto& [id, e] : devices_) dropped.push_back(id);
+  // What Apply shows changes with any device that was held back.
+  if (std::any_of(devices_.begin(), devices_.end(),
+                  [](const auto& d) { return Shown(d.second.state); }))
+    ++generation_;
+  devices_.clear();
+  synced_ = false;
+  return dropped;
+}
+
+bool ReleaseTracker::enabled() const {
+  std::lock_guard lock(mu_);
+  return enabled_;
+}
+
 void ReleaseTracker::OnAllocated(const std::vector<std::string>& ids, Clock::time_point now) {
   std::lock_guard lock(mu_);
+  if (!enabled_) return;
   for (const std::string& id : ids) {
     auto [it, fresh] = devices_.try_emplace(id);
     Entry& e = it->second;
@@ -59,12 +80,21 @@ void ReleaseTracker::OnAllocated(const std::vector<std::string>& ids, Clock::tim
   }
 }
 
-std::vector<std::string> ReleaseTracker::ReleasesBeforeStart(const std::vector<std::string>& ids) {
+std::vector<std::string> ReleaseTracker::ReleasesBeforeStart(const std::vector<std::string>& ids,
+                                                             bool* wait) {
   std::lock_guard lock(mu_);
   std::vector<std::string> due;
+  if (wait) *wait = false;
   for (const std::string& id : ids) {
     auto it = devices_.find(id);
-    if (it != devices_.end() && it->second.release_at_start) due.push_back(id);
+    if (it == devices_.end() || !it->second.release_at_start) continue;
+    if (it->second.in_flight) {
+      // Its release runs elsewhere; when it reports, the device is the new
+      // pod's (see OnReleased), or it fails and is released here.
+      if (wait) *wait = true;
+      return {};
+    }
+    due.push_back(id);
   }
   return due;
 }
@@ -91,6 +121,7 @@ std::vector<std::string> ReleaseTracker::OnList(
     std::optional<Clock::time_point> kubelet_restart) {
   std::lock_guard lock(mu_);
   std::vector<std::string> due;
+  if (!enabled_) return due;
   // Devices in use that we have no record of: allocated while we were not
   // looking (before our start). The first List is the truth.
   for (const auto& [id, holder] : listed) {
@@ -185,7 +216,7 @@ void ReleaseTracker::OnReleased(const std::vector<std::string>& ids, int result,
 
 bool ReleaseTracker::NeedsList() const {
   std::lock_guard lock(mu_);
-  return !synced_ || !devices_.empty();
+  return enabled_ && (!synced_ || !devices_.empty());
 }
 
 bool ReleaseTracker::synced() const {
@@ -211,6 +242,7 @@ bool ReleaseTracker::Apply(modules::DeviceList& list) const {
 
 std::optional<ReleaseTracker::DeviceView> ReleaseTracker::View(std::string_view id) const {
   std::lock_guard lock(mu_);
+  if (!enabled_) return std::nullopt;
   auto it = devices_.find(id);
   if (it == devices_.end()) return synced_ ? std::optional<DeviceView>(DeviceView{}) : std::nullopt;
   return DeviceView{it->second.state, it->second.holder, it->second.error};

@@ -17,6 +17,14 @@
 // no more; Allocate still accepts them (an admission failure is final) and
 // the release then runs at PreStart.
 //
+// A tracker outlives a reload that re-creates its resource: the new module
+// instance takes over the old one's tracker, releases still running in the
+// old instance included, so no device's release state is lost.
+//
+// Tracking can be switched off and on (pod_resources_poll "0s" and back):
+// off, it forgets every device and holds nothing back; on again, its next
+// List is the truth, as after an agent start.
+//
 // Pure logic: every input carries the time, so tests drive it with a fake
 // clock. Thread safety: thread-safe (gRPC threads report Allocate and
 // PreStart, the main loop reports List results and releases).
@@ -55,9 +63,16 @@ class ReleaseTracker {
   enum class State { kFree, kAssigned, kHeld, kReleasing, kFailed };
   static std::string_view StateName(State s);
 
-  explicit ReleaseTracker(ReleaseTiming timing) : timing_(timing) {}
+  explicit ReleaseTracker(ReleaseTiming timing, bool enabled = true)
+      : timing_(timing), enabled_(enabled) {}
   // A reload changed the timing; it applies from the next List.
   void set_timing(const ReleaseTiming& timing);
+
+  // Tracking on or off. Off forgets every device (returned: those that were
+  // not FREE, for the log) and makes every other call a no-op; on starts
+  // over (the next List is the truth).
+  std::vector<std::string> SetEnabled(bool on);
+  bool enabled() const;
 
   // Allocate answered OK with these IDs. FREE ones become ASSIGNED; any
   // other is still someone's, so its release is due before the new
@@ -65,8 +80,12 @@ class ReleaseTracker {
   void OnAllocated(const std::vector<std::string>& ids, Clock::time_point now);
 
   // PreStartContainer for `ids`: those whose release must run first (and
-  // no release of them starts from a List meanwhile).
-  std::vector<std::string> ReleasesBeforeStart(const std::vector<std::string>& ids);
+  // no release of them starts from a List meanwhile). When a release of one
+  // of them is already running (started by a List, in this instance or in
+  // one a reload replaced), *wait is set and nothing is returned: the caller
+  // asks again once that release has reported.
+  std::vector<std::string> ReleasesBeforeStart(const std::vector<std::string>& ids,
+                                               bool* wait = nullptr);
   // Their release ran at PreStart: released, they belong to the new pod.
   void OnReleasedBeforeStart(const std::vector<std::string>& ids, bool released,
                              Clock::time_point now);
@@ -120,6 +139,7 @@ class ReleaseTracker {
   bool Settled(Clock::time_point now, std::optional<Clock::time_point> restart) const;
 
   ReleaseTiming timing_;  // guarded by mu_
+  bool enabled_;          // guarded by mu_
   mutable std::mutex mu_;
   std::map<std::string, Entry, std::less<>> devices_;  // guarded by mu_; FREE ones dropped
   bool synced_ = false;                                // guarded by mu_

@@ -234,7 +234,7 @@ int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod
   if (!self->options_.pod_of) return -EAGAIN;
   try {
     PodHolder holder;
-    const int rc = self->options_.pod_of(id, &holder);
+    const int rc = self->options_.pod_of(id, self->prestart_began_, &holder);
     if (rc != 0) return rc;
     self->pod_answer_ = std::move(holder);
     const PodHolder& a = self->pod_answer_;

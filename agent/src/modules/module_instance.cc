@@ -500,7 +500,8 @@ void ModuleInstance::PreferredAllocation(
 void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
                               std::function<bool()> wanted) {
   auto refuse = done;
-  PostCall([this, ids = std::move(ids), done = std::move(done), wanted] {
+  const auto began = std::chrono::steady_clock::now();
+  PostCall([this, ids = std::move(ids), done = std::move(done), wanted, began] {
     if (inst_ == nullptr) {
       done(OkStatus());
       return;
@@ -508,18 +509,23 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
     // Guarantee before reuse: a device handed to this container while the
     // agent still counted it as someone else's is released first.
     if (tracks_releases() && options_.release.due_before_start) {
-      const std::vector<std::string> due = options_.release.due_before_start(ids);
-      while (!due.empty()) {
-        std::string why;
-        const int rc = ReleaseOnWorker(due, &why, true);
-        if (rc == 0) break;
-        if (rc != -EAGAIN) {
-          done(Status(StatusCode::kInternal,
-                      StrCat(resource_.name, ": release before the container starts failed: ",
-                             why)));
-          return;
+      for (;;) {
+        bool wait = false;
+        const std::vector<std::string> due = options_.release.due_before_start(ids, &wait);
+        if (due.empty() && !wait) break;
+        if (!wait) {
+          std::string why;
+          const int rc = ReleaseOnWorker(due, &why, true);
+          if (rc == 0) break;
+          if (rc != -EAGAIN) {
+            done(Status(StatusCode::kInternal,
+                        StrCat(resource_.name, ": release before the container starts failed: ",
+                               why)));
+            return;
+          }
         }
-        // Still busy: ask again while the kubelet waits for this call.
+        // Still busy, or released elsewhere: ask again while the kubelet
+        // waits for this call.
         if (wanted && !wanted()) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (wanted && !wanted()) return;
@@ -531,7 +537,9 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
     }
     auto c = CStrings(ids);
     last_error_.clear();
+    prestart_began_ = began;
     const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
+    prestart_began_.reset();
     done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
   }, std::move(wanted), refuse);
 }

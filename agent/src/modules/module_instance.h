@@ -56,20 +56,28 @@ class ModuleInstance {
     // dropped: the previous one stays current for the kubelet and Allocate.
     std::function<std::string(const DeviceList&)> check_list;
     // host->pod_of() (ABI 1.2): the holder of one of this resource's
-    // devices: 0, -ENOENT (nobody) or -EAGAIN (cannot ask now). Called on
-    // the worker; may wait for one PodResources List.
-    std::function<int(const std::string& id, PodHolder* holder)> pod_of;
+    // devices: 0, -ENOENT (nobody), -ENOTUNIQ (listed under two pods) or
+    // -EAGAIN (cannot ask now). `not_before`, inside pre_start(): when that
+    // PreStartContainer began (the kubelet has recorded the container's
+    // devices by then); the answer comes from a List sent after it. Called
+    // on the worker; may wait for PodResources Lists.
+    std::function<int(const std::string& id,
+                      std::optional<std::chrono::steady_clock::time_point> not_before,
+                      PodHolder* holder)>
+        pod_of;
     // Release tracking (ABI 1.2), used when the module has on_release() and
     // the instance did not opt out (tracks_releases()):
     //  - apply: marks devices the agent holds back (a release runs) in a list
     //    about to be published; true if it changed anything;
     //  - due_before_start: which of a starting container's devices must be
-    //    released first;
+    //    released first; sets *wait (and returns none) while a release of
+    //    one of them runs elsewhere (an instance a reload replaced);
     //  - released: every on_release() result (0, -EAGAIN, -errno with the
     //    module's reason), on the worker; before_start for those of PreStart.
     struct ReleaseHooks {
       std::function<bool(DeviceList&)> apply;
-      std::function<std::vector<std::string>(const std::vector<std::string>&)> due_before_start;
+      std::function<std::vector<std::string>(const std::vector<std::string>&, bool* wait)>
+          due_before_start;
       std::function<void(const std::vector<std::string>& ids, int rc, const std::string& why,
                          bool before_start)>
           released;
@@ -249,6 +257,8 @@ class ModuleInstance {
   bool published_ = false;            // worker thread only: a list went out
   DeviceList scanned_;                // worker thread only: the module's last list
   PodHolder pod_answer_;              // worker thread only: what pod_of() points into
+  // Worker thread only: when the PreStartContainer being run began.
+  std::optional<std::chrono::steady_clock::time_point> prestart_began_;
   std::atomic<bool> track_releases_{true};
   std::atomic<bool> use_pre_start_{true};
   std::vector<std::string> config_errors_;  // worker thread only

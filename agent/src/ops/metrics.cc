@@ -88,6 +88,35 @@ void Metrics::Remove(const std::shared_ptr<ResourceMetrics>& resource) {
   std::erase(resources_, resource);
 }
 
+void Metrics::Adopt(const std::shared_ptr<ResourceMetrics>& resource,
+                    const std::shared_ptr<ResourceMetrics>& replacing) {
+  if (replacing) resource->CarryCounters(*replacing);
+  std::lock_guard lock(mu_);
+  auto it = replacing ? std::find(resources_.begin(), resources_.end(), replacing)
+                      : resources_.end();
+  if (it != resources_.end())
+    *it = resource;
+  else if (std::find(resources_.begin(), resources_.end(), resource) == resources_.end())
+    resources_.push_back(resource);
+}
+
+void ResourceMetrics::CarryCounters(const ResourceMetrics& old) {
+  constexpr auto kRelaxed = std::memory_order_relaxed;
+  auto add = [](std::atomic<uint64_t>& to, const std::atomic<uint64_t>& from) {
+    to.fetch_add(from.load(kRelaxed), kRelaxed);
+  };
+  add(registrations_, old.registrations_);
+  add(to_healthy_, old.to_healthy_);
+  add(to_unhealthy_, old.to_unhealthy_);
+  for (size_t i = 0; i < rescans_.size(); ++i) add(rescans_[i], old.rescans_[i]);
+  for (size_t i = 0; i < releases_.size(); ++i) add(releases_[i], old.releases_[i]);
+  for (size_t r = 0; r < kRpcs; ++r) {
+    for (size_t c = 0; c < kCodes; ++c) add(requests_[r][c], old.requests_[r][c]);
+    for (size_t b = 0; b < buckets_[r].size(); ++b) add(buckets_[r][b], old.buckets_[r][b]);
+    add(sum_ns_[r], old.sum_ns_[r]);
+  }
+}
+
 void Metrics::Uevent(std::string_view subsystem) {
   std::lock_guard lock(mu_);
   auto it = uevents_.find(subsystem);

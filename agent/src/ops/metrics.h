@@ -61,6 +61,8 @@ class ResourceMetrics {
   void Release(ReleaseResult result, uint64_t n) {
     releases_[Index(result)].fetch_add(n, std::memory_order_relaxed);
   }
+  // Adds `old`'s counters (not its gauges) to these.
+  void CarryCounters(const ResourceMetrics& old);
 
  private:
   friend class Metrics;
@@ -91,6 +93,13 @@ class Metrics : public prometheus::Collectable {
   // A resource's series, listed until Remove (or the agent's end).
   std::shared_ptr<ResourceMetrics> Add(const std::string& resource);
   void Remove(const std::shared_ptr<ResourceMetrics>& resource);
+  // Lists series made apart (a reload's new resource, counted from its
+  // create() on but not exported while the reload may still fail). With
+  // `replacing` (the resource it restarts), that one's counters carry over
+  // into `resource` and it takes its place: one series per resource, and
+  // counters never go back.
+  void Adopt(const std::shared_ptr<ResourceMetrics>& resource,
+             const std::shared_ptr<ResourceMetrics>& replacing = nullptr);
 
   void Uevent(std::string_view subsystem);
   void KubeletRestart() { kubelet_restarts_.fetch_add(1, std::memory_order_relaxed); }

@@ -2,6 +2,7 @@
 
 #include "devplug/common/duration.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -179,6 +180,9 @@ std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
   pod.struct_size = sizeof(pod);
   const int rc = h_->pod_of(h_, id.c_str(), &pod);
   if (rc == -ENOENT) return std::nullopt;
+  if (rc == -ENOTUNIQ)
+    throw ModuleError(ENOTUNIQ, "the kubelet lists " + id +
+                                    " under more than one pod (a finished pod still listed?)");
   if (rc < 0) throw ModuleError(-rc, "cannot ask the kubelet who holds " + id);
   auto str = [](const char* s) { return std::string(s ? s : ""); };
   return Pod{str(pod.pod_namespace), str(pod.pod_name), str(pod.pod_uid), str(pod.container)};

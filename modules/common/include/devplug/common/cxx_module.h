@@ -68,6 +68,7 @@ class Host {
   std::optional<std::vector<int64_t>> Ints(const char* key) const;
 
   // ABI minor 2. Who holds device `id` (nullopt: nobody); throws
+  // ModuleError(ENOTUNIQ) when it is listed under more than one pod,
   // ModuleError(EAGAIN) when the kubelet cannot be asked now, and on agents
   // older than 1.2.
   struct Pod {
