@@ -127,9 +127,10 @@ int InspectModule(const InspectOptions& o) {
       std::printf("    ... %zu more (--all shows every device)\n", devices->size() - 20);
       break;
     }
+    std::string numa;
+    for (int32_t node : dev.Nodes()) numa += (numa.empty() ? "" : ",") + std::to_string(node);
     std::printf("    %-24s %-9s numa %-3s %s%s\n", dev.id.c_str(),
-                dev.healthy ? "Healthy" : "Unhealthy",
-                dev.numa_node < 0 ? "-" : std::to_string(dev.numa_node).c_str(),
+                dev.healthy ? "Healthy" : "Unhealthy", numa.empty() ? "-" : numa.c_str(),
                 Describe(dev.recipe).c_str(),
                 dev.health_reason.empty() ? "" : (" (" + dev.health_reason + ")").c_str());
   }

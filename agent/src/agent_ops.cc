@@ -419,10 +419,10 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
         json dev = {{"id", d.id},
                     {"health", d.healthy ? "Healthy" : "Unhealthy"},
                     {"reason", d.health_reason},
-                    {"numa", d.numa_node >= 0 ? json::array({d.numa_node}) : json::array()},
+                    {"numa", d.Nodes()},
                     {"holder", nullptr},
                     {"release_state", nullptr}};
-        if (r->tracker) {
+        if (Tracking(*r)) {
           if (auto v = r->tracker->View(d.id)) {
             dev["release_state"] = std::string(lifecycle::ReleaseTracker::StateName(v->state));
             if (v->holder)

@@ -177,10 +177,10 @@ class Rdma : public Instance {
       }
     } else {
       const bool healthy = std::any_of(hcas.begin(), hcas.end(), [](const Hca& h) { return h.usable(); });
-      // One NUMA node only when every adapter is on it.
-      int numa = hcas.empty() ? -1 : hcas.front().numa_node;
-      for (const Hca& h : hcas)
-        if (h.numa_node != numa) numa = -1;
+      // Every node an adapter sits on; none when one adapter's is unknown.
+      std::vector<int32_t> numa;
+      for (const Hca& h : hcas) numa.push_back(h.numa_node);
+      if (std::find(numa.begin(), numa.end(), -1) != numa.end()) numa.clear();
       std::string reason;
       if (!healthy) {
         reason = hcas.empty() ? "no adapter found" : "no usable adapter: ";

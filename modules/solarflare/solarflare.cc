@@ -189,11 +189,12 @@ class Solarflare : public Instance {
         for (size_t i = 0; i < nics.size() && i < 4; i++)
           reason += (i ? "; " : "") + nics[i].address + " " + nics[i].Reason();
       }
-      // One NUMA node only when every selected NIC is on it (a device
-      // carries one node; none leaves the topology manager free).
-      int numa = nics.empty() ? -1 : nics.front().numa_node;
-      for (const Nic& n : nics)
-        if (n.numa_node != numa) numa = -1;
+      // Every node a selected NIC sits on (a pod may use any of them);
+      // none when one NIC's node is unknown, which leaves the topology
+      // manager free.
+      std::vector<int32_t> numa;
+      for (const Nic& n : nics) numa.push_back(n.numa_node);
+      if (std::find(numa.begin(), numa.end(), -1) != numa.end()) numa.clear();
       for (int64_t k = 0; k < s_.shares; k++) {
         auto r = sink.Add("onload-" + std::to_string(k), reason.empty(), numa, reason);
         if (r && reason.empty()) Fill(*r, node, nullptr);

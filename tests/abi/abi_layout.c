@@ -28,9 +28,10 @@ PIN_OFFSET(devplug_recipe, add_env, 32);
 PIN_OFFSET(devplug_recipe, add_annotation, 40);
 PIN_OFFSET(devplug_recipe, add_cdi_device, 48);
 
-PIN_SIZE(devplug_device_sink, 32);
+PIN_SIZE(devplug_device_sink, 40);
 PIN_OFFSET(devplug_device_sink, add_device, 16);
 PIN_OFFSET(devplug_device_sink, set_health_reason, 24); /* minor 2 */
+PIN_OFFSET(devplug_device_sink, set_numa_nodes, 32);    /* minor 6 */
 
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);

@@ -38,7 +38,7 @@ TEST(InspectModuleTest, DescribesAModuleAndWhatItFinds) {
   WriteFile(root / "dev/kvm", "");  // not a character device: Unhealthy
   auto r = Inspect({testing::ModuleDir() + "/kvm.so", "--host-root", root.path(), "shares=3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"name: kvm", "ABI: 1.5", "optional hooks: on_udev_event",
+  for (const char* want : {"name: kvm", "ABI: 1.6", "optional hooks: on_udev_event",
                            "udev subsystems: misc", "shares", "integer", "devices: 3 (0 healthy)",
                            "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
@@ -201,7 +201,7 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   EXPECT_EQ(r.exit_code, 1) << r.output;  // one resource is not registered
   const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.output;
-  EXPECT_EQ(j["agent"]["abi"], "1.5");
+  EXPECT_EQ(j["agent"]["abi"], "1.6");
   EXPECT_TRUE(j["agent"]["version"].is_string());
   EXPECT_TRUE(j["agent"]["reload_error"].is_null());
   ASSERT_EQ(j["resources"].size(), 2u) << r.output;
@@ -339,7 +339,7 @@ TEST_F(OperationsTest, MetricsCountWhatHappened) {
   }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const std::string& want : std::vector<std::string>{
-           "devplug_build_info{abi=\"1.5\",version=\"",
+           "devplug_build_info{abi=\"1.6\",version=\"",
            "devplug_resource_registered{" + res + "} 1",
            "devplug_registrations_total{" + res + "} 1",
            "devplug_devices{health=\"Healthy\"," + res + "} 4",

@@ -57,7 +57,10 @@ TEST_F(SolarflareAgentTest, APodGetsOnloadAndTheDriverComesAndGoes) {
   ASSERT_TRUE(HealthyIs(kOnload, 4, 4));
   const auto view = sim_->resource(kOnload);
   EXPECT_FALSE(view->options.pre_start_required());  // nothing to do before a start
-  EXPECT_FALSE(view->devices[0].has_topology());     // NICs on two NUMA nodes
+  // NICs on NUMA nodes 0 and 1: every replica names both (ABI 1.6).
+  ASSERT_EQ(view->devices[0].topology().nodes_size(), 2);
+  EXPECT_EQ(view->devices[0].topology().nodes(0).id(), 0);
+  EXPECT_EQ(view->devices[0].topology().nodes(1).id(), 1);
 
   v1beta1::ContainerAllocateResponse resp;
   grpc::Status st = sim_->Allocate(kOnload, {"onload-1"}, &resp);

@@ -101,7 +101,8 @@ TEST_F(RdmaModuleTest, SharedGivesEveryContainerAllSelectedAdapters) {
   DeviceListPtr list = inst->devices();
   ASSERT_EQ(list->size(), 100u);  // the default shares
   EXPECT_EQ(Ids(*list, true).size(), 100u);
-  EXPECT_EQ(list->front().numa_node, -1);  // adapters on two nodes
+  // Adapters on nodes 0 and 1: the kubelet hears both (ABI 1.6).
+  EXPECT_EQ(list->front().Nodes(), (std::vector<int32_t>{0, 1}));
   auto r = harness::Allocate(*inst, {"rdma-7", "rdma-42"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   // Every selected adapter present, the one whose port is down included.

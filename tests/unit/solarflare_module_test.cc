@@ -84,7 +84,9 @@ TEST_F(SolarflareModuleTest, SharedGivesEveryPodTheNodesLibrariesAndPreload) {
   ASSERT_TRUE(inst);
   DeviceListPtr list = inst->devices();
   EXPECT_EQ(Ids(*list, true), (Strings{"onload-0", "onload-1", "onload-2", "onload-3"}));
-  EXPECT_EQ(list->front().numa_node, -1);  // the NICs sit on two nodes
+  // The NICs sit on nodes 0 and 1: the kubelet hears both (ABI 1.6).
+  EXPECT_EQ(list->front().Nodes(), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(list->front().numa_node, 0);
   EXPECT_FALSE(inst->runs_pre_start());    // no attach_command: no PreStartContainer
 
   auto r = harness::Allocate(*inst, {"onload-2"});

@@ -58,7 +58,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 5
+#define DEVPLUG_MODULE_ABI_MINOR 6
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -190,6 +190,21 @@ struct devplug_device_sink {
    * devplug_device_sink, set_health_reason) first: older agents lack it.
    */
   int (*set_health_reason)(struct devplug_device_sink *s, const char *reason);
+
+  /* ---- ABI minor 6 ---- */
+
+  /**
+   * Every NUMA node the device added last belongs to, when it is more than
+   * one (a replica shared by NICs or HCAs on two nodes): replaces the
+   * numa_node given to add_device(). The kubelet's TopologyInfo lists all
+   * of them. Nodes are 0 or more, at most 1023; duplicates are dropped;
+   * n = 0 means no NUMA affinity. Returns 0, -EINVAL for a NULL array with
+   * n > 0 or a node out of range (the device keeps its numa_node), -ENOENT
+   * when the last add_device() was refused (or none came yet). Check
+   * DEVPLUG_HAS_MEMBER(s, struct devplug_device_sink, set_numa_nodes)
+   * first: older agents lack it.
+   */
+  int (*set_numa_nodes)(struct devplug_device_sink *s, const int32_t *nodes, size_t n);
 };
 
 /**

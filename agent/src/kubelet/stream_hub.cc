@@ -13,7 +13,7 @@ SnapshotPtr MakeSnapshot(const modules::DeviceList& devices) {
     v1beta1::Device* out = msg->add_devices();
     out->set_id(d.id);
     out->set_health(d.healthy ? "Healthy" : "Unhealthy");
-    if (d.numa_node >= 0) out->mutable_topology()->add_nodes()->set_id(d.numa_node);
+    for (int32_t node : d.Nodes()) out->mutable_topology()->add_nodes()->set_id(node);
   }
   return msg;
 }

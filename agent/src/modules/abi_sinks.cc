@@ -1,5 +1,6 @@
 #include "modules/abi_sinks.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kubelet/limits.h"
@@ -86,6 +87,31 @@ int DeviceSink::SetHealthReason(devplug_device_sink* s, const char* reason) {
     for (char& c : r)
       if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
     self->list.back().health_reason = std::move(r);
+    return 0;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
+int DeviceSink::SetNumaNodes(devplug_device_sink* s, const int32_t* nodes, size_t n) {
+  if (s == nullptr || (nodes == nullptr && n > 0)) return -EINVAL;
+  auto* self = static_cast<DeviceSink*>(s->agent_data);
+  if (!self->last_added || self->list.empty()) return -ENOENT;
+  Device& d = self->list.back();
+  try {
+    std::vector<int32_t> all(nodes, nodes + n);
+    for (int32_t node : all) {
+      if (node < 0 || node > kMaxNumaNode) {
+        self->problems.push_back(
+            StrCat("device \"", d.id, "\": NUMA node ", node, " is out of range"));
+        return -EINVAL;
+      }
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    d.numa_node = all.empty() ? -1 : all.front();
+    if (all.size() < 2) all.clear();  // one node: numa_node says it all
+    d.numa_nodes = std::move(all);
     return 0;
   } catch (...) {
     return -ENOMEM;

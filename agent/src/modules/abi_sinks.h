@@ -93,6 +93,7 @@ struct DeviceSink {
     c.agent_data = this;
     c.add_device = &AddDevice;
     c.set_health_reason = &SetHealthReason;
+    c.set_numa_nodes = &SetNumaNodes;
   }
 
   // The sink's add_device: checks the ID and health, then appends the
@@ -103,6 +104,9 @@ struct DeviceSink {
   // kMaxHealthReasonBytes on a UTF-8 boundary, control characters replaced.
   static int SetHealthReason(devplug_device_sink* s, const char* reason);
   static constexpr size_t kMaxHealthReasonBytes = 127;
+  // Every NUMA node of the device added last (ABI 1.6).
+  static int SetNumaNodes(devplug_device_sink* s, const int32_t* nodes, size_t n);
+  static constexpr int32_t kMaxNumaNode = 1023;
 };
 
 struct IdSink {

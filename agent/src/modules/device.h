@@ -47,7 +47,9 @@ struct Recipe {
 struct Device {
   std::string id;
   bool healthy = false;
-  int32_t numa_node = -1;  // -1: no NUMA affinity
+  int32_t numa_node = -1;  // -1: no NUMA affinity; with several, the lowest
+  // Every node, when the module gave more than one (ABI 1.6); else empty.
+  std::vector<int32_t> numa_nodes;
   Recipe recipe;           // default allocation recipe
   // Why it is Unhealthy (or what else is worth knowing), in a few words:
   // the module's (ABI 1.2), or the agent's while it releases the device.
@@ -56,6 +58,13 @@ struct Device {
   // reported Unhealthy, yet Allocate still accepts it.
   bool held_back = false;
   bool operator==(const Device&) const = default;
+
+  // The NUMA nodes the kubelet is told (empty: none).
+  std::vector<int32_t> Nodes() const {
+    if (!numa_nodes.empty()) return numa_nodes;
+    if (numa_node >= 0) return {numa_node};
+    return {};
+  }
 };
 
 // Sorted by id, ids unique.

@@ -173,6 +173,20 @@ std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy, int32
   return Recipe(r);
 }
 
+std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy,
+                                      const std::vector<int32_t>& numa_nodes,
+                                      const std::string& reason) {
+  std::vector<int32_t> nodes;
+  for (int32_t n : numa_nodes)
+    if (n >= 0 && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  auto r = Add(id, healthy, nodes.size() == 1 ? nodes.front() : -1, reason);
+  if (r && nodes.size() > 1 && DEVPLUG_HAS_MEMBER(s_, devplug_device_sink, set_numa_nodes)) {
+    const int rc = s_->set_numa_nodes(s_, nodes.data(), nodes.size());
+    if (rc == -ENOMEM) throw std::bad_alloc();
+  }
+  return r;
+}
+
 std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
   if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, pod_of))
     throw ModuleError(EAGAIN, "this agent cannot tell who holds a device (ABI 1.2 needed)");

@@ -148,6 +148,12 @@ class DeviceSink {
   // (a few words, "port 1 DOWN"); agents older than ABI 1.2 ignore it.
   std::optional<Recipe> Add(const std::string& id, bool healthy, int32_t numa_node,
                             const std::string& reason = {});
+  // The same for a device that belongs to several NUMA nodes (a replica of
+  // NICs on two nodes); agents older than ABI 1.6 are told the node only
+  // when there is one.
+  std::optional<Recipe> Add(const std::string& id, bool healthy,
+                            const std::vector<int32_t>& numa_nodes,
+                            const std::string& reason = {});
 
  private:
   devplug_device_sink* s_;
