@@ -89,18 +89,20 @@ bool AllocateOne(KubeletSim& sim, const std::string& name, int count, bool recor
                 st.error_message().c_str());
   } else {
     std::printf("Allocate %s [%s] ->\n%s\n", name.c_str(), joined.c_str(), ToJson(resp).c_str());
-    // Like the kubelet: PreStartContainer when asked for, and the
-    // allocation shows in PodResources (pod devplug-sim/<resource>).
-    if (r->options.pre_start_required()) {
-      grpc::Status ps = sim.PreStartContainer(name, ids);
-      std::printf("PreStartContainer %s [%s]: %s\n", name.c_str(), joined.c_str(),
-                  ps.ok() ? "OK" : ps.error_message().c_str());
-    }
+    // Like the kubelet: the allocation shows in PodResources (pod
+    // devplug-sim/<resource>) from Allocate on, so a module that asks who
+    // holds a device in PreStartContainer finds the pod; then
+    // PreStartContainer when asked for.
     if (record) {
       std::string pod = name;
       for (char& c : pod)
         if (c == '/' || c == '.' || c == '_') c = '-';
       sim.BindPod("devplug-sim", pod, "main", name, ids);
+    }
+    if (r->options.pre_start_required()) {
+      grpc::Status ps = sim.PreStartContainer(name, ids);
+      std::printf("PreStartContainer %s [%s]: %s\n", name.c_str(), joined.c_str(),
+                  ps.ok() ? "OK" : ps.error_message().c_str());
     }
   }
   std::fflush(stdout);

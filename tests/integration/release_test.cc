@@ -252,6 +252,22 @@ TEST_F(ReleaseTest, PodOfOfADeviceListedUnderTwoPodsIsAmbiguous) {
   EXPECT_EQ(Lines("holder").back(), "holder fake-0 ns/b/main");
 }
 
+// `devplugctl simulate-kubelet --pod-resources` lists an allocation from
+// Allocate on, as the kubelet does, so a module asking in PreStartContainer
+// who holds the device finds the pod.
+TEST_F(ReleaseTest, TheCliSimulatorListsThePodBeforePreStart) {
+  StartAgent(Module("log_holder = true"), "0s", Agent());
+  testing::RunResult r = testing::RunProcess(
+      {testing::DevplugctlPath(), "simulate-kubelet", "--dir", plugin_dir(), "--pod-resources",
+       sim_pod_resources_, "--allocate", "1", "--duration", "3"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PreStartContainer fake.example/release [fake-0]: OK"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(Lines("holder"),
+            std::vector<std::string>{"holder fake-0 devplug-sim/fake-example-release/main"});
+}
+
 // A release that fails leaves the device Unhealthy with the module's reason
 // and is tried again with backoff until it works.
 TEST_F(ReleaseTest, AFailedReleaseIsRetriedAndTheReasonShows) {
