@@ -47,13 +47,13 @@ class ReleaseTest : public AgentTest {
       if (line.rfind(prefix, 0) == 0) out.push_back(line);
     return out;
   }
-  // Allocate `id` for a container of pod ns/<pod>, as the kubelet does, and
-  // record it in PodResources.
+  // Allocate `id` for a container of pod ns/<pod>, as the kubelet does: it
+  // is listed in PodResources from Allocate on, then PreStartContainer.
   void Give(const std::string& id, const std::string& pod) {
     v1beta1::ContainerAllocateResponse resp;
     ASSERT_TRUE(sim_->Allocate(kRel, {id}, &resp).ok());
-    ASSERT_TRUE(sim_->PreStartContainer(kRel, {id}).ok());
     sim_->BindPod("ns", pod, "main", kRel, {id});
+    ASSERT_TRUE(sim_->PreStartContainer(kRel, {id}).ok());
   }
   bool WaitLines(const std::string& prefix, size_t n) {
     const auto end = std::chrono::steady_clock::now() + kWait;
@@ -216,14 +216,9 @@ TEST_F(ReleaseTest, PodOfNeverNamesThePreviousHolderFromAnOlderList) {
   StartSim();
   StartAgent(Module("log_holder = true\nshared = true"), "0s", Agent());
   ASSERT_TRUE(Registered(kRel));
-  v1beta1::ContainerAllocateResponse resp;
-  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
-  sim_->BindPod("ns", "a", "main", kRel, {"fake-0"});
-  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  Give("fake-0", "a");
   sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
-  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
-  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  Give("fake-0", "b");
   EXPECT_EQ(Lines("holder"), (std::vector<std::string>{"holder fake-0 ns/a/main",
                                                        "holder fake-0 ns/b/main"}));
 }
@@ -235,14 +230,9 @@ TEST_F(ReleaseTest, PodOfOfADeviceListedUnderTwoPodsIsAmbiguous) {
   StartSim();
   StartAgent(Module("log_holder = true\nshared = true"), "0s", Agent());
   ASSERT_TRUE(Registered(kRel));
-  v1beta1::ContainerAllocateResponse resp;
-  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
-  sim_->BindPod("ns", "a", "main", kRel, {"fake-0"});
-  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  Give("fake-0", "a");
   // Pod a finished but is still listed; pod b gets fake-0.
-  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
-  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
-  ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
+  Give("fake-0", "b");
   EXPECT_EQ(Lines("holder"), (std::vector<std::string>{
                                  "holder fake-0 ns/a/main",
                                  "holder fake-0 none " + std::to_string(-ENOTUNIQ)}));

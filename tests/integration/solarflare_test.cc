@@ -45,6 +45,16 @@ class SolarflareAgentTest : public AgentTest {
   std::string Agent() const {
     return "pod_resources_socket = \"" + sim_pod_resources_ + "\"";
   }
+  // nic mode with the attach command, both NICs Healthy.
+  void StartNicMode() {
+    StartSim();
+    StartAgent(Resource(kNic, "solarflare",
+                        "mode = \"nic\"\nattach_command = \"" + attach_ +
+                            "\"\nattach_timeout = \"5s\""),
+               "0s", Agent());
+    ASSERT_TRUE(Registered(kNic));
+    ASSERT_TRUE(HealthyIs(kNic, 2, 2));
+  }
 
   OnloadFixture fx_{host_root()};
   std::string attach_, seen_;
@@ -94,12 +104,7 @@ TEST_F(SolarflareAgentTest, APodGetsOnloadAndTheDriverComesAndGoes) {
 }
 
 TEST_F(SolarflareAgentTest, NicModeAttachCommandLearnsThePod) {
-  StartSim();
-  StartAgent(Resource(kNic, "solarflare",
-                      "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"5s\""),
-             "0s", Agent());
-  ASSERT_TRUE(Registered(kNic));
-  ASSERT_TRUE(HealthyIs(kNic, 2, 2));
+  StartNicMode();
   const auto view = sim_->resource(kNic);
   EXPECT_TRUE(view->options.pre_start_required());
   EXPECT_TRUE(view->options.get_preferred_allocation_available());
@@ -134,12 +139,7 @@ TEST_F(SolarflareAgentTest, NicModeAttachCommandLearnsThePod) {
 // and under the new one: the attach command never runs with either pod's
 // name; the start fails and succeeds once the old pod is gone.
 TEST_F(SolarflareAgentTest, NicModeNeverAttachesOnAnAmbiguousHolder) {
-  StartSim();
-  StartAgent(Resource(kNic, "solarflare",
-                      "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"5s\""),
-             "0s", Agent());
-  ASSERT_TRUE(Registered(kNic));
-  ASSERT_TRUE(HealthyIs(kNic, 2, 2));
+  StartNicMode();
   v1beta1::ContainerAllocateResponse resp;
   ASSERT_TRUE(sim_->Allocate(kNic, {kA}, &resp).ok());
   sim_->BindPod("trading", "a-old", "engine", kNic, {kA});
