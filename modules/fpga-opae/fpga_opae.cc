@@ -291,12 +291,17 @@ class FpgaOpae : public Instance {
     std::optional<std::string> afu_id;  // as of the last scan
   };
 
-  const Known& Find(std::string_view id) const {
+  // The port `id` as the last scan found it (a copy: safe on either lane).
+  Port Find(std::string_view id) const {
+    std::lock_guard lock(state_mu_);
     auto it = known_.find(std::string(id));
     if (it == known_.end())
       throw ModuleError(ENOENT, "unknown port \"" + std::string(id) + "\"");
-    return it->second;
+    return it->second.port;
   }
+  // Why `name` is held back after a failed programming, if it still is
+  // (an expired hold is dropped).
+  std::optional<std::string> HeldBack(const std::string& name, Clock::time_point now);
   // afu_id now, retrying EBUSY (a port in reset) until `deadline`.
   devplug::common::Result<std::string> ReadAfu(const Port& p, Clock::time_point deadline) const;
   // Programs `p` with accelerator `afu` unless it already holds it; "" or why not.
@@ -311,16 +316,24 @@ class FpgaOpae : public Instance {
   // the last scan listed, against what it read then. True on a change.
   bool StateChanged();
 
+  // Threads: ListDevices, Allocate and PreferredAllocation run on the
+  // instance's worker, PreStart and Release on its slow lane at the same
+  // time (kConcurrentSlowCalls), the state poll on alarm_'s thread. The
+  // worker alone writes known_ (under state_mu_) and reads it freely; the
+  // slow lane reads it under state_mu_ (Find). holds_ is written by both,
+  // always under state_mu_. No lock is held across programming or a
+  // release action.
   const Settings s_;
   const HostRoot root_;
   Driver driver_ = Driver::kDfl;
+  mutable std::mutex state_mu_;
   std::map<std::string, Known> known_;  // ports listed by the last scan
-  std::set<std::string> listed_;        // ever listed and still present
+  std::set<std::string> listed_;        // worker only: ever listed and still present
   struct HoldState {
     Clock::time_point until;
     std::string why;
   };
-  std::map<std::string, HoldState> holds_;
+  std::map<std::string, HoldState> holds_;  // guarded by state_mu_
   // What the state poll compares: attribute path -> text the last scan (or
   // poll) read ("" when unreadable).
   std::mutex polled_mu_;
@@ -431,13 +444,8 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
         if (!v || *v != 0) reason = "port errors " + *e;
       }
     }
-    if (auto h = holds_.find(p.name); h != holds_.end()) {
-      if (h->second.until > now) {
-        if (reason.empty()) reason = "programming failed: " + h->second.why;
-      } else {
-        holds_.erase(h);
-      }
-    }
+    if (auto why = HeldBack(p.name, now); why && reason.empty())
+      reason = "programming failed: " + *why;
     sink.Add(p.name, reason.empty(), p.numa_node, reason);
     listed.insert(p.name);
     known[p.name] = Known{p, facts.afu_id};
@@ -446,15 +454,27 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     std::lock_guard lock(polled_mu_);
     polled_ = std::move(polled);
   }
-  known_ = std::move(known);
+  {
+    std::lock_guard lock(state_mu_);
+    known_ = std::move(known);
+  }
   listed_ = std::move(listed);
+}
+
+std::optional<std::string> FpgaOpae::HeldBack(const std::string& name, Clock::time_point now) {
+  std::lock_guard lock(state_mu_);
+  auto h = holds_.find(name);
+  if (h == holds_.end()) return std::nullopt;
+  if (h->second.until > now) return h->second.why;
+  holds_.erase(h);
+  return std::nullopt;
 }
 
 bool FpgaOpae::Allocate(const Ids& ids, Recipe& resp) {
   std::vector<std::string> functions;
   std::set<std::string> fmes;
   for (std::string_view id : ids) {
-    const Port& p = Find(id).port;
+    const Port p = Find(id);
     resp.Node(p.node);
     if (s_.mode == Mode::kRegionDevel && !p.fme_node.empty() && fmes.insert(p.fme_node).second)
       resp.Node(p.fme_node);
@@ -523,13 +543,21 @@ std::vector<std::string> FpgaOpae::PreferredAllocation(const Ids& available,
 }
 
 void FpgaOpae::EndHold(const Port& p) {
-  if (holds_.erase(p.name) > 0) host().DevicesChanged();
+  bool ended = false;
+  {
+    std::lock_guard lock(state_mu_);
+    ended = holds_.erase(p.name) > 0;
+  }
+  if (ended) host().DevicesChanged();
 }
 
 void FpgaOpae::Hold(const Port& p, const std::string& why) {
   if (s_.failure_hold.count() <= 0) return;
   const auto until = Clock::now() + s_.failure_hold;
-  holds_[p.name] = HoldState{until, why};
+  {
+    std::lock_guard lock(state_mu_);
+    holds_[p.name] = HoldState{until, why};
+  }
   alarm_.At(until);
   host().DevicesChanged();
 }
@@ -623,7 +651,7 @@ void FpgaOpae::PreStart(const Ids& ids) {
   // program_timeout is below the agent's prestart_timeout.
   const auto deadline = Clock::now() + s_.program_timeout;
   for (std::string_view id : ids) {
-    const Port p = Find(id).port;
+    const Port p = Find(id);
     // Every container restart comes here: a port that holds the accelerator
     // costs one read, and no rescan.
     if (auto now = ReadAfu(p, deadline); now && *now == s_.afu_id) {
@@ -692,12 +720,16 @@ bool FpgaOpae::Release(const Ids& ids) {
     opened.clear();
   };
   for (std::string_view id : ids) {
-    auto it = known_.find(std::string(id));
-    if (it == known_.end()) {
+    std::optional<Port> found;
+    {
+      std::lock_guard lock(state_mu_);
+      if (auto it = known_.find(std::string(id)); it != known_.end()) found = it->second.port;
+    }
+    if (!found) {
       close_all();
       throw ModuleError(ENOENT, std::string(id) + ": port gone");
     }
-    const Port& p = it->second.port;
+    const Port& p = *found;
     const std::string path = root_.Path(p.node);
     const int fd = devplug::fpga::ProbeExclusive(ops, path);
     if (fd == -EBUSY) {
@@ -890,4 +922,4 @@ DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
                    kKeys, kSubsystems, Create,
                    devplug::common::kHookAllocate |
                        devplug::common::kHookPreferred | devplug::common::kHookPreStart |
-                       devplug::common::kHookRelease)
+                       devplug::common::kHookRelease | devplug::common::kConcurrentSlowCalls)

@@ -200,11 +200,9 @@ class Solarflare : public Instance {
         if (r && reason.empty()) Fill(*r, node, nullptr);
       }
     }
-    {
-      std::lock_guard lock(mu_);
-      watch_ifnames_.clear();
-      for (const Nic& n : nics) watch_ifnames_.insert(n.ifnames.begin(), n.ifnames.end());
-    }
+    std::lock_guard lock(mu_);
+    watch_ifnames_.clear();
+    for (const Nic& n : nics) watch_ifnames_.insert(n.ifnames.begin(), n.ifnames.end());
     nics_ = std::move(nics);
     problem_ = node.problem;
     first_scan_ = false;
@@ -269,12 +267,17 @@ class Solarflare : public Instance {
   HostRoot root_;
   const Settings s_;
   const std::string env_name_;  // SFC_RESOURCE_<NAME>
-  std::vector<Nic> nics_;       // the last scan (worker thread only)
-  std::string problem_;         // the last scan's node problem
-  bool first_scan_ = true;
+  // Threads: scans and PreferredAllocation on the instance's worker,
+  // PreStart (the attach command) on its slow lane at the same time
+  // (kConcurrentSlowCalls), the link watcher on its own. The worker alone
+  // writes nics_ (under mu_) and reads it freely; PreStart copies what it
+  // needs under mu_ and runs the command without it.
+  std::vector<Nic> nics_;       // the last scan; written under mu_
+  std::string problem_;         // worker only: the last scan's node problem
+  bool first_scan_ = true;      // worker only
 
-  std::mutex mu_;  // guards what the watcher reads
-  std::set<std::string> watch_ifnames_;
+  std::mutex mu_;  // guards nics_ writes and what other threads read
+  std::set<std::string> watch_ifnames_;  // guarded by mu_
   devplug::common::LinkWatcher watcher_;  // last: stopped before the rest goes
 };
 
@@ -429,11 +432,15 @@ void Solarflare::PreStart(const Ids& ids) {
   if (s_.attach_command.empty() || ids.empty()) return;
   std::vector<std::string> ifnames;
   std::string id_list;
-  for (std::string_view id : ids) {
-    auto it = std::find_if(nics_.begin(), nics_.end(), [&](const Nic& n) { return n.address == id; });
-    if (it == nics_.end()) throw ModuleError(ENOENT, std::string(id) + ": NIC gone");
-    ifnames.insert(ifnames.end(), it->ifnames.begin(), it->ifnames.end());
-    id_list += (id_list.empty() ? "" : ",") + std::string(id);
+  {
+    std::lock_guard lock(mu_);
+    for (std::string_view id : ids) {
+      auto it =
+          std::find_if(nics_.begin(), nics_.end(), [&](const Nic& n) { return n.address == id; });
+      if (it == nics_.end()) throw ModuleError(ENOENT, std::string(id) + ": NIC gone");
+      ifnames.insert(ifnames.end(), it->ifnames.begin(), it->ifnames.end());
+      id_list += (id_list.empty() ? "" : ",") + std::string(id);
+    }
   }
   // The pod that holds them. Every NIC must name the same one: a NIC the
   // kubelet lists under two pods, or NICs of different pods, would move a
@@ -637,4 +644,4 @@ DEVPLUG_CXX_MODULE(solarflare_module, "solarflare", "1.0.0",
                    "Solarflare NICs with OpenOnload, shared or one pod per NIC", kKeys, kSubsystems,
                    Create,
                    devplug::common::kHookUdev | devplug::common::kHookPreferred |
-                       devplug::common::kHookPreStart)
+                       devplug::common::kHookPreStart | devplug::common::kConcurrentSlowCalls)

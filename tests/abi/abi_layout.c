@@ -86,7 +86,7 @@ PIN_OFFSET(devplug_udev_event, syspath, 32);
 PIN_OFFSET(devplug_udev_event, sysname, 40);
 PIN_OFFSET(devplug_udev_event, devnode, 48);
 
-PIN_SIZE(devplug_module, 120);
+PIN_SIZE(devplug_module, 128);
 PIN_OFFSET(devplug_module, abi_major, 4);
 PIN_OFFSET(devplug_module, abi_minor, 8);
 PIN_OFFSET(devplug_module, name, 16);
@@ -102,6 +102,7 @@ PIN_OFFSET(devplug_module, allocate, 88);
 PIN_OFFSET(devplug_module, preferred_allocation, 96);
 PIN_OFFSET(devplug_module, pre_start, 104);
 PIN_OFFSET(devplug_module, on_release, 112); /* minor 2 */
+PIN_OFFSET(devplug_module, concurrency, 120); /* minor 7 */
 #endif
 
 /* Values other code relies on. */
@@ -114,6 +115,7 @@ DEVPLUG_STATIC_ASSERT(DEVPLUG_CONFIG_STRING == 1 && DEVPLUG_CONFIG_INT == 2 &&
                           DEVPLUG_CONFIG_ARRAY == 7 && DEVPLUG_CONFIG_OTHER == 8,
                       "config types");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_ALLOCATE_DEFAULT == 1, "allocate default");
+DEVPLUG_STATIC_ASSERT(DEVPLUG_CONCURRENT_SLOW_CALLS == 1, "concurrency flags");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_LOG_ERROR == 0 && DEVPLUG_LOG_TRACE == 4, "log levels");
 
 /* The header alone is enough: this translation unit includes nothing else. */

@@ -4,8 +4,8 @@
 // the kubelet would.
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -387,6 +387,70 @@ TEST_F(ReleaseTest, AResourceAddedByAReloadTracksUnderTheNewAgentKeys) {
   sim_->DeletePod("ns", "a");
   ASSERT_TRUE(WaitLines("release", 1)) << agent_->Log();
   EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
+// A module that runs its releases apart (ABI 1.7, DEVPLUG_CONCURRENT_SLOW_CALLS):
+// while one device's release runs for as long as it likes (blocked here
+// until the test lets it go), Allocate and GetPreferredAllocation of other
+// devices are answered, well within a call_timeout of 2 s that a queued call
+// would run into, and the kubelet never fails those pods' admission.
+TEST_F(ReleaseTest, AllocateIsAnsweredWhileAReleaseRunsApart) {
+  const std::string block = dir_ / "block";
+  WriteFile(block, "");
+  StartSim();
+  StartAgent(Resource(kRel, FakeModule("fake_release_apart"),
+                      "count = 3\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block +
+                          "\""),
+             "0s", Agent() + "\ncall_timeout = \"2s\"");
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  for (int i = 0; i < 3; ++i) {
+    v1beta1::ContainerAllocateResponse resp;
+    grpc::Status st = sim_->Allocate(kRel, {"fake-1"}, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    std::vector<std::string> preferred;
+    st = sim_->GetPreferredAllocation(kRel, {"fake-1", "fake-2"}, {}, 1, &preferred);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
+  std::remove(block.c_str());
+  ASSERT_TRUE(WaitLines("release fake-0", 1));
+  ASSERT_TRUE(HealthyIs(kRel, 3, 3));
+}
+
+// What the agent holds back reaches the kubelet at once, even while the
+// module is busy in a long call: the device turns "Unhealthy (releasing)"
+// before a slow allocate() of another device returns.
+TEST_F(ReleaseTest, ReleasingIsPublishedWhileTheModuleIsBusy) {
+  StartSim();
+  StartAgent(Resource(kRel, FakeModule("fake_release_apart"),
+                      "count = 2\nrelease_log = \"" + log() + "\"\nrelease_delay_ms = 2000"),
+             "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  const uint64_t lists = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 2; }));
+  // A reload makes allocate() slow for the next call: 8 s.
+  WriteFile(config_path(),
+            Config(Resource(kRel, FakeModule("fake_release_apart"),
+                            "count = 2\nrelease_log = \"" + log() +
+                                "\"\nrelease_delay_ms = 2000\nallocate_delay_ms = 8000"),
+                   "0s", Agent()));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kRel, 2));
+  std::atomic<bool> answered{false};
+  std::thread slow([&] {
+    v1beta1::ContainerAllocateResponse resp;
+    (void)sim_->Allocate(kRel, {"fake-1"}, &resp);
+    answered = true;
+  });
+  ASSERT_TRUE(agent_->WaitForLog("allocate() sleeps now", kWait));
+  sim_->DeletePod("ns", "a");
+  EXPECT_TRUE(HealthyIs(kRel, 2, 1));
+  EXPECT_FALSE(answered.load()) << "shown Unhealthy only after the module's call ended";
+  slow.join();
 }
 
 }  // namespace

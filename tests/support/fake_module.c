@@ -11,6 +11,10 @@
  *   fake_unresolved  needs a symbol nothing provides (dlopen RTLD_NOW fails)
  *   fake_release     fake_full plus on_release() (ABI 1.2)
  *   fake_full_v2     fake_full, version 0.0.2 instead of 0.0.1
+ *   fake_release_apart  fake_release declaring DEVPLUG_CONCURRENT_SLOW_CALLS
+ *                    (ABI 1.7): pre_start() and on_release() on a lane of
+ *                    their own (they read only configuration and append to
+ *                    files, so they are safe beside the other calls)
  *
  * Keys (fake_full, fake_minimal):
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
@@ -54,6 +58,8 @@
  *                                while this path exists
  *   release_delay_ms (int)       on_release() appends "releasing <ids>" to
  *                                release_log and sleeps this long first
+ *   release_block (string)       on_release() appends "releasing <ids>" and
+ *                                waits while this path exists
  *   shared (bool)                opts out of release tracking
  *   log_holder (bool)            see release_log
  */
@@ -87,6 +93,7 @@ struct devplug_instance {
   const char *release_busy;
   const char *release_fail;
   int64_t release_delay_ms;
+  const char *release_block;
   int32_t log_holder;
 };
 
@@ -148,6 +155,7 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string(host, "release_busy", &inst->release_busy);
   host->config_string(host, "release_fail", &inst->release_fail);
   host->config_int(host, "release_delay_ms", &inst->release_delay_ms);
+  host->config_string(host, "release_block", &inst->release_block);
   host->config_bool(host, "log_holder", &inst->log_holder);
   int32_t shared = 0;
   host->config_bool(host, "shared", &shared);
@@ -302,14 +310,15 @@ static int fake_pre_start(struct devplug_instance *inst, const char *const *ids,
 
 #ifdef FAKE_RELEASE
 static int fake_release(struct devplug_instance *inst, const char *const *ids, size_t n) {
-  if (inst->release_delay_ms > 0) {
+  if (inst->release_delay_ms > 0 || inst->release_block) {
     char started[1024] = "releasing ";
     for (size_t i = 0; i < n; i++) {
       if (i) strncat(started, ",", sizeof(started) - strlen(started) - 1);
       strncat(started, ids[i], sizeof(started) - strlen(started) - 1);
     }
     append_line(inst->release_log, started);
-    sleep_ms(inst->release_delay_ms);
+    if (inst->release_delay_ms > 0) sleep_ms(inst->release_delay_ms);
+    while (inst->release_block && access(inst->release_block, F_OK) == 0) sleep_ms(10);
   }
   if (inst->release_busy && access(inst->release_busy, F_OK) == 0) {
     inst->host->set_error(inst->host, "the card is still busy");
@@ -351,6 +360,7 @@ static const struct devplug_config_key fake_keys[] = {
     {"release_busy", DEVPLUG_CONFIG_STRING, 0, "on_release() is busy while this path exists"},
     {"release_fail", DEVPLUG_CONFIG_STRING, 0, "on_release() fails while this path exists"},
     {"release_delay_ms", DEVPLUG_CONFIG_INT, 0, "on_release() sleeps first"},
+    {"release_block", DEVPLUG_CONFIG_STRING, 0, "on_release() waits while this path exists"},
     {"shared", DEVPLUG_CONFIG_BOOL, 0, "opt out of release tracking"},
     {"log_holder", DEVPLUG_CONFIG_BOOL, 0, "pre_start() logs pod_of() answers"},
     {NULL, 0, 0, NULL},
@@ -387,6 +397,9 @@ static const struct devplug_module fake_module = {
 #endif
 #ifdef FAKE_RELEASE
     .on_release = fake_release,
+#endif
+#ifdef FAKE_CONCURRENT
+    .concurrency = DEVPLUG_CONCURRENT_SLOW_CALLS,
 #endif
 };
 

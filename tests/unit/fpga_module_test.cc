@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <random>
 #include <string>
@@ -512,6 +513,37 @@ TEST_F(FpgaModuleTest, EveryEventOfItsSubsystemsRescans) {
   EXPECT_GT((*inst)->scans(), before);
   harness::Rescan(**inst);  // settles the worker
   EXPECT_FALSE(Find(*(*inst)->devices(), "dfl-port.0")->healthy);
+}
+
+// PreStart runs on the instance's slow lane (kConcurrentSlowCalls): while a
+// port is being programmed, scans, Allocate and GetPreferredAllocation of
+// the others go on, and finish before the programming does.
+TEST_F(FpgaModuleTest, AllocateAndScansGoOnWhileAPortIsProgrammed) {
+  OneCard();
+  fx_.AddGbs(kInterface, kNlb3);
+  const std::string slow = fx_.AddFpgaconf(0, /*sleep_s=*/2);
+  auto inst = Open(Region("fpgaconf = \"" + slow + "\"\n"));
+  ASSERT_TRUE(inst.ok());
+  ASSERT_TRUE((*inst)->slow_lane());
+  std::atomic<bool> programmed{false};
+  Status st;
+  std::thread start([&] {
+    st = harness::PreStart(**inst, {"dfl-port.0"});
+    programmed = true;
+  });
+  for (auto end = std::chrono::steady_clock::now() + 20s;
+       fx_.FpgaconfLog().empty() && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(fx_.FpgaconfLog().size(), 1u);  // under way
+  harness::Rescan(**inst);
+  auto r = harness::Allocate(**inst, {"dfl-port.1"});
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  auto p = harness::Prefer(**inst, {"dfl-port.1", "dfl-port.2"}, {}, 1);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  EXPECT_FALSE(programmed.load()) << "the worker waited for the programming";
+  start.join();
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(fx_.Afu("dfl-port.0"), kNlb3);
 }
 
 // ---- release -----------------------------------------------------------------------------------

@@ -76,13 +76,19 @@ inline StatusOr<std::vector<std::string>> Prefer(ModuleInstance& inst,
   return p.get_future().get();
 }
 
+// Waits until the worker has run everything queued on it so far (a call
+// that always runs there: PreStart may run on a lane of its own).
+inline void Settle(ModuleInstance& inst) {
+  std::promise<void> done;
+  inst.PreferredAllocation({}, {}, 0, [&](StatusOr<std::vector<std::string>>) { done.set_value(); });
+  done.get_future().get();
+}
+
 // Runs a rescan and waits for it to finish.
 inline void Rescan(ModuleInstance& inst) {
   const uint64_t before = inst.scans();
   inst.RequestRescan();
-  std::promise<void> done;
-  inst.PreStart({}, [&](Status) { done.set_value(); });  // queued after the rescan
-  done.get_future().get();
+  Settle(inst);
   ASSERT_GT(inst.scans(), before);
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -379,6 +380,33 @@ TEST_F(SolarflareAttachTest, AnAmbiguousHolderFailsTheStartWithoutRunningTheComm
   EXPECT_FALSE(std::filesystem::exists(out_));
 }
 
+// The attach command runs on the instance's slow lane
+// (kConcurrentSlowCalls): while it takes its time, scans and
+// GetPreferredAllocation of other NICs go on and finish first.
+TEST_F(SolarflareAttachTest, ScansGoOnWhileTheAttachCommandRuns) {
+  auto inst = Open("mode = \"nic\"\nattach_command = \"" + cmd_ + "\"\nattach_timeout = \"2s\"\n",
+                   kNic, WithPods());
+  ASSERT_TRUE(inst);
+  ASSERT_TRUE(inst->slow_lane());
+  devplug::testing::WriteFile(root_ / "hang", "");
+  std::atomic<bool> attached{false};
+  Status st;
+  std::thread start([&] {
+    st = harness::PreStart(*inst, {kA});
+    attached = true;
+  });
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       !std::filesystem::exists(out_) && std::chrono::steady_clock::now() < end;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  harness::Rescan(*inst);
+  auto p = harness::Prefer(*inst, {kA, kB}, {}, 1);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  EXPECT_FALSE(attached.load()) << "the worker waited for the attach command";
+  start.join();
+  EXPECT_FALSE(st.ok());  // killed at attach_timeout
+  std::filesystem::remove(root_ / "hang");
+}
+
 TEST_F(SolarflareAttachTest, AFailureOrTimeoutFailsTheStartWithTheLastStderrLine) {
   auto inst = Open("mode = \"nic\"\nattach_command = \"" + cmd_ + "\"\nattach_timeout = \"500ms\"\n",
                    kNic, WithPods());
@@ -414,14 +442,14 @@ TEST_F(SolarflareModuleTest, VirtualInterfacesAndOtherModulesCauseNoRescan) {
     return e;
   };
   // No event scan ran yet, so an accepted event would scan at once, inside
-  // the task; the PreStart call queued behind it is the barrier.
+  // the task; a call queued behind it on the worker is the barrier.
   const uint64_t scans = inst->scans();
   inst->OnUdevEvents({event("net", "/sys/devices/virtual/net/cali12ab34cd"),
                       event("module", "/sys/module/nf_conntrack")});
-  ASSERT_TRUE(harness::PreStart(*inst, {}).ok());
+  harness::Settle(*inst);
   EXPECT_EQ(inst->scans(), scans);
   inst->OnUdevEvents({event("net", "/sys/devices/pci0000:3a/0000:3b:00.0/net/ens1f0np0")});
-  ASSERT_TRUE(harness::PreStart(*inst, {}).ok());
+  harness::Settle(*inst);
   EXPECT_EQ(inst->scans(), scans + 1);
   // Event scans are rate-limited: this one may come a little later.
   inst->OnUdevEvents({event("module", "/sys/module/onload")});

@@ -12,9 +12,15 @@
  *
  * Threading
  *   - All calls into one instance (create, list_devices, on_udev_event,
- *     allocate, preferred_allocation, pre_start, destroy) happen on that
- *     instance's own worker thread, one at a time. Different instances run on
- *     different threads, so module-global state must be thread-safe.
+ *     allocate, preferred_allocation, pre_start, on_release, destroy) happen
+ *     on that instance's own worker thread, one at a time, unless the module
+ *     declares DEVPLUG_CONCURRENT_SLOW_CALLS (ABI minor 7, see
+ *     devplug_module.concurrency): then pre_start and on_release run on a
+ *     second thread of the instance, one at a time between themselves, while
+ *     the other calls go on on the first, so that a release or a
+ *     programming that takes seconds never holds up the kubelet's Allocate
+ *     of another device. Different instances run on different threads, so
+ *     module-global state must be thread-safe.
  *   - Host services may be called from the worker thread during any call.
  *     host->devices_changed and host->log may also be called from any thread
  *     the module owns, at any time between create() returning 0 and destroy()
@@ -58,7 +64,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 6
+#define DEVPLUG_MODULE_ABI_MINOR 7
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -547,8 +553,11 @@ struct devplug_module {
 
   /**
    * Runs before every start of a container holding ids[0..n). Its presence
-   * makes the kubelet call PreStartContainer (with a 30 s deadline).
-   * Returns 0, or a negative errno to fail the container start.
+   * makes the kubelet call PreStartContainer, unless the instance opted out
+   * (host->use_pre_start, ABI minor 5). The whole call must end within
+   * host->prestart_timeout_ms (ABI minor 4; the kubelet gives it 30 s).
+   * Returns 0, or a negative errno to fail the container start (the
+   * kubelet tries the start again).
    */
   int (*pre_start)(struct devplug_instance *inst, const char *const *ids,
                    size_t n_ids);
@@ -571,7 +580,30 @@ struct devplug_module {
    */
   int (*on_release)(struct devplug_instance *inst, const char *const *ids,
                     size_t n_ids);
+
+  /* ---- ABI minor 7 (read only when struct_size covers it) ---- */
+
+  /**
+   * DEVPLUG_CONCURRENT_* flags, or 0. With DEVPLUG_CONCURRENT_SLOW_CALLS,
+   * pre_start() and on_release() of an instance run on a thread of their
+   * own, one at a time between themselves and in the order they were asked
+   * for, at the same time as its list_devices(), on_udev_event(),
+   * allocate() and preferred_allocation(), which run one at a time on the
+   * instance's worker. The module then guards the state the two threads
+   * share, and holds no lock of its own across slow work (programming,
+   * scrubbing, running a program), else the worker waits on it all the
+   * same. create() and destroy() still run alone: no other call of the
+   * instance is in flight. Set it when pre_start() or on_release() may take
+   * longer than the kubelet waits for Allocate (the agent's call_timeout):
+   * without it such a call holds up every Allocate of the resource behind
+   * it, and the kubelet fails those pods' admission for good.
+   */
+  uint32_t concurrency;
+  uint32_t reserved2;
 };
+
+/** devplug_module.concurrency: pre_start and on_release apart (ABI minor 7). */
+#define DEVPLUG_CONCURRENT_SLOW_CALLS 1u
 
 /**
  * The one exported function. The agent passes its own ABI minor version;

@@ -60,7 +60,7 @@ void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
 void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
   if (h == nullptr) return;
   try {
-    Self(h)->last_error_ = ModuleText(msg);
+    Self(h)->Call().error = ModuleText(msg);
   } catch (...) {
   }
 }
@@ -234,10 +234,11 @@ int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod
   if (!self->options_.pod_of) return -EAGAIN;
   try {
     PodHolder holder;
-    const int rc = self->options_.pod_of(id, self->prestart_began_, &holder);
+    CallContext& call = self->Call();
+    const int rc = self->options_.pod_of(id, call.prestart_began, &holder);
     if (rc != 0) return rc;
-    self->pod_answer_ = std::move(holder);
-    const PodHolder& a = self->pod_answer_;
+    call.pod_answer = std::move(holder);
+    const PodHolder& a = call.pod_answer;
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_namespace)) ret->pod_namespace = a.pod_namespace.c_str();
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_name)) ret->pod_name = a.pod_name.c_str();
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_uid)) ret->pod_uid = a.pod_uid.c_str();

@@ -188,6 +188,11 @@ bool LoadedModule::has_preferred_allocation() const {
 bool LoadedModule::has_pre_start() const { return DEVPLUG_OPTIONAL(pre_start); }
 bool LoadedModule::has_on_release() const { return DEVPLUG_OPTIONAL(on_release); }
 #undef DEVPLUG_OPTIONAL
+bool LoadedModule::slow_calls_apart() const {
+  return DEVPLUG_HAS_MEMBER(desc_, devplug_module, concurrency) &&
+         (desc_->concurrency & DEVPLUG_CONCURRENT_SLOW_CALLS) != 0 &&
+         (has_pre_start() || has_on_release());
+}
 
 uint32_t LoadedModule::KeyType(std::string_view key) const {
   for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k)

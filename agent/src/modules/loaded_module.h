@@ -40,6 +40,9 @@ class LoadedModule {
   bool has_preferred_allocation() const;
   bool has_pre_start() const;
   bool has_on_release() const;  // ABI 1.2
+  // pre_start and on_release may run apart from the other calls (ABI 1.7,
+  // DEVPLUG_CONCURRENT_SLOW_CALLS).
+  bool slow_calls_apart() const;
 
   // Checks a [[resource]] table's module keys against the declared keys:
   // unknown keys, wrong types, missing required keys. Each problem is one

@@ -55,6 +55,13 @@ std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
 
 }  // namespace
 
+thread_local ModuleInstance::CallContext* ModuleInstance::current_call_ = nullptr;
+
+ModuleInstance::CallContext& ModuleInstance::Call() {
+  if (current_call_ == &worker_call_ || current_call_ == &slow_call_) return *current_call_;
+  return worker_call_;
+}
+
 ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
                                config::ResourceConfig resource, Options options)
     : module_(std::move(module)),
@@ -98,6 +105,7 @@ std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const Loa
   std::unique_ptr<ModuleInstance> self(
       new ModuleInstance(std::move(module), resource, std::move(options)));
   self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
+  if (self->slow_lane()) self->slow_worker_ = std::thread([p = self.get()] { p->SlowLaneLoop(); });
   self->Post([p = self.get(), created = std::move(created)] { created(p->CreateOnWorker()); });
   return self;
 }
@@ -105,7 +113,7 @@ std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const Loa
 Status ModuleInstance::CreateOnWorker() {
   const std::string who = StrCat("resource \"", resource_.name, "\" (", resource_.where.file, ":",
                                  resource_.where.line, "): module \"", module_->name(), "\"");
-  last_error_.clear();
+  Call().error.clear();
   devplug_instance* inst = nullptr;
   const int rc = module_->descriptor().create(&host_, &inst);
   // Configuration problems are the operator's to fix: say so by code. A
@@ -119,8 +127,8 @@ Status ModuleInstance::CreateOnWorker() {
   if (rc < 0 || inst == nullptr) {
     if (options_.on_destroyed) options_.on_destroyed();  // watches it added
     std::string why = StrCat(who, " create failed: ",
-                             last_error_.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
-                                                 : last_error_);
+                             Call().error.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
+                                                 : Call().error);
     if (rc >= 0) why += " (no instance returned)";
     return FailedPreconditionError(why);
   }
@@ -172,6 +180,8 @@ void ModuleInstance::RequestStop() {
   std::lock_guard lock(mu_);
   if (stopping_) return;
   queue_.push_back([this] {
+    // destroy() runs alone: after the calls queued on the slow lane.
+    StopSlowLane();
     if (inst_ != nullptr) DestroyModuleInstance(inst_);
     inst_ = nullptr;
   });
@@ -213,10 +223,51 @@ void ModuleInstance::Post(std::function<void()> task) {
   cv_.notify_one();
 }
 
+void ModuleInstance::PostSlow(std::function<void()> task) {
+  if (!slow_worker_.joinable()) {
+    Post(std::move(task));
+    return;
+  }
+  {
+    std::lock_guard lock(slow_mu_);
+    slow_queue_.push_back(std::move(task));
+  }
+  slow_cv_.notify_one();
+}
+
+void ModuleInstance::SlowLaneLoop() {
+  // "dp+<module>": the slow lane beside "dp:<module>".
+  const std::string name = std::string("dp+").append(module_->name()).substr(0, 15);
+  pthread_setname_np(pthread_self(), name.c_str());
+  current_call_ = &slow_call_;
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(slow_mu_);
+      slow_cv_.wait(lock, [&] { return slow_stopping_ || !slow_queue_.empty(); });
+      if (slow_queue_.empty()) return;  // stopping and drained
+      task = std::move(slow_queue_.front());
+      slow_queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void ModuleInstance::StopSlowLane() {
+  if (!slow_worker_.joinable()) return;
+  {
+    std::lock_guard lock(slow_mu_);
+    slow_stopping_ = true;
+  }
+  slow_cv_.notify_one();
+  slow_worker_.join();
+}
+
 void ModuleInstance::WorkerLoop() {
   // "dp:<module>" in top -H, ps -L and gdb (15 characters at most).
   const std::string name = std::string("dp:").append(module_->name()).substr(0, 15);
   pthread_setname_np(pthread_self(), name.c_str());
+  current_call_ = &worker_call_;
   for (;;) {
     std::function<void()> task;
     {
@@ -283,11 +334,11 @@ void ModuleInstance::ProcessEventsOnWorker() {
       ev.syspath = e.syspath.c_str();
       ev.sysname = e.sysname.c_str();
       ev.devnode = e.devnode.empty() ? nullptr : e.devnode.c_str();
-      last_error_.clear();
+      Call().error.clear();
       const int rc = module_->descriptor().on_udev_event(inst_, &ev);
       if (rc < 0)
         spdlog::debug("{}: on_udev_event({} {}): {}; rescanning", resource_.name, e.action,
-                      e.syspath, last_error_.empty() ? std::strerror(-rc) : last_error_);
+                      e.syspath, Call().error.empty() ? std::strerror(-rc) : Call().error);
       if (rc != 0) scan = true;
     }
   }
@@ -332,11 +383,11 @@ Status ModuleInstance::ScanOnWorker(ops::ScanCause cause) {
   if (options_.on_scan) options_.on_scan(cause);
   DeviceSink sink;
   sink.list.reserve(devices()->size());  // usually the same size again
-  last_error_.clear();
+  Call().error.clear();
   const int rc = module_->descriptor().list_devices(inst_, &sink.c);
   scans_.fetch_add(1);
   if (rc < 0) {
-    const std::string why = last_error_.empty() ? std::strerror(-rc) : last_error_;
+    const std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
     if (published_)
       spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
                    resource_.name, why);
@@ -347,12 +398,13 @@ Status ModuleInstance::ScanOnWorker(ops::ScanCause cause) {
                  module_->path(), p);
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
+  std::lock_guard lock(publish_mu_);
   // Kept for Republish() when the agent's release state can change it.
   if (tracks_releases()) scanned_ = sink.list;
-  return PublishOnWorker(std::move(sink.list));
+  return PublishLocked(std::move(sink.list));
 }
 
-Status ModuleInstance::PublishOnWorker(DeviceList list) {
+Status ModuleInstance::PublishLocked(DeviceList list) {
   if (tracks_releases() && options_.release.apply) options_.release.apply(list);
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
   const DeviceListPtr previous = devices();
@@ -384,7 +436,7 @@ Status ModuleInstance::PublishOnWorker(DeviceList list) {
 }
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {
-  std::string why = last_error_.empty() ? std::strerror(-rc) : last_error_;
+  std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
   return Status(rc == -EINVAL ? StatusCode::kInvalidArgument
                                     : StatusCode::kInternal,
                       StrCat(resource_.name, ": ", call, ": ", why));
@@ -413,18 +465,20 @@ Status CheckIds(const std::string& resource, const DeviceList& list,
 }  // namespace
 
 bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> wanted,
-                              const std::function<void(Status)>& refuse) {
+                              const std::function<void(Status)>& refuse, bool slow) {
   if (queued_calls_.fetch_add(1) >= kMaxQueuedCalls) {
     queued_calls_.fetch_sub(1);
     refuse(UnavailableError(StrCat(resource_.name, ": the module is busy (", kMaxQueuedCalls,
                                    " calls already wait for it)")));
     return false;
   }
-  Post([this, run = std::move(run), wanted = std::move(wanted)] {
+  auto task = [this, run = std::move(run), wanted = std::move(wanted)] {
     queued_calls_.fetch_sub(1);
     if (wanted && !wanted()) return;  // answered meanwhile (timed out): skip the module
     run();
-  });
+  };
+  if (slow) PostSlow(std::move(task));
+  else Post(std::move(task));
   return true;
 }
 
@@ -455,7 +509,7 @@ void ModuleInstance::Allocate(std::vector<std::string> ids,
       Recipe built;
       RecipeSink sink(&built);
       auto cids = CStrings(unique);
-      last_error_.clear();
+      Call().error.clear();
       const int rc = module_->descriptor().allocate(inst_, cids.data(), unique.size(), &sink.c);
       if (rc < 0) {
         done(ModuleError("allocate", rc));
@@ -486,7 +540,7 @@ void ModuleInstance::PreferredAllocation(
     IdSink sink;
     auto a = CStrings(available);
     auto m = CStrings(must);
-    last_error_.clear();
+    Call().error.clear();
     const int rc = module_->descriptor().preferred_allocation(
         inst_, a.data(), available.size(), m.data(), must.size(), size, &sink.c);
     if (rc < 0) {
@@ -515,7 +569,7 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
         if (due.empty() && !wait) break;
         if (!wait) {
           std::string why;
-          const int rc = ReleaseOnWorker(due, &why, true);
+          const int rc = RunRelease(due, &why, true);
           if (rc == 0) break;
           if (rc != -EAGAIN) {
             done(Status(StatusCode::kInternal,
@@ -536,12 +590,12 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
       return;
     }
     auto c = CStrings(ids);
-    last_error_.clear();
-    prestart_began_ = began;
+    Call().error.clear();
+    Call().prestart_began = began;
     const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
-    prestart_began_.reset();
+    Call().prestart_began.reset();
     done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
-  }, std::move(wanted), refuse);
+  }, std::move(wanted), refuse, /*slow=*/true);
 }
 
 bool ModuleInstance::runs_pre_start() const {
@@ -552,17 +606,17 @@ bool ModuleInstance::tracks_releases() const {
   return module_->has_on_release() && track_releases_.load();
 }
 
-int ModuleInstance::ReleaseOnWorker(const std::vector<std::string>& ids, std::string* why,
+int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string* why,
                                     bool before_start) {
   int rc = -ENODEV;
   if (inst_ == nullptr) {
     *why = "the module instance is stopped";
   } else {
     auto c = CStrings(ids);
-    last_error_.clear();
+    Call().error.clear();
     rc = module_->descriptor().on_release(inst_, c.data(), ids.size());
     if (rc > 0) rc = 0;
-    *why = rc == 0 ? "" : last_error_.empty() ? std::strerror(-rc) : last_error_;
+    *why = rc == 0 ? "" : Call().error.empty() ? std::strerror(-rc) : Call().error;
   }
   const std::string what = StrCat(resource_.name, ": release of ", StrJoin(ids, ","),
                                   before_start ? " (before a container start)" : "");
@@ -578,17 +632,16 @@ int ModuleInstance::ReleaseOnWorker(const std::vector<std::string>& ids, std::st
 
 void ModuleInstance::Release(std::vector<std::string> ids,
                              std::function<void(int rc, const std::string& why)> done) {
-  Post([this, ids = std::move(ids), done = std::move(done)] {
+  PostSlow([this, ids = std::move(ids), done = std::move(done)] {
     std::string why;
-    const int rc = ReleaseOnWorker(ids, &why, false);
+    const int rc = RunRelease(ids, &why, false);
     if (done) done(rc, why);
   });
 }
 
 void ModuleInstance::Republish() {
-  Post([this] {
-    if (published_ && inst_ != nullptr) (void)PublishOnWorker(scanned_);
-  });
+  std::lock_guard lock(publish_mu_);
+  if (published_) (void)PublishLocked(scanned_);
 }
 
 }  // namespace devplug::modules

@@ -1,10 +1,16 @@
 // One module instance serving one [[resource]]: the module's create() result,
 // its worker thread, and its current device list.
 //
-// Thread safety: every public method may be called from any thread. All calls
+// Thread safety: every public method may be called from any thread. Calls
 // into the module run on the instance's worker thread, one at a time, in the
-// order they were requested. Completion callbacks run on the worker thread
-// and must not block.
+// order they were requested; a module that declares
+// DEVPLUG_CONCURRENT_SLOW_CALLS (ABI 1.7) has its pre_start() and
+// on_release() run on a second thread, the slow lane, so that they never
+// hold up Allocate, GetPreferredAllocation or scans. Completion callbacks
+// run on the thread that made the module call and must not block. Device
+// lists are published under their own lock, from the worker's scans and
+// from Republish() on the caller's thread, never through the module's
+// queue.
 #pragma once
 
 #include <atomic>
@@ -186,13 +192,16 @@ class ModuleInstance {
   // The module has pre_start() and this instance did not opt out in
   // create() (host->use_pre_start(h, 0)).
   bool runs_pre_start() const;
-  // on_release(ids) on the worker; `done` gets its result and reason there,
-  // after options.release.released saw it.
+  // on_release(ids) on the slow lane (the worker without one); `done` gets
+  // its result and reason there, after options.release.released saw it.
   void Release(std::vector<std::string> ids,
                std::function<void(int rc, const std::string& why)> done = {});
   // Publishes the last scan again through options.release.apply (when what
-  // the agent holds back changed), without calling the module.
+  // the agent holds back changed), on the calling thread, without calling
+  // the module and without waiting for its queue.
   void Republish();
+  // pre_start() and on_release() run on a lane of their own (ABI 1.7).
+  bool slow_lane() const { return module_->slow_calls_apart(); }
 
   // Number of completed list_devices() calls (for tests and benchmarks).
   uint64_t scans() const { return scans_.load(); }
@@ -202,20 +211,26 @@ class ModuleInstance {
                  Options options);
 
   void Post(std::function<void()> task);
+  // On the slow lane, or on the worker when the module has none.
+  void PostSlow(std::function<void()> task);
   Status CreateOnWorker();
-  // Queues a kubelet call (see kMaxQueuedCalls); false if it was refused.
+  // Queues a kubelet call (see kMaxQueuedCalls), on the slow lane when
+  // `slow`; false if it was refused.
   bool PostCall(std::function<void()> run, std::function<bool()> wanted,
-                const std::function<void(Status)>& refuse);
+                const std::function<void(Status)>& refuse, bool slow = false);
   void WorkerLoop();
+  void SlowLaneLoop();
+  // Ends the slow lane after the calls queued on it (worker, before destroy).
+  void StopSlowLane();
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
   Status ScanOnWorker(ops::ScanCause cause);
   // Publishes `list` (the module's, before the agent's adjustments) if what
-  // comes out differs from the current list.
-  Status PublishOnWorker(DeviceList list);
+  // comes out differs from the current list. Needs publish_mu_.
+  Status PublishLocked(DeviceList list);
   // on_release(ids): 0, -EAGAIN or -errno (reason in *why); logged and
   // reported to options.release.released.
-  int ReleaseOnWorker(const std::vector<std::string>& ids, std::string* why, bool before_start);
+  int RunRelease(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
   // An event-driven scan now, or at the end of the rate-limit window.
   void EventScanOnWorker(ops::ScanCause cause);
@@ -252,13 +267,26 @@ class ModuleInstance {
   // C views of string arrays in the module's keys.
   std::map<std::string, std::vector<const char*>, std::less<>> string_arrays_;
 
-  devplug_instance* inst_ = nullptr;  // worker thread only
-  std::string last_error_;            // worker thread only
-  bool published_ = false;            // worker thread only: a list went out
-  DeviceList scanned_;                // worker thread only: the module's last list
-  PodHolder pod_answer_;              // worker thread only: what pod_of() points into
-  // Worker thread only: when the PreStartContainer being run began.
-  std::optional<std::chrono::steady_clock::time_point> prestart_began_;
+  // Set by create() on the worker, cleared by destroy() there once the slow
+  // lane has ended; read by both lanes in between.
+  devplug_instance* inst_ = nullptr;
+  // What host services write during one module call: one per thread that
+  // calls into the module (the worker, the slow lane).
+  struct CallContext {
+    std::string error;     // set_error()
+    PodHolder pod_answer;  // what pod_of() points into
+    // Inside pre_start(): when its PreStartContainer began.
+    std::optional<std::chrono::steady_clock::time_point> prestart_began;
+  };
+  CallContext worker_call_, slow_call_;
+  // The calling thread's context (the worker's for threads of the module's
+  // own, which make no calls that need one).
+  CallContext& Call();
+  static thread_local CallContext* current_call_;
+
+  std::mutex publish_mu_;           // one publication at a time
+  std::atomic<bool> published_{false};  // a list went out
+  DeviceList scanned_;              // guarded by publish_mu_: the module's last list
   std::atomic<bool> track_releases_{true};
   std::atomic<bool> use_pre_start_{true};
   std::vector<std::string> config_errors_;  // worker thread only
@@ -288,6 +316,13 @@ class ModuleInstance {
   // Set when the instance was given up; no more change notifications.
   std::atomic<bool> abandoned_{false};
   std::thread worker_;
+
+  // The slow lane (ABI 1.7): its own queue and thread.
+  std::mutex slow_mu_;
+  std::condition_variable slow_cv_;
+  std::deque<std::function<void()>> slow_queue_;  // guarded by slow_mu_
+  bool slow_stopping_ = false;                    // guarded by slow_mu_
+  std::thread slow_worker_;
 };
 
 }  // namespace devplug::modules

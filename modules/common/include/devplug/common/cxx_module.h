@@ -163,7 +163,8 @@ class DeviceSink {
 using Ids = std::vector<std::string_view>;
 
 // One module instance. Every virtual is called on the instance's worker
-// thread, one at a time (see devplug/module.h).
+// thread, one at a time (see devplug/module.h); with kConcurrentSlowCalls,
+// PreStart and Release on a second thread, at the same time as the others.
 class Instance {
  public:
   explicit Instance(Host host) : host_(host) {}
@@ -196,6 +197,10 @@ enum Hooks : unsigned {
   kHookPreferred = 1u << 2,
   kHookPreStart = 1u << 3,
   kHookRelease = 1u << 4,  // ABI 1.2: on_release, and with it release tracking
+  // ABI 1.7: PreStart and Release run on a thread of their own, at the same
+  // time as the other calls (DEVPLUG_CONCURRENT_SLOW_CALLS): the instance
+  // guards what they share and holds no lock across slow work.
+  kConcurrentSlowCalls = 1u << 5,
 };
 
 // Creates an instance; returns nullptr after host.ConfigError() for bad
@@ -314,6 +319,7 @@ constexpr devplug_module MakeModule(const char* name, const char* version,
   m.preferred_allocation = (hooks & kHookPreferred) ? &T::Preferred : nullptr;
   m.pre_start = (hooks & kHookPreStart) ? &T::PreStart : nullptr;
   m.on_release = (hooks & kHookRelease) ? &T::Release : nullptr;
+  m.concurrency = (hooks & kConcurrentSlowCalls) ? DEVPLUG_CONCURRENT_SLOW_CALLS : 0;
   return m;
 }
 
