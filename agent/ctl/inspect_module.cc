@@ -12,17 +12,6 @@
 namespace devplug::ctl {
 namespace {
 
-const char* TypeName(uint32_t t) {
-  switch (t) {
-    case DEVPLUG_CONFIG_STRING: return "string";
-    case DEVPLUG_CONFIG_INT: return "integer";
-    case DEVPLUG_CONFIG_BOOL: return "boolean";
-    case DEVPLUG_CONFIG_STRING_ARRAY: return "string array";
-    case DEVPLUG_CONFIG_INT_ARRAY: return "integer array";
-    default: return "?";
-  }
-}
-
 // A command-line value as TOML: integers, booleans, arrays and quoted
 // strings as written; anything else becomes a string.
 std::string TomlValue(const std::string& v) {
@@ -86,7 +75,8 @@ int InspectModule(const InspectOptions& o) {
   std::printf("  udev subsystems:%s\n", subsystems.empty() ? " none" : subsystems.c_str());
   std::printf("  keys:\n");
   for (const devplug_config_key* k = d.config_keys; k && k->name; ++k)
-    std::printf("    %-20s %-13s%s %s\n", k->name, TypeName(k->type),
+    std::printf("    %-20s %-13s%s %s\n", k->name,
+                std::string(modules::KeyTypeName(k->type)).c_str(),
                 (k->flags & DEVPLUG_CONFIG_REQUIRED) ? " required" : "", k->help ? k->help : "");
 
   std::string toml = StrCat("[[resource]]\nname = \"inspect.devplug.io/", d.name,

@@ -423,7 +423,6 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
 
 void Agent::LeaveOut(Resource& r, Status why, bool retry) {
   const bool same = !r.failure.ok() && r.failure.message() == why.message();
-  r.retry_start = retry;
   r.start_backoff = Doubled(r.start_backoff, kMinStartBackoff, kMaxStartBackoff);
   if (retry) r.start_at = Clock::now() + r.start_backoff;
   const std::string next =

@@ -123,7 +123,6 @@ class Agent {
     std::optional<Clock::time_point> start_deadline;     // for `starting`
     // Why the resource is not running ("" when it is), and its retries.
     Status failure;
-    bool retry_start = false;  // worth another attempt (not a config error, not hung)
     std::optional<Clock::time_point> start_at;
     std::chrono::milliseconds start_backoff{0};
     uint64_t attempts = 0;

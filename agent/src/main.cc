@@ -53,8 +53,9 @@ struct Flags {
   std::string log_level;
 };
 
-// --check-config: loads each module and checks its keys, without creating
-// anything; prints the resolved resources.
+// --check-config: loads each module, checks its keys and creates each
+// instance once (modules check their values, and what they find, in
+// create()); prints the resolved resources.
 int CheckConfig(const devplug::config::AgentConfig& cfg) {
   int failures = 0;
   std::vector<std::pair<std::string, devplug::modules::DeviceListPtr>> lists;
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-config", f.check_config,
                "Validate the configuration and modules, print the resolved resources, exit");
   app.add_flag("--builtin-config", f.builtin_config,
-               "Use the built-in configuration (one kvm resource) instead of a file");
+               "Use the built-in configuration (kvm and tun resources) instead of a file");
   app.add_flag("--print-builtin-config", f.print_builtin, "Print the built-in configuration");
   app.add_option("--plugin-dir", f.plugin_dir, "Override agent.plugin_dir (checked like it)");
   app.add_option("--module-dir", f.module_dir, "Override agent.module_dir (checked like it)");

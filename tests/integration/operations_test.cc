@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
+#include "devplug/module.h"
 #include "ops/control.h"
 
 namespace devplug {
@@ -33,14 +34,25 @@ testing::RunResult Inspect(const std::vector<std::string>& args) {
   return testing::RunProcess(argv);
 }
 
+const std::string kAbiLine = "ABI: 1." + std::to_string(DEVPLUG_MODULE_ABI_MINOR);
+
 TEST(InspectModuleTest, DescribesAModuleAndWhatItFinds) {
   TempDir root;
   WriteFile(root / "dev/kvm", "");  // not a character device: Unhealthy
   auto r = Inspect({testing::ModuleDir() + "/kvm.so", "--host-root", root.path(), "shares=3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"name: kvm", "ABI: 1.6", "optional hooks: on_udev_event",
+  for (const char* want : {"name: kvm", kAbiLine.c_str(), "optional hooks: on_udev_event",
                            "udev subsystems: misc", "shares", "integer", "devices: 3 (0 healthy)",
                            "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
+// Keys of every type are named, tables and arrays of any values (ABI 1.3)
+// included: nvidia's driver_mount, extra_mounts and envs.
+TEST(InspectModuleTest, NamesEveryKeyType) {
+  auto r = Inspect({testing::ModuleDir() + "/nvidia.so"});
+  for (const char* want : {"driver_mount         table", "extra_mounts         array",
+                           "envs                 table", "ignored_xids         integer array"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
 }
 
@@ -201,7 +213,7 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   EXPECT_EQ(r.exit_code, 1) << r.output;  // one resource is not registered
   const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.output;
-  EXPECT_EQ(j["agent"]["abi"], "1.6");
+  EXPECT_EQ(j["agent"]["abi"], "1." + std::to_string(DEVPLUG_MODULE_ABI_MINOR));
   EXPECT_TRUE(j["agent"]["version"].is_string());
   EXPECT_TRUE(j["agent"]["reload_error"].is_null());
   ASSERT_EQ(j["resources"].size(), 2u) << r.output;
@@ -339,7 +351,7 @@ TEST_F(OperationsTest, MetricsCountWhatHappened) {
   }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const std::string& want : std::vector<std::string>{
-           "devplug_build_info{abi=\"1.6\",version=\"",
+           "devplug_build_info{abi=\"1." + std::to_string(DEVPLUG_MODULE_ABI_MINOR) + "\",version=\"",
            "devplug_resource_registered{" + res + "} 1",
            "devplug_registrations_total{" + res + "} 1",
            "devplug_devices{health=\"Healthy\"," + res + "} 4",

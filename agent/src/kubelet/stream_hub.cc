@@ -110,11 +110,6 @@ void StreamHub::Publish(SnapshotPtr snapshot) {
   for (Stream* s : streams_) s->Offer(snapshot);
 }
 
-SnapshotPtr StreamHub::latest() const {
-  std::lock_guard lock(mu_);
-  return latest_;
-}
-
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream() {
   std::lock_guard lock(mu_);
   const uint64_t registration = std::exchange(expected_, 0);

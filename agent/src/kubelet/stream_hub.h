@@ -44,7 +44,6 @@ class StreamHub {
 
   // Sets the current snapshot and sends it to every open stream.
   void Publish(SnapshotPtr snapshot);
-  SnapshotPtr latest() const;
 
   // A new ListAndWatch reactor for a gRPC call; it starts with the current
   // snapshot.

@@ -12,26 +12,12 @@
 #include <mutex>
 #include <vector>
 
-
 namespace devplug::modules {
 namespace {
 
 // The descriptor must reach at least the last required member.
 constexpr size_t kMinDescriptorSize =
     offsetof(devplug_module, list_devices) + sizeof(devplug_module::list_devices);
-
-std::string_view TypeName(uint32_t type) {
-  switch (type) {
-    case DEVPLUG_CONFIG_STRING: return "a string";
-    case DEVPLUG_CONFIG_INT: return "an integer";
-    case DEVPLUG_CONFIG_BOOL: return "a boolean";
-    case DEVPLUG_CONFIG_STRING_ARRAY: return "an array of strings";
-    case DEVPLUG_CONFIG_INT_ARRAY: return "an array of integers";
-    case DEVPLUG_CONFIG_TABLE: return "a table";
-    case DEVPLUG_CONFIG_ARRAY: return "an array";
-    default: return "an unknown type";
-  }
-}
 
 bool Matches(const config::ModuleValue& v, uint32_t type) {
   switch (type) {
@@ -200,6 +186,19 @@ uint32_t LoadedModule::KeyType(std::string_view key) const {
   return 0;
 }
 
+std::string_view KeyTypeName(uint32_t type, bool article) {
+  switch (type) {
+    case DEVPLUG_CONFIG_STRING: return article ? "a string" : "string";
+    case DEVPLUG_CONFIG_INT: return article ? "an integer" : "integer";
+    case DEVPLUG_CONFIG_BOOL: return article ? "a boolean" : "boolean";
+    case DEVPLUG_CONFIG_STRING_ARRAY: return article ? "an array of strings" : "string array";
+    case DEVPLUG_CONFIG_INT_ARRAY: return article ? "an array of integers" : "integer array";
+    case DEVPLUG_CONFIG_TABLE: return article ? "a table" : "table";
+    case DEVPLUG_CONFIG_ARRAY: return article ? "an array" : "array";
+    default: return article ? "an unknown type" : "?";
+  }
+}
+
 Status LoadedModule::CheckKeys(const config::ResourceConfig& r, size_t index) const {
   std::vector<std::string> errors;
   auto key_of = [&](std::string_view k) { return config::ResourceKey(index, k); };
@@ -213,7 +212,7 @@ Status LoadedModule::CheckKeys(const config::ResourceConfig& r, size_t index) co
                                        StrCat("unknown key for module \"", desc_->name,
                                               "\" (known: ", StrJoin(known, ", "), ")")));
     } else if (!Matches(value, type)) {
-      errors.push_back(config::Located(value.where, key_of(key), StrCat("must be ", TypeName(type))));
+      errors.push_back(config::Located(value.where, key_of(key), StrCat("must be ", KeyTypeName(type, /*article=*/true))));
     }
   }
   for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k) {

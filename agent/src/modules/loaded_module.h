@@ -5,12 +5,17 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "util/status.h"
 #include "config/config.h"
 #include "devplug/module.h"
 
 namespace devplug::modules {
+
+// A DEVPLUG_CONFIG_* type in words: "integer", or with `article` "an
+// integer" (for "must be ..." messages).
+std::string_view KeyTypeName(uint32_t type, bool article = false);
 
 class LoadedModule {
  public:
