@@ -51,8 +51,7 @@ static int example_create(const struct devplug_host *host, struct devplug_instan
   int32_t exclusive = 0;
   host->config_bool(host, "exclusive", &exclusive);
   /* Shared devices are never "given back": no release tracking for them. */
-  if (!exclusive && DEVPLUG_HAS_MEMBER(host, struct devplug_host, track_releases))
-    host->track_releases(host, 0);
+  if (!exclusive) (void)devplug_host_track_releases(host, 0);
   struct devplug_instance *inst = calloc(1, sizeof(*inst));
   if (inst == NULL) return -ENOMEM;
   inst->host = host;
@@ -80,10 +79,9 @@ static int example_list_devices(struct devplug_instance *inst, struct devplug_de
     if (rc < 0) return rc;
     /* Why it is Unhealthy, in a few words: the agent logs it and shows it in
      * its status. */
-    if (!healthy && DEVPLUG_HAS_MEMBER(sink, struct devplug_device_sink, set_health_reason))
-      sink->set_health_reason(sink, "backing node missing");
+    if (!healthy) (void)devplug_sink_set_health_reason(sink, "backing node missing");
     /* The default recipe: what Allocate returns for this device. Values of
-     * one env key from several devices are joined with ','. */
+     * one env key from several devices are merged as comma-separated lists. */
     if ((rc = recipe->add_device_node(recipe, inst->node, container_path, "rw")) < 0) return rc;
     if ((rc = recipe->add_env(recipe, "EXAMPLE_DEVICES", id)) < 0) return rc;
   }

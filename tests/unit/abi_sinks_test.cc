@@ -3,6 +3,7 @@
 #include "modules/abi_sinks.h"
 
 #include <cerrno>
+#include <cstddef>
 
 #include <gtest/gtest.h>
 
@@ -42,6 +43,31 @@ TEST(AbiSinksTest, SetNumaNodesGivesADeviceEveryNode) {
   // After a refused add_device, there is nothing to set.
   EXPECT_EQ(c->add_device(c, "c", DEVPLUG_HEALTHY, 1, nullptr), -EEXIST);
   EXPECT_EQ(c->set_numa_nodes(c, nodes, 3), -ENOENT);
+}
+
+// The header's call helpers: a member an older agent's struct stops before
+// answers -ENOTSUP (or a neutral number) instead of being called.
+TEST(AbiHelpersTest, MembersAnOlderAgentLacksAnswerENOTSUP) {
+  devplug_host old_host{};
+  old_host.struct_size = offsetof(devplug_host, config_int_array);  // a minor 0 agent
+  devplug_pod pod{};
+  pod.struct_size = sizeof(pod);
+  EXPECT_EQ(devplug_host_pod_of(&old_host, "x", &pod), -ENOTSUP);
+  EXPECT_EQ(devplug_host_track_releases(&old_host, 0), -ENOTSUP);
+  EXPECT_EQ(devplug_host_watch_path(&old_host, "/dev/x"), -ENOTSUP);
+  EXPECT_EQ(devplug_host_prestart_timeout_ms(&old_host), 28000);
+  EXPECT_EQ(devplug_host_resource_index(&old_host), -1);
+
+  DeviceSink sink;
+  ASSERT_EQ(sink.c.add_device(&sink.c, "a", DEVPLUG_UNHEALTHY, 0, nullptr), 0);
+  const int32_t nodes[] = {0, 1};
+  EXPECT_EQ(devplug_sink_set_numa_nodes(&sink.c, nodes, 2), 0);  // this agent has it
+  EXPECT_EQ(devplug_sink_set_health_reason(&sink.c, "gone"), 0);
+  EXPECT_EQ(sink.list.back().health_reason, "gone");
+  sink.c.struct_size = offsetof(devplug_device_sink, set_health_reason);  // as a minor 1 agent
+  EXPECT_EQ(devplug_sink_set_health_reason(&sink.c, "x"), -ENOTSUP);
+  EXPECT_EQ(devplug_sink_set_numa_nodes(&sink.c, nodes, 2), -ENOTSUP);
+  EXPECT_EQ(sink.list.back().health_reason, "gone");
 }
 
 }  // namespace

@@ -8,6 +8,23 @@
  * names the module the agent calls create() once; each such instance serves
  * one Kubernetes extended resource on its own socket.
  *
+ * A minimal module (modules/example/example.c is one, in plain C):
+ *   - a static struct devplug_module with struct_size, abi_major, abi_minor,
+ *     name, version, config_keys, and the three required functions:
+ *     create() reads the [[resource]] table through the host's getters and
+ *     returns an instance; list_devices() reports every device, healthy or
+ *     not, each with its default recipe (the device nodes, mounts and envs
+ *     Allocate returns); destroy() frees the instance;
+ *   - devplug_module_entry_v1(), the one exported symbol, handing it out.
+ * Everything else is optional, and appended by minor version: hooks
+ * (on_udev_event, allocate, preferred_allocation, pre_start; on_release in
+ * 1.2), host services (typed getters; pod_of, track_releases in 1.2;
+ * config_value, config_member, watch_path in 1.3; prestart_timeout_ms,
+ * resource_index in 1.4; use_pre_start in 1.5), sink members
+ * (set_health_reason in 1.2, set_numa_nodes in 1.6) and descriptor flags
+ * (concurrency in 1.7). The devplug_*() helpers below call a member an
+ * older agent may lack, returning -ENOTSUP when it does.
+ *
  * Rules every module can rely on, and must follow:
  *
  * Threading
@@ -54,6 +71,7 @@
 #ifndef DEVPLUG_MODULE_H
 #define DEVPLUG_MODULE_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -446,6 +464,72 @@ struct devplug_host {
    */
   int (*use_pre_start)(const struct devplug_host *h, int32_t on);
 };
+
+/* ------------------------------------------------------------------------ */
+/* Calling members a given agent may lack                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each helper calls one member added after minor 0 when the struct it was
+ * handed has it, and returns -ENOTSUP (or, for the numbers, a neutral
+ * value) when an older agent's struct stops before it, so that a module can
+ * call it without a DEVPLUG_HAS_MEMBER() check of its own.
+ */
+#define DEVPLUG_CALL_OPTIONAL_(ptr, T, m, call) \
+  ((DEVPLUG_HAS_MEMBER(ptr, T, m) && (ptr)->m != NULL) ? (call) : -ENOTSUP)
+
+static inline int devplug_sink_set_health_reason(struct devplug_device_sink *s,
+                                                 const char *reason) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_health_reason,
+                                s->set_health_reason(s, reason));
+}
+static inline int devplug_sink_set_numa_nodes(struct devplug_device_sink *s,
+                                              const int32_t *nodes, size_t n) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_numa_nodes,
+                                s->set_numa_nodes(s, nodes, n));
+}
+static inline int devplug_host_config_int_array(const struct devplug_host *h, const char *key,
+                                                const int64_t **ret, size_t *ret_n) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, config_int_array,
+                                h->config_int_array(h, key, ret, ret_n));
+}
+static inline int devplug_host_pod_of(const struct devplug_host *h, const char *id,
+                                      struct devplug_pod *ret) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, pod_of, h->pod_of(h, id, ret));
+}
+static inline int devplug_host_track_releases(const struct devplug_host *h, int32_t on) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, track_releases,
+                                h->track_releases(h, on));
+}
+static inline int devplug_host_config_value(const struct devplug_host *h, const char *path,
+                                            struct devplug_config_value *ret) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, config_value,
+                                h->config_value(h, path, ret));
+}
+static inline int devplug_host_config_member(const struct devplug_host *h, const char *path,
+                                             size_t index, const char **ret_name) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, config_member,
+                                h->config_member(h, path, index, ret_name));
+}
+static inline int devplug_host_watch_path(const struct devplug_host *h, const char *path) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, watch_path, h->watch_path(h, path));
+}
+static inline int devplug_host_use_pre_start(const struct devplug_host *h, int32_t on) {
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, use_pre_start,
+                                h->use_pre_start(h, on));
+}
+/** The agent's PreStartContainer deadline in ms; 28000 (the default) when
+ *  the agent does not say (before minor 4). */
+static inline int64_t devplug_host_prestart_timeout_ms(const struct devplug_host *h) {
+  return DEVPLUG_HAS_MEMBER(h, struct devplug_host, prestart_timeout_ms)
+             ? h->prestart_timeout_ms
+             : 28000;
+}
+/** The instance's table index; -1 when the agent does not say (before
+ *  minor 4). */
+static inline int32_t devplug_host_resource_index(const struct devplug_host *h) {
+  return DEVPLUG_HAS_MEMBER(h, struct devplug_host, resource_index) ? h->resource_index : -1;
+}
 
 /* ------------------------------------------------------------------------ */
 /* The module descriptor                                                     */
