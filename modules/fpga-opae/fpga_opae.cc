@@ -5,22 +5,19 @@
 // contracts/fpga-opae.md; keys and behaviour: README.md beside this file.
 //
 // Devices: one per port, ID = the port's name ("dfl-port.0"). Instances of
-// this module share the hardware: region resources claim matching ports
-// first, af resources see only the rest, each in configuration order (the
-// claims registry below), so a port never moves between resources when it
-// is reprogrammed.
+// this module share the hardware; claims.h decides which one serves a port.
+// Beside this file: settings (the keys), claims, alarm (the module's own
+// thread: failure holds and the state poll), dfl (sysfs and ioctls), gbs
+// (bitstream files).
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,8 +33,11 @@
 #include "devplug/common/fs.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/run.h"
+#include "alarm.h"
+#include "claims.h"
 #include "dfl.h"
 #include "gbs.h"
+#include "settings.h"
 
 namespace devplug::fpga {
 #ifdef DEVPLUG_FPGA_FIXTURE_OPS
@@ -55,8 +55,17 @@ using devplug::common::Ids;
 using devplug::common::Instance;
 using devplug::common::ModuleError;
 using devplug::common::Recipe;
+using devplug::fpga::Alarm;
+using devplug::fpga::AllF;
+using devplug::fpga::Claims;
+using devplug::fpga::Contains;
 using devplug::fpga::Driver;
+using devplug::fpga::Mode;
 using devplug::fpga::Port;
+using devplug::fpga::PortFacts;
+using devplug::fpga::ProgramWith;
+using devplug::fpga::Selects;
+using devplug::fpga::Settings;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
@@ -68,199 +77,8 @@ const devplug::fpga::DeviceOps& Ops() {
 #endif
 }
 
-enum class Mode { kAf, kRegion, kRegionDevel };
-enum class ProgramWith { kAuto, kFpgaconf, kIoctl };
-
-constexpr milliseconds kMaxProgramTimeout = std::chrono::seconds(29);
-constexpr milliseconds kMaxFailureHold = std::chrono::hours(24);
-constexpr milliseconds kMaxReleaseTimeout = std::chrono::hours(1);
-constexpr milliseconds kMaxStatePoll = std::chrono::hours(1);
 // afu_id reads fail with EBUSY while a port is in reset; how often to retry.
 constexpr milliseconds kBusyRetry{20};
-
-struct Settings {
-  Mode mode = Mode::kAf;
-  std::optional<Driver> driver;  // nullopt: auto
-  std::string afu_id;
-  std::optional<std::string> interface_id;
-  std::vector<std::string> addresses;
-  std::vector<std::string> ports;
-  std::string bitstream_dir = "/srv/intel.com/fpga";
-  ProgramWith program_with = ProgramWith::kAuto;
-  std::string fpgaconf = "/usr/bin/fpgaconf";
-  milliseconds program_timeout = std::chrono::seconds(20);
-  milliseconds failure_hold = std::chrono::seconds(60);
-  std::vector<std::string> release_actions;
-  std::string idle_afu_id;
-  std::string release_command;
-  milliseconds release_timeout = std::chrono::seconds(60);
-  bool health_errors = false;
-  bool env = true;
-  milliseconds state_poll = std::chrono::seconds(1);  // 0: off
-
-  bool region() const { return mode != Mode::kAf; }
-  bool Releases(std::string_view action) const {
-    return std::find(release_actions.begin(), release_actions.end(), action) !=
-           release_actions.end();
-  }
-};
-
-bool AllF(const std::string& id) {
-  return !id.empty() && std::all_of(id.begin(), id.end(), [](char c) { return c == 'f'; });
-}
-
-template <class T>
-bool Contains(const std::vector<T>& v, const T& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
-// What a claim decision needs to know about a port.
-struct PortFacts {
-  std::string name;
-  std::string function;
-  std::optional<std::string> interface_id;
-  std::optional<std::string> afu_id;
-};
-
-bool Selects(const Settings& s, const PortFacts& f) {
-  if (!s.addresses.empty() && !Contains(s.addresses, f.function)) return false;
-  if (!s.ports.empty() && !Contains(s.ports, f.name)) return false;
-  if (s.interface_id && f.interface_id != s.interface_id) return false;
-  if (!s.region() && f.afu_id != s.afu_id) return false;
-  return true;
-}
-
-// Every instance of this module in the process, for deciding which one
-// serves a port that several select.
-class Claims {
- public:
-  struct Entry {
-    const void* owner;
-    std::string resource;
-    int32_t index;
-    const Settings* settings;
-    const Host* host;
-  };
-
-  // Destroyed when the module is unloaded, after its last instance.
-  static Claims& Get() {
-    static Claims claims;
-    return claims;
-  }
-
-  void Add(const Entry& e) {
-    std::lock_guard lock(mu_);
-    entries_.push_back(e);
-    NotifyOthers(e.owner);
-  }
-  void Remove(const void* owner) {
-    std::lock_guard lock(mu_);
-    std::erase_if(entries_, [&](const Entry& e) { return e.owner == owner; });
-    NotifyOthers(owner);
-  }
-  // Tells every other instance that ports may have changed hands (after
-  // programming changes an afu_id, say).
-  void Changed(const void* owner) {
-    std::lock_guard lock(mu_);
-    NotifyOthers(owner);
-  }
-  // The resource that serves the port instead of `owner`, or "" when
-  // `owner` does (no instance before it selects the port). Instances of the
-  // same resource (one replacing the other in a reload) never exclude each
-  // other.
-  std::string TakenBy(const void* owner, const PortFacts& f) const {
-    std::lock_guard lock(mu_);
-    const Entry* self = nullptr;
-    for (const Entry& e : entries_)
-      if (e.owner == owner) self = &e;
-    if (self == nullptr) return "";
-    for (const Entry& e : entries_) {
-      if (e.owner == owner || e.resource == self->resource) continue;
-      if (Before(e, *self) && Selects(*e.settings, f)) return e.resource;
-    }
-    return "";
-  }
-
- private:
-  // Region resources before af ones, then configuration order.
-  static bool Before(const Entry& a, const Entry& b) {
-    if (a.settings->region() != b.settings->region()) return a.settings->region();
-    if (a.index != b.index) return a.index < b.index;
-    return a.resource < b.resource;
-  }
-  void NotifyOthers(const void* owner) {
-    for (const Entry& e : entries_)
-      if (e.owner != owner) e.host->DevicesChanged();  // never blocks
-  }
-  mutable std::mutex mu_;
-  std::vector<Entry> entries_;
-};
-
-// The module's own thread. Calls DevicesChanged() when the earliest of some
-// deadlines passes (the end of a failure hold), and every `poll` (0: never)
-// when `changed` says what a scan reads has changed: reprogramming and power
-// state changes raise no uevent (dfl-fme-pr.c and dfl-afu-main.c signal
-// nothing), and a change made outside devplug (fpgaconf by hand) raises
-// none at all.
-class Alarm {
- public:
-  Alarm(const Host& host, milliseconds poll, std::function<bool()> changed)
-      : host_(host), poll_(poll), changed_(std::move(changed)), thread_([this] { Run(); }) {}
-  ~Alarm() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void At(Clock::time_point t) {
-    {
-      std::lock_guard lock(mu_);
-      due_.insert(t);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Run() {
-    pthread_setname_np(pthread_self(), "dp:fpga-poll");
-    std::unique_lock lock(mu_);
-    auto next_poll = Clock::now() + poll_;
-    while (!stop_) {
-      std::optional<Clock::time_point> next;
-      if (!due_.empty()) next = *due_.begin();
-      if (poll_.count() > 0 && (!next || next_poll < *next)) next = next_poll;
-      if (!next) {
-        cv_.wait(lock);
-        continue;
-      }
-      cv_.wait_until(lock, *next);
-      if (stop_) break;
-      const auto now = Clock::now();
-      bool tell = false;
-      if (!due_.empty() && *due_.begin() <= now) {
-        while (!due_.empty() && *due_.begin() <= now) due_.erase(due_.begin());
-        tell = true;
-      }
-      if (poll_.count() > 0 && now >= next_poll) {
-        next_poll = now + poll_;
-        lock.unlock();  // reads sysfs; At() must not wait for it
-        tell = changed_() || tell;
-        lock.lock();
-      }
-      if (tell) host_.DevicesChanged();
-    }
-  }
-  const Host host_;
-  const milliseconds poll_;
-  const std::function<bool()> changed_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::multiset<Clock::time_point> due_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 class FpgaOpae : public Instance {
  public:
@@ -763,153 +581,13 @@ bool FpgaOpae::Release(const Ids& ids) {
 
 // ---- configuration ----------------------------------------------------------------------------
 
-std::optional<milliseconds> Duration(Host& host, const char* key, milliseconds fallback,
-                                     milliseconds max, bool& ok) {
-  auto text = host.String(key);
-  if (!text) return fallback;
-  auto d = devplug::common::ParseDuration(*text, max);
-  if (auto* err = std::get_if<std::string>(&d)) {
-    host.ConfigError(key, *err);
-    ok = false;
-    return std::nullopt;
-  }
-  return std::get<milliseconds>(d);
-}
-
 std::unique_ptr<Instance> Create(Host& host) {
-  Settings s;
-  bool ok = true;
-  auto bad = [&](const char* key, const std::string& why) {
-    host.ConfigError(key, why);
-    ok = false;
-  };
-  const std::string mode = host.String("mode").value_or("af");
-  if (mode == "af") s.mode = Mode::kAf;
-  else if (mode == "region") s.mode = Mode::kRegion;
-  else if (mode == "region-devel") s.mode = Mode::kRegionDevel;
-  else bad("mode", "must be \"af\", \"region\" or \"region-devel\"");
-
-  const std::string driver = host.String("driver").value_or("auto");
-  if (driver == "dfl") s.driver = Driver::kDfl;
-  else if (driver == "intel-fpga") s.driver = Driver::kIntelFpga;
-  else if (driver != "auto") bad("driver", "must be \"dfl\", \"intel-fpga\" or \"auto\"");
-
-  auto id_key = [&](const char* key) -> std::string {
-    auto text = host.String(key);
-    if (!text) return "";
-    auto id = devplug::fpga::CanonicalId(*text);
-    if (!id) {
-      bad(key, "\"" + *text + "\" is not a UUID (32 hex digits, dashes allowed)");
-      return "";
-    }
-    return *id;
-  };
-  s.afu_id = id_key("afu_id");  // required: the agent checked it is there
-  if (host.String("interface_id")) {
-    s.interface_id = id_key("interface_id");
-    if (s.interface_id->empty()) s.interface_id.reset();
-  }
-  for (const std::string& a : host.Strings("addresses").value_or(std::vector<std::string>{})) {
-    auto n = devplug::common::NormalizePciAddress(a);
-    if (!n) bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:5e:00.0\"");
-    else s.addresses.push_back(*n);
-  }
-  s.ports = host.Strings("ports").value_or(std::vector<std::string>{});
-  for (const std::string& p : s.ports)
-    if (p.rfind("dfl-port.", 0) != 0 && p.rfind("intel-fpga-port.", 0) != 0)
-      bad("ports", "\"" + p + "\" is not a port name like \"dfl-port.0\"");
-  if (auto dir = host.String("bitstream_dir")) {
-    if (dir->empty() || dir->front() != '/') bad("bitstream_dir", "must be an absolute path");
-    s.bitstream_dir = *dir;
-    while (s.bitstream_dir.size() > 1 && s.bitstream_dir.back() == '/') s.bitstream_dir.pop_back();
-  }
-  const std::string with = host.String("program_with").value_or("auto");
-  if (with == "auto") s.program_with = ProgramWith::kAuto;
-  else if (with == "fpgaconf") s.program_with = ProgramWith::kFpgaconf;
-  else if (with == "ioctl") s.program_with = ProgramWith::kIoctl;
-  else bad("program_with", "must be \"auto\", \"fpgaconf\" or \"ioctl\"");
-  if (auto tool = host.String("fpgaconf")) {
-    if (tool->empty() || tool->front() != '/') bad("fpgaconf", "must be an absolute path");
-    s.fpgaconf = *tool;
-  }
-  if (auto d = Duration(host, "program_timeout", s.program_timeout, kMaxProgramTimeout, ok))
-    s.program_timeout = *d;
-  if (auto d = Duration(host, "failure_hold", s.failure_hold, kMaxFailureHold, ok))
-    s.failure_hold = *d;
-  if (auto d = Duration(host, "release_timeout", s.release_timeout, kMaxReleaseTimeout, ok))
-    s.release_timeout = *d;
-  if (host.String("program_timeout") || s.region())
-    if (std::string why = host.CheckWithinPrestart(s.program_timeout); !why.empty())
-      bad("program_timeout", why);
-  if (s.release_timeout.count() <= 0) bad("release_timeout", "must be longer than 0");
-  if (auto d = Duration(host, "state_poll", s.state_poll, kMaxStatePoll, ok)) s.state_poll = *d;
-
-  static const char* const kActions[] = {"reset", "clear-errors", "program-idle", "command"};
-  for (const std::string& a : host.Strings("release_actions").value_or(std::vector<std::string>{})) {
-    if (std::find(std::begin(kActions), std::end(kActions), a) == std::end(kActions))
-      bad("release_actions",
-          "unknown action \"" + a + "\" (known: reset, clear-errors, program-idle, command)");
-    else if (Contains(s.release_actions, a))
-      bad("release_actions", "\"" + a + "\" is listed twice");
-    else
-      s.release_actions.push_back(a);
-  }
-  // They run in one fixed order, whatever order the list has.
-  std::sort(s.release_actions.begin(), s.release_actions.end(), [](const auto& a, const auto& b) {
-    auto rank = [](const std::string& x) {
-      return std::find(std::begin(kActions), std::end(kActions), x) - std::begin(kActions);
-    };
-    return rank(a) < rank(b);
-  });
-  s.idle_afu_id = id_key("idle_afu_id");
-  if (s.Releases("program-idle") && s.idle_afu_id.empty() && !host.String("idle_afu_id"))
-    bad("release_actions", "\"program-idle\" needs idle_afu_id (the scrub accelerator)");
-  // af lists a port only while it holds afu_id and never programs it: after
-  // its first release the port would leave this resource for good.
-  if (s.Releases("program-idle") && s.mode == Mode::kAf)
-    bad("release_actions",
-        "\"program-idle\" needs mode \"region\" (in mode \"af\" an idle port leaves the resource "
-        "and nothing programs it back)");
-  if (auto cmd = host.String("release_command")) {
-    if (cmd->empty() || cmd->front() != '/') bad("release_command", "must be an absolute path");
-    s.release_command = *cmd;
-  }
-  if (s.Releases("command") && s.release_command.empty() && !host.String("release_command"))
-    bad("release_actions", "\"command\" needs release_command");
-  s.health_errors = host.Bool("health_errors").value_or(false);
-  s.env = host.Bool("env").value_or(true);
-  if (!ok) return nullptr;
+  std::optional<Settings> s = devplug::fpga::ParseSettings(host);
+  if (!s) return nullptr;
   // Without release actions there is nothing to do after a pod.
-  if (s.release_actions.empty()) host.TrackReleases(false);
-  return std::make_unique<FpgaOpae>(host, std::move(s));
+  if (s->release_actions.empty()) host.TrackReleases(false);
+  return std::make_unique<FpgaOpae>(host, std::move(*s));
 }
-
-const devplug_config_key kKeys[] = {
-    {"mode", DEVPLUG_CONFIG_STRING, 0, "\"af\" (default), \"region\" or \"region-devel\""},
-    {"driver", DEVPLUG_CONFIG_STRING, 0, "\"auto\" (default), \"dfl\" or \"intel-fpga\""},
-    {"afu_id", DEVPLUG_CONFIG_STRING, DEVPLUG_CONFIG_REQUIRED,
-     "the accelerator (AFU) ID, 32 hex digits"},
-    {"interface_id", DEVPLUG_CONFIG_STRING, 0, "only cards with this FME interface ID"},
-    {"addresses", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only ports of these PCI functions"},
-    {"ports", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only these ports (\"dfl-port.0\")"},
-    {"bitstream_dir", DEVPLUG_CONFIG_STRING, 0,
-     "bitstreams at <dir>/<interface_id>/<afu_id>.gbs (default /srv/intel.com/fpga)"},
-    {"program_with", DEVPLUG_CONFIG_STRING, 0, "\"auto\" (default), \"fpgaconf\" or \"ioctl\""},
-    {"fpgaconf", DEVPLUG_CONFIG_STRING, 0, "path of OPAE's fpgaconf (default /usr/bin/fpgaconf)"},
-    {"program_timeout", DEVPLUG_CONFIG_STRING, 0, "longest programming may take (default 20s)"},
-    {"failure_hold", DEVPLUG_CONFIG_STRING, 0,
-     "a port that failed programming is Unhealthy this long (default 60s)"},
-    {"release_actions", DEVPLUG_CONFIG_STRING_ARRAY, 0,
-     "after a pod: reset, clear-errors, program-idle, command"},
-    {"idle_afu_id", DEVPLUG_CONFIG_STRING, 0, "the accelerator program-idle loads"},
-    {"release_command", DEVPLUG_CONFIG_STRING, 0, "program run for the \"command\" action"},
-    {"release_timeout", DEVPLUG_CONFIG_STRING, 0, "longest release_command may run (default 60s)"},
-    {"health_errors", DEVPLUG_CONFIG_BOOL, 0, "port errors make it Unhealthy (default false)"},
-    {"env", DEVPLUG_CONFIG_BOOL, 0, "set FPGA_RESOURCE_<NAME> (default true)"},
-    {"state_poll", DEVPLUG_CONFIG_STRING, 0,
-     "how often afu_id and power_state are read for changes no uevent tells (default 1s; 0s off)"},
-    {nullptr, 0, 0, nullptr},
-};
 
 // Every event of these subsystems rescans (no filter on the device's name):
 // a port's state can change with events of other devices of its card.
@@ -919,7 +597,7 @@ const char* const kSubsystems[] = {"fpga_region", "fpga", "platform", "pci", nul
 
 DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
                    "Intel FPGA ports (DFL and intel-fpga drivers), programmed per workload",
-                   kKeys, kSubsystems, Create,
+                   devplug::fpga::kSettingsKeys, kSubsystems, Create,
                    devplug::common::kHookAllocate |
                        devplug::common::kHookPreferred | devplug::common::kHookPreStart |
                        devplug::common::kHookRelease | devplug::common::kConcurrentSlowCalls)
