@@ -223,6 +223,9 @@ void Agent::CommitReload() {
     fresh->staged = false;
     fresh->failure = OkStatus();
     if (fresh->tracker && !fresh->instance->tracks_releases()) fresh->tracker.reset();
+    // An added resource's first List is the truth about what is held (a
+    // carried tracker has seen one already; one more costs nothing).
+    if (Tracking(*fresh)) SchedulePodList(true);
     // Release state the new instance cannot carry on (its module has no
     // on_release, or it opted out): say what is given up.
     if (old && old->tracker && old->tracker != fresh->tracker) {

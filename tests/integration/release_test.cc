@@ -389,6 +389,23 @@ TEST_F(ReleaseTest, AResourceAddedByAReloadTracksUnderTheNewAgentKeys) {
   EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
 }
 
+// A resource a reload adds lists once at the commit, like at start: a device
+// a pod held already (the resource was there before, say) is known as held,
+// and released when that pod goes, without any Allocate to prompt a List.
+TEST_F(ReleaseTest, AResourceAddedByAReloadListsAtOnce) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", Agent());
+  ASSERT_TRUE(Registered(kFull));
+  sim_->BindPod("ns", "a", "main", kRel, {"fake-0"});
+  Rewrite(Resource(kFull, FakeModule("fake_full"), "count = 1") + Module(), Agent());
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kRel));
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= 1; })) << agent_->Log();
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("release", 1)) << agent_->Log();
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
 // A module that runs its releases apart (ABI 1.7, DEVPLUG_CONCURRENT_SLOW_CALLS):
 // while one device's release runs for as long as it likes (blocked here
 // until the test lets it go), Allocate and GetPreferredAllocation of other
