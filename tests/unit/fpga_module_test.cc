@@ -379,7 +379,8 @@ TEST_F(FpgaModuleTest, FailedProgrammingHoldsThePort) {
   EXPECT_NE(st.message().find("exited with status 3: fpgaconf: error: PR failed"),
             std::string::npos) << st.message();
   harness::Rescan(**inst);
-  const Device* d = Find(*(*inst)->devices(), "dfl-port.0");
+  const DeviceListPtr list = (*inst)->devices();  // keeps *d alive
+  const Device* d = Find(*list, "dfl-port.0");
   EXPECT_FALSE(d->healthy);
   EXPECT_NE(d->health_reason.find("programming failed: "), std::string::npos) << d->health_reason;
   // The module's own timer brings it back, no resync needed.
@@ -459,7 +460,8 @@ TEST_F(FpgaModuleTest, ASuccessfulProgrammingEndsAnEarlierHold) {
   Status st = harness::PreStart(**inst, {"dfl-port.0"});
   ASSERT_TRUE(st.ok()) << st.message();
   harness::Rescan(**inst);
-  const Device* d = Find(*(*inst)->devices(), "dfl-port.0");
+  const DeviceListPtr list = (*inst)->devices();  // keeps *d alive
+  const Device* d = Find(*list, "dfl-port.0");
   EXPECT_TRUE(d->healthy) << d->health_reason;
 }
 
@@ -479,7 +481,8 @@ TEST_F(FpgaModuleTest, ThePortStatePollSeesChangesNoEventTells) {
     return f();
   };
   EXPECT_TRUE(eventually([&] {
-    const Device* d = Find(*(*inst)->devices(), "dfl-port.0");
+    const DeviceListPtr list = (*inst)->devices();  // keeps *d alive
+    const Device* d = Find(*list, "dfl-port.0");
     return !d->healthy && d->health_reason == "power state AP6";
   }));
   fx_.SetPortAttr("dfl-port.0", "power_state", "0x0");

@@ -72,7 +72,8 @@ class SolarflareModuleTest : public ::testing::Test {
     return inst.ok() ? std::move(inst).value() : nullptr;
   }
   std::string Reason(ModuleInstance& inst, const std::string& id) {
-    const Device* d = Find(*inst.devices(), id);
+    const DeviceListPtr list = inst.devices();  // keeps *d alive
+    const Device* d = Find(*list, id);
     return d == nullptr ? "(no device " + id + ")" : d->healthy ? "" : d->health_reason;
   }
 
