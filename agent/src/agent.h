@@ -2,17 +2,16 @@
 // server and one kubelet registration per [[resource]], follows the kubelet
 // through restarts, and keeps retrying resources that could not start.
 //
-// Per resource, the kubelet side moves through these states:
-//
-//   down ──serve──▶ waiting for kubelet ──kubelet.sock──▶ registering ──OK──▶ registered
-//                                                            │  ▲                │
-//                                         Register failed ───┘  └── retry_at ◀───┘ our stream
-//                                         (server stays up)        (retry wait)     ended
-//
-// A kubelet restart (kubelet.sock created anew) serves on a fresh socket and
-// registers at once; our socket removed by someone else is served again
-// (after its stream ended) and registered after a short wait. Only the
-// stream that belongs to the current registration counts (see StreamHub).
+// Its jobs, one file each:
+//   agent.cc           Start, the main loop (timers, STATUS=, watchdog), Shutdown
+//   mailbox.cc         how other threads reach the main loop
+//   resource_start.cc  loading a module, creating its instance, retries, giving up
+//   serving.cc         each resource's gRPC server, and what its Registrar acts on
+//   hotplug.cc         the udev filter and which resource hears which event
+//   releases.cc        PodResources Lists and the release trackers (ReleaseCoordinator)
+//   reload.cc          SIGHUP: stage, check, commit or keep the old configuration
+//   agent_status.cc    STATUS=, the control socket's status JSON, metrics counts
+// The registration state machine is kubelet::Registrar (kubelet/registrar.h).
 //
 // Thread safety: Start(), Run() and the destructor are called from the main
 // thread. Other threads (gRPC, module workers) only reach the agent through
@@ -39,7 +38,9 @@
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
 #include "lifecycle/handed_out.h"
+#include "lifecycle/release_coordinator.h"
 #include "lifecycle/release_tracker.h"
+#include "kubelet/registrar.h"
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
@@ -96,19 +97,15 @@ class Agent {
 
  private:
   using Clock = std::chrono::steady_clock;
-  // A kubelet.sock instance: inode and change time (ns).
-  using KubeletId = std::pair<uint64_t, int64_t>;
+  using KubeletId = kubelet::KubeletId;
 
-  enum class State {
-    kDown,            // not serving (not started, failed, or stopped)
-    kWaitingKubelet,  // serving; kubelet.sock absent
-    kRegistering,     // Register in flight
-    kRegistered,      // kubelet accepted us
-    kRetryWait,       // serving; Register again at retry_at
-  };
-
-  struct Resource {
-    uint64_t id = 0;     // unique for the agent's life: how events find it
+  // One [[resource]]. It is its registrar's Env: the server it serves on and
+  // the kubelet.sock it registers with (serving.cc).
+  struct Resource final : kubelet::Registrar::Env {
+    Resource(Agent* agent, const config::ResourceConfig& cfg, uint64_t id, size_t index);
+    ~Resource() override;
+    Agent* const agent;
+    const uint64_t id;   // unique for the agent's life: how events find it
     size_t index = 0;    // position in the configuration (for messages)
     config::ResourceConfig cfg;
     std::string socket_path;
@@ -131,7 +128,6 @@ class Agent {
     std::unique_ptr<kubelet::DevicePluginService> service;
     std::unique_ptr<grpc::Server> server;
     std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
-    std::optional<Clock::time_point> socket_check_at;    // our socket was removed
 
     std::shared_ptr<ops::ResourceMetrics> metrics;
     // A reload's new resource, not serving until the reload commits.
@@ -146,16 +142,17 @@ class Agent {
     std::shared_ptr<lifecycle::HandedOut> handed_out;
 
     // ---- registration ----
-    State state = State::kDown;
-    std::shared_ptr<kubelet::PendingRegister> pending;
-    uint64_t registration = 0;  // number of the latest Register sent
-    std::optional<Clock::time_point> retry_at;
-    std::chrono::milliseconds backoff{0};
-    uint64_t register_failures = 0;  // in a row
-    std::optional<KubeletId> pending_kubelet;     // kubelet.sock the pending Register went to
-    std::optional<KubeletId> registered_kubelet;  // ... and the accepted one
-    std::optional<std::chrono::system_clock::time_point> registered_since;
-    std::string last_error;  // the latest Register failure, for the status
+    std::unique_ptr<kubelet::Registrar> registrar;
+
+    // kubelet::Registrar::Env
+    Clock::time_point Now() const override { return Clock::now(); }
+    std::optional<KubeletId> Kubelet() const override;
+    Status Serve() override;
+    bool HasServer() const override { return server != nullptr; }
+    bool SocketIsOurs() const override;
+    bool PluginDirGone() const override;
+    void ExpectStream(uint64_t n) override;
+    std::function<void()> Register(uint64_t n) override;
   };
 
   struct Event {
@@ -213,20 +210,17 @@ class Agent {
   void TryStart(Resource& r);
   void RebuildUdevMonitor();
   void DispatchUdevEvents(udev::Monitor& monitor);
+  // Paths modules watch changed: those modules rescan.
+  void DrainPathWatch();
 
   // ---- serving and registering ----
-  Status StartServer(Resource& r);
-  // Ends the streams and stops the server. `exiting`: the process ends next
-  // (see Shutdown), the server object is not destroyed.
+  // Stops the registration and the server: the streams end. `exiting`: the
+  // process ends next (see Shutdown), the server object is not destroyed.
   void StopServer(Resource& r, bool exiting = false);
-  bool SocketIsOurs(const Resource& r) const;
-  void ServeAndRegister(Resource& r);
-  void Register(Resource& r);
-  void ScheduleRegister(Resource& r, std::chrono::milliseconds min_delay);
+  // Ends the streams and stops the server, if one runs.
+  void StopServing(Resource& r, bool exiting = false);
+  Status StartServer(Resource& r);
   void OnKubeletRestart();
-  void OnSocketRemoved(Resource& r);
-  void CheckSocket(Resource& r);
-  bool WithThisKubelet(const Resource& r, const std::optional<KubeletId>& kubelet) const;
 
   // ---- reload (SIGHUP) ----
   struct PendingReload {
@@ -251,10 +245,10 @@ class Agent {
   // ---- status and metrics ----
   void OnControl(const std::shared_ptr<ops::ControlCall>& call);
   std::string StatusJson(bool devices, const std::string& only) const;
-  void CountPublished(Resource& r, const modules::DeviceList& list);
 
   // ---- pod identity and releases ----
   void SchedulePodList(bool now);
+  void SendPodListIfDue();
   void OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods);
   void OnTrackerChanged(Resource& r);
 
@@ -284,10 +278,7 @@ class Agent {
   // One PodResources client for every resource; shared with module workers
   // (pod_of), which may outlive the agent when given up.
   const std::shared_ptr<kubelet::PodResourcesClient> pods_;
-  std::optional<Clock::time_point> next_pod_list_;
-  bool pod_list_in_flight_ = false;
-  std::optional<Clock::time_point> last_kubelet_restart_;  // since our start
-  std::string pods_problem_;  // why tracking waits ("" when Lists work)
+  lifecycle::ReleaseCoordinator releases_;
   // Call deadlines; declared before the resources so it outlives them.
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;

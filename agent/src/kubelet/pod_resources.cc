@@ -19,7 +19,7 @@ PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
         auto& ids = s.holders[d.resource_name()];
         for (const std::string& id : d.device_ids()) {
           auto [it, fresh] =
-              ids.try_emplace(id, lifecycle::Holder{pod.namespace_(), pod.name(), c.name()});
+              ids.try_emplace(id, Holder{pod.namespace_(), pod.name(), c.name()});
           // Two containers of one pod (an init container's devices reused)
           // name one pod; two pods do not.
           if (!fresh && (it->second.pod_namespace != pod.namespace_() ||

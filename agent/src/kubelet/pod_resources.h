@@ -26,37 +26,14 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "lifecycle/release_tracker.h"
+#include "model/pod_snapshot.h"
 #include "podresources/v1/api.grpc.pb.h"
 #include "util/status.h"
 
 namespace devplug::kubelet {
 
-// One List's answer: resource name -> device ID -> holder. A device listed
-// once per NUMA node appears once. A device listed under two pods (a kubelet
-// before 1.34 keeps a finished pod's devices listed until the pod is
-// deleted; v1 List says nothing of a pod's phase) is in `ambiguous`: its
-// holder is the first pod listed, which is right for "is it held" and may
-// be wrong for "by whom".
-struct PodSnapshot {
-  std::chrono::steady_clock::time_point asked;  // the List was sent
-  std::chrono::steady_clock::time_point taken;  // its answer came
-  std::map<std::string, std::map<std::string, lifecycle::Holder, std::less<>>, std::less<>>
-      holders;
-  std::map<std::string, std::set<std::string, std::less<>>, std::less<>> ambiguous;
-  // The holder of `id` of `resource`, or nullptr.
-  const lifecycle::Holder* Find(std::string_view resource, std::string_view id) const {
-    auto r = holders.find(resource);
-    if (r == holders.end()) return nullptr;
-    auto d = r->second.find(id);
-    return d == r->second.end() ? nullptr : &d->second;
-  }
-  bool Ambiguous(std::string_view resource, std::string_view id) const {
-    auto r = ambiguous.find(resource);
-    return r != ambiguous.end() && r->second.count(id) > 0;
-  }
-};
-using PodSnapshotPtr = std::shared_ptr<const PodSnapshot>;
+using devplug::PodSnapshot;
+using devplug::PodSnapshotPtr;
 
 PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
                        std::chrono::steady_clock::time_point asked,

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "model/pod_snapshot.h"
 #include "modules/device.h"
 #include "util/status.h"
 
@@ -44,11 +45,8 @@ namespace devplug::lifecycle {
 
 using Clock = std::chrono::steady_clock;
 
-// A container holding a device, as PodResources lists it.
-struct Holder {
-  std::string pod_namespace, pod_name, container;
-  bool operator==(const Holder&) const = default;
-};
+using devplug::Holder;
+using devplug::Holders;
 
 struct ReleaseTiming {
   std::chrono::milliseconds grace{std::chrono::seconds(10)};    // release_grace
@@ -93,7 +91,7 @@ class ReleaseTracker {
   // A successful List: `listed` maps this resource's IDs in use to their
   // holder. `kubelet_restart` is when the kubelet last restarted (if it
   // did since our start). Returns the IDs whose release starts now.
-  std::vector<std::string> OnList(const std::map<std::string, Holder, std::less<>>& listed,
+  std::vector<std::string> OnList(const Holders& listed,
                                   Clock::time_point now,
                                   std::optional<Clock::time_point> kubelet_restart);
 

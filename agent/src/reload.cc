@@ -1,12 +1,11 @@
-// Operating devplugd while it runs (contracts/operations.md): the SIGHUP
-// reload, resource by resource, and the control socket's status and metrics
-// answers. Part of Agent; runs on the main loop like the rest of it.
+// The SIGHUP reload (contracts/operations.md), resource by resource: stage
+// the added and changed resources, commit once every one is created, or keep
+// the old configuration whole. Part of Agent; runs on the main loop.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <ctime>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
@@ -19,7 +18,6 @@ namespace devplug {
 namespace {
 
 using std::chrono::milliseconds;
-using nlohmann::json;
 
 // A changed resource registers again this long after its old stream ended,
 // so that the kubelet has seen the end before the new registration: a
@@ -40,21 +38,6 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
       return false;
   }
   return true;
-}
-
-// JSON text for the control socket. Module errors and health reasons are
-// made printable UTF-8 where they enter the agent, but a module's name and
-// version strings come straight from its descriptor, and nlohmann's dump()
-// throws on malformed UTF-8: such bytes become U+FFFD instead.
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string Iso8601(std::chrono::system_clock::time_point t) {
-  const std::time_t s = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -201,7 +184,6 @@ void Agent::CommitReload() {
 
   std::vector<std::unique_ptr<Resource>> serving;
   std::vector<std::string> added, changed, removed, unchanged;
-  const auto now = Clock::now();
   for (size_t i = 0; i < config_.resources.size(); ++i) {
     const config::ResourceConfig& cfg = config_.resources[i];
     auto take = [&](std::vector<std::unique_ptr<Resource>>& from) -> std::unique_ptr<Resource> {
@@ -244,17 +226,10 @@ void Agent::CommitReload() {
       StopServer(*old);
       if (served && old->socket_path != fresh->socket_path) unlink(old->socket_path.c_str());
       Retire(std::move(old));
-      if (Status st = StartServer(*fresh); !st.ok()) {
-        spdlog::error("resource \"{}\": {}", fresh->cfg.name, st.message());
-        fresh->state = State::kDown;
-        ScheduleRegister(*fresh, milliseconds(0));
-      } else {
-        fresh->state = State::kRetryWait;
-        fresh->retry_at = now + kReloadRegisterDelay;
-      }
+      fresh->registrar->StartAfter(kReloadRegisterDelay);
     } else {
       added.push_back(cfg.name);
-      ServeAndRegister(*fresh);
+      fresh->registrar->Start();
     }
     // Uevents reach it only from now on: one scan sees what changed since
     // its first one.
@@ -306,7 +281,7 @@ void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
     ApplyTracking(*r);
   }
   pods_->set_socket(config_.pod_resources_socket);
-  if (config_.pod_resources_poll.count() == 0) next_pod_list_.reset();
+  releases_.SetPoll(config_.pod_resources_poll);
 }
 
 void Agent::ApplyTracking(Resource& r) {
@@ -357,91 +332,6 @@ void Agent::Retire(std::unique_ptr<Resource> r) {
                          done->store(true);
                        }),
                        done});
-}
-
-// ---- status and metrics -------------------------------------------------------------------
-
-void Agent::OnControl(const std::shared_ptr<ops::ControlCall>& call) {
-  StatusOr<ops::ControlQuery> q = ops::ParseControlQuery(call->request);
-  std::string answer;
-  if (!q.ok())
-    answer = Dump(json{{"error", q.status().message()}});
-  else if (q->kind == ops::ControlQuery::Kind::kMetrics)
-    answer = Dump(json{{"metrics", metrics_->Text()}});
-  else
-    answer = StatusJson(q->devices, q->resource);
-  call->reply.set_value(std::move(answer));
-}
-
-std::string Agent::StatusJson(bool devices, const std::string& only) const {
-  json agent = {{"version", options_.version},
-                {"abi", StrCat(DEVPLUG_MODULE_ABI_MAJOR, ".", DEVPLUG_MODULE_ABI_MINOR)},
-                {"since", Iso8601(started_at_)},
-                {"status", last_status_},
-                {"reload_error", reload_error_.empty() ? json(nullptr) : json(reload_error_)}};
-  json resources = json::array();
-  bool found = only.empty();
-  for (const auto& r : resources_) {
-    if (!only.empty() && r->cfg.name != only) continue;
-    found = true;
-    const modules::DeviceListPtr list =
-        r->instance ? r->instance->devices() : std::make_shared<const modules::DeviceList>();
-    const size_t healthy = std::count_if(list->begin(), list->end(),
-                                         [](const modules::Device& d) { return d.healthy; });
-    const bool registered = r->state == State::kRegistered;
-    const char* state = "registered";
-    switch (r->state) {
-      case State::kDown:
-        state = r->starting ? "starting" : !r->failure.ok() ? "left out" : "not serving";
-        break;
-      case State::kWaitingKubelet: state = "waiting for the kubelet"; break;
-      case State::kRegistering: state = "registering"; break;
-      case State::kRegistered: break;
-      case State::kRetryWait: state = "registering soon"; break;
-    }
-    json res = {
-        {"name", r->cfg.name},
-        {"module", r->module ? std::string(r->module->name()) : r->cfg.module},
-        {"module_version", r->module ? std::string(r->module->version()) : std::string()},
-        {"module_file", r->module ? r->module->path()
-                                  : modules::ResolveModulePath(r->cfg.module, config_.module_dir)},
-        {"socket", r->socket_path},
-        {"registered", registered},
-        {"state", state},
-        {"registered_since",
-         registered && r->registered_since ? json(Iso8601(*r->registered_since)) : json(nullptr)},
-        {"kubelet_connected",
-         registered && r->registration != 0 && r->hub->kubelet_stream() == r->registration},
-        {"devices_total", list->size()},
-        {"devices_healthy", healthy},
-        {"release_tracking", Tracking(*r)},
-        {"last_error", !r->failure.ok() ? r->failure.message() : r->last_error}};
-    if (devices || !only.empty()) {
-      json devs = json::array();
-      for (const modules::Device& d : *list) {
-        json dev = {{"id", d.id},
-                    {"health", d.healthy ? "Healthy" : "Unhealthy"},
-                    {"reason", d.health_reason},
-                    {"numa", d.Nodes()},
-                    {"holder", nullptr},
-                    {"release_state", nullptr}};
-        if (Tracking(*r)) {
-          if (auto v = r->tracker->View(d.id)) {
-            dev["release_state"] = std::string(lifecycle::ReleaseTracker::StateName(v->state));
-            if (v->holder)
-              dev["holder"] = {{"namespace", v->holder->pod_namespace},
-                               {"pod", v->holder->pod_name},
-                               {"container", v->holder->container}};
-          }
-        }
-        devs.push_back(std::move(dev));
-      }
-      res["devices"] = std::move(devs);
-    }
-    resources.push_back(std::move(res));
-  }
-  if (!found) return Dump(json{{"error", StrCat("no resource \"", only, "\"")}});
-  return Dump(json{{"agent", std::move(agent)}, {"resources", std::move(resources)}});
 }
 
 }  // namespace devplug

@@ -1,0 +1,156 @@
+// One resource's registration with the kubelet: serves its socket, sends
+// Register, and follows the kubelet through restarts, ended streams, failed
+// Registers and a socket someone else removed.
+//
+//   down ──serve──▶ waiting for kubelet ──kubelet.sock──▶ registering ──OK──▶ registered
+//                                                            │  ▲                │
+//                                         Register failed ───┘  └── retry_at ◀───┘ our stream
+//                                         (server stays up)        (retry wait)     ended
+//
+// A kubelet restart (kubelet.sock created anew) serves on a fresh socket and
+// registers at once; our socket removed by someone else is served again
+// (after its stream ended) and registered after a short wait. Only the
+// stream that belongs to the current registration counts (see StreamHub).
+//
+// The registrar acts only through its Env: the agent gives it the gRPC
+// server, kubelet.sock and the steady clock; unit tests give fakes.
+//
+// Thread safety: not thread-safe; the agent's main thread owns it. Register
+// answers and stream ends reach it as calls from that thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "util/status.h"
+
+namespace devplug::kubelet {
+
+// One kubelet.sock: its inode and change time (ns). A kubelet that starts
+// again makes a new one.
+using KubeletId = std::pair<uint64_t, int64_t>;
+
+class Registrar {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  enum class State {
+    kDown,            // not serving (not started, failed, or stopped)
+    kWaitingKubelet,  // serving; kubelet.sock absent
+    kRegistering,     // Register in flight
+    kRegistered,      // kubelet accepted us
+    kRetryWait,       // serving or not; Register (and serve) again at the retry time
+  };
+  static std::string_view StateName(State s);
+
+  // After the kubelet ends our stream without restarting, or after we ended
+  // it ourselves to serve on a new socket, wait this long before registering
+  // again: a restart's kubelet.sock creation usually arrives first, and a
+  // kubelet that is still closing the old connection must not see the new
+  // registration before the old stream's end (it would drop the new one).
+  static constexpr std::chrono::milliseconds kStreamLostDelay{1000};
+  // How long a removed socket may stay removed before we serve it again: a
+  // kubelet restart removes it first and creates kubelet.sock next.
+  static constexpr std::chrono::milliseconds kSocketSettle{1000};
+  // Backoff of Register retries (and of serving again when that failed).
+  static constexpr std::chrono::milliseconds kMinBackoff{500};
+  static constexpr std::chrono::milliseconds kMaxBackoff{30'000};
+
+  class Env {
+   public:
+    virtual ~Env() = default;
+    virtual Clock::time_point Now() const = 0;
+    // The kubelet.sock there now; nullopt when there is none.
+    virtual std::optional<KubeletId> Kubelet() const = 0;
+    // Stops the server, if one runs, and serves on a fresh socket.
+    virtual Status Serve() = 0;
+    // A server runs.
+    virtual bool HasServer() const = 0;
+    // The socket file is the one the running server bound.
+    virtual bool SocketIsOurs() const = 0;
+    // The plugin directory is gone (the agent exits; nothing to do here).
+    virtual bool PluginDirGone() const = 0;
+    // Only the kubelet stream of registration `n` counts (0: none).
+    virtual void ExpectStream(uint64_t n) = 0;
+    // Sends Register number `n`; its answer comes back as OnRegisterDone(n,
+    // ...). Returns what cancels it (its answer still comes).
+    virtual std::function<void()> Register(uint64_t n) = 0;
+  };
+
+  // For messages: the resource's name, its socket's name and path, and
+  // kubelet.sock's path.
+  struct Names {
+    std::string resource, socket, socket_path, kubelet_socket;
+  };
+  // `env` outlives the registrar.
+  Registrar(Names names, Env* env);
+  ~Registrar();
+  Registrar(const Registrar&) = delete;
+  Registrar& operator=(const Registrar&) = delete;
+
+  // Serves on a fresh socket and registers (or waits for the kubelet).
+  void Start();
+  // Serves on a fresh socket now and registers after `delay`: a reload's
+  // changed resource, whose predecessor's stream just ended.
+  void StartAfter(std::chrono::milliseconds delay);
+  // Cancels a Register in flight; the state is down. The agent stops the
+  // server itself.
+  void Stop();
+
+  // Registered, or registering, with this very kubelet.sock.
+  bool WithKubelet(const std::optional<KubeletId>& kubelet) const;
+  // kubelet.sock was created anew: the kubelet removed our socket and ended
+  // its streams. Serves again and registers at once.
+  void OnKubeletRestart();
+  // Our socket's name was removed from the plugin directory.
+  void OnSocketRemoved();
+  // The answer to Register number `n`. True when it made us registered.
+  bool OnRegisterDone(uint64_t n, const Status& status);
+  // The kubelet's ListAndWatch stream of registration `n` ended.
+  void OnStreamEnded(uint64_t n);
+  // Runs what is due at Env::Now().
+  void OnTimer();
+  // When OnTimer has something to do next; nullopt: nothing.
+  std::optional<Clock::time_point> NextDeadline() const;
+
+  State state() const { return state_; }
+  bool registered() const { return state_ == State::kRegistered; }
+  // The latest Register sent (0: none yet).
+  uint64_t registration() const { return registration_; }
+  // Since when the kubelet has accepted us (nullopt when not registered).
+  std::optional<std::chrono::system_clock::time_point> registered_since() const {
+    return registered() ? registered_since_ : std::nullopt;
+  }
+  // The latest Register failure ("" since one worked).
+  const std::string& last_error() const { return last_error_; }
+  // Register failures in a row.
+  uint64_t failures() const { return failures_; }
+
+ private:
+  void ServeAndRegister();
+  void Register();
+  void CancelPending();
+  // Retry with backoff, at `min_delay` at the earliest.
+  void ScheduleRetry(std::chrono::milliseconds min_delay);
+  void CheckSocket();
+
+  const Names names_;
+  Env* const env_;
+  State state_ = State::kDown;
+  std::function<void()> cancel_;  // the Register in flight
+  uint64_t registration_ = 0;
+  std::optional<Clock::time_point> retry_at_;
+  std::optional<Clock::time_point> socket_check_at_;  // our socket was removed
+  std::chrono::milliseconds backoff_{0};
+  uint64_t failures_ = 0;
+  std::optional<KubeletId> pending_kubelet_;     // kubelet.sock the pending Register went to
+  std::optional<KubeletId> registered_kubelet_;  // ... and the accepted one
+  std::optional<std::chrono::system_clock::time_point> registered_since_;
+  std::string last_error_;
+};
+
+}  // namespace devplug::kubelet

@@ -1,0 +1,40 @@
+// How other threads reach the agent's main loop.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+namespace devplug {
+
+Agent::Mailbox::Mailbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+Agent::Mailbox::~Mailbox() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void Agent::Mailbox::Post(Event ev) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    events_.push_back(std::move(ev));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
+}
+
+std::vector<Agent::Event> Agent::Mailbox::Drain() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t rd = read(fd_, &count, sizeof(count));
+  std::vector<Event> out;
+  std::lock_guard lock(mu_);
+  out.swap(events_);
+  return out;
+}
+
+void Agent::Mailbox::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  events_.clear();
+}
+
+}  // namespace devplug

@@ -1,0 +1,167 @@
+// Each resource's gRPC server, and the Env its kubelet::Registrar acts on.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "agent.h"
+#include "util/unix_socket.h"
+
+namespace devplug {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long a server may take to end its calls when it is stopped.
+constexpr milliseconds kServerStopGrace{2000};
+
+}  // namespace
+
+Agent::Resource::Resource(Agent* a, const config::ResourceConfig& c, uint64_t i, size_t idx)
+    : agent(a), id(i), index(idx), cfg(c),
+      socket_path(StrCat(a->config_.plugin_dir, "/", c.socket)) {
+  registrar = std::make_unique<kubelet::Registrar>(
+      kubelet::Registrar::Names{cfg.name, cfg.socket, socket_path, a->KubeletSocketPath()}, this);
+}
+
+// The registrar goes first: it cancels a Register in flight through us.
+Agent::Resource::~Resource() { registrar.reset(); }
+
+std::optional<Agent::KubeletId> Agent::Resource::Kubelet() const {
+  return agent->KubeletSocketIdentity();
+}
+
+Status Agent::Resource::Serve() { return agent->StartServer(*this); }
+
+bool Agent::Resource::SocketIsOurs() const {
+  struct stat st;
+  return socket_file && stat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+         std::make_pair(st.st_dev, st.st_ino) == *socket_file;
+}
+
+bool Agent::Resource::PluginDirGone() const {
+  if (agent->watch_.Gone()) agent->plugin_dir_lost_ = true;
+  return agent->plugin_dir_lost_;
+}
+
+void Agent::Resource::ExpectStream(uint64_t n) { hub->ExpectKubeletStream(n); }
+
+std::function<void()> Agent::Resource::Register(uint64_t n) {
+  v1beta1::RegisterRequest req;
+  req.set_version("v1beta1");
+  req.set_endpoint(cfg.socket);
+  req.set_resource_name(cfg.name);
+  *req.mutable_options() = kubelet::OptionsFor(*instance);
+  {
+    std::lock_guard lock(agent->register_mu_);
+    ++agent->registers_in_flight_;
+  }
+  std::shared_ptr<kubelet::PendingRegister> pending = kubelet::StartRegister(
+      agent->KubeletSocketPath(), req, kubelet::kRegisterDeadline,
+      [a = agent, mailbox = agent->mailbox_, i = id, n](const grpc::Status& st) {
+        mailbox->Post({Event::kRegisterDone, i, n,
+                       Status(static_cast<StatusCode>(st.error_code()), st.error_message()),
+                       nullptr});
+        // Shutdown waits for every callback, so the agent is still there.
+        std::lock_guard lock(a->register_mu_);
+        if (--a->registers_in_flight_ == 0) a->register_cv_.notify_all();
+      });
+  return [pending] { pending->Cancel(); };
+}
+
+std::string Agent::KubeletSocketPath() const {
+  return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
+}
+
+std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
+  struct stat st;
+  if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  return std::make_pair(static_cast<uint64_t>(st.st_ino),
+                        static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
+}
+
+Status Agent::StartServer(Resource& r) {
+  StopServing(r);
+  if (UnixSocketIsLive(r.socket_path))
+    return FailedPreconditionError(StrCat("socket ", r.socket_path,
+                                          " is served by another process (a second devplugd?)"));
+  // gRPC removes a stale file at the path before it binds.
+  std::function<void(const std::vector<std::string>&)> on_allocated =
+      [handed = r.handed_out, tracker = r.tracker, mailbox = mailbox_,
+       i = r.id](const std::vector<std::string>& ids) {
+        const auto now = Clock::now();
+        handed->Record(ids, now);
+        if (!tracker) return;
+        tracker->OnAllocated(ids, now);
+        mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
+      };
+  r.service = std::make_unique<kubelet::DevicePluginService>(
+      r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
+      std::move(on_allocated), r.metrics);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(r.service.get());
+  r.server = builder.BuildAndStart();
+  if (!r.server) {
+    r.service.reset();
+    if (watch_.Gone()) plugin_dir_lost_ = true;
+    return UnavailableError(StrCat("cannot serve on ", r.socket_path,
+                                   " (is the directory writable?)"));
+  }
+  struct stat st;
+  if (stat(r.socket_path.c_str(), &st) == 0) r.socket_file = std::make_pair(st.st_dev, st.st_ino);
+  spdlog::debug("resource \"{}\": serving on {}", r.cfg.name, r.socket_path);
+  return OkStatus();
+}
+
+void Agent::StopServer(Resource& r, bool exiting) {
+  r.registrar->Stop();
+  StopServing(r, exiting);
+}
+
+void Agent::StopServing(Resource& r, [[maybe_unused]] bool exiting) {
+  r.hub->ExpectKubeletStream(0);
+  r.socket_file.reset();
+  if (!r.server) return;
+  // End our streams first so the kubelet sees a clean end, then stop the
+  // server; Shutdown waits for calls in flight up to the deadline.
+  r.hub->CloseAll();
+  r.service->AbortPending();
+  r.server->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  if (exiting) {
+    // The process ends right after; destroying the server would wait for
+    // gRPC's callback threads (milliseconds of SIGTERM-to-exit). Its
+    // service stays alive with it. Sanitizer builds destroy both, so that
+    // leaks and errors at exit still show there.
+    (void)r.server.release();
+    (void)r.service.release();
+    return;
+  }
+#endif
+  r.server.reset();
+  r.service.reset();
+}
+
+void Agent::OnKubeletRestart() {
+  const auto kubelet = KubeletSocketIdentity();
+  if (!kubelet) return;  // already gone again; its successor will tell us
+  bool said = false;
+  for (auto& r : resources_) {
+    if (!r->instance) continue;
+    // Already registered, or registering, with this very kubelet: a
+    // kubelet.sock that appeared during our own start, or a retry that got
+    // there first. Once per kubelet.sock identity.
+    if (r->registrar->WithKubelet(kubelet)) continue;
+    if (!said) {
+      spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
+      // Its pod list may be incomplete for a while: no release meanwhile.
+      releases_.OnKubeletRestart(Clock::now());
+      metrics_->KubeletRestart();
+    }
+    said = true;
+    r->registrar->OnKubeletRestart();
+  }
+}
+
+}  // namespace devplug

@@ -1,0 +1,287 @@
+// The per-resource serve/register state machine on a fake clock, against a
+// fake kubelet (a kubelet.sock identity that tests change, Register answers
+// that tests give) and a fake server (whose socket tests remove).
+#include "kubelet/registrar.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace devplug::kubelet {
+namespace {
+
+using namespace std::chrono_literals;
+using State = Registrar::State;
+using Clock = Registrar::Clock;
+
+class FakeEnv : public Registrar::Env {
+ public:
+  Clock::time_point Now() const override { return now; }
+  std::optional<KubeletId> Kubelet() const override { return kubelet; }
+  Status Serve() override {
+    ++serves;
+    log.push_back("serve");
+    if (!serve_error.ok()) {
+      server = false;
+      return serve_error;
+    }
+    server = true;
+    socket_ours = true;
+    return OkStatus();
+  }
+  bool HasServer() const override { return server; }
+  bool SocketIsOurs() const override { return server && socket_ours; }
+  bool PluginDirGone() const override { return dir_gone; }
+  void ExpectStream(uint64_t n) override {
+    expected_stream = n;
+    log.push_back(StrCat("expect ", n));
+  }
+  std::function<void()> Register(uint64_t n) override {
+    sent.push_back(n);
+    sent_to.push_back(kubelet);
+    log.push_back(StrCat("register ", n));
+    return [this, n] { cancelled.push_back(n); };
+  }
+
+  Clock::time_point now{std::chrono::seconds(1000)};
+  std::optional<KubeletId> kubelet = KubeletId{1, 100};
+  Status serve_error;
+  bool server = false, socket_ours = false, dir_gone = false;
+  int serves = 0;
+  uint64_t expected_stream = 0;
+  std::vector<uint64_t> sent, cancelled;
+  std::vector<std::optional<KubeletId>> sent_to;
+  std::vector<std::string> log;
+};
+
+class RegistrarTest : public ::testing::Test {
+ protected:
+  RegistrarTest() : reg_({"example.com/dev", "dev.sock", "/p/dev.sock", "/p/kubelet.sock"}, &env_) {}
+
+  // Advances the fake clock and runs what is due.
+  void Advance(std::chrono::milliseconds d) {
+    env_.now += d;
+    reg_.OnTimer();
+  }
+  // Runs the timer at the registrar's next deadline; fails if it has none.
+  std::chrono::milliseconds ToNextDeadline() {
+    auto next = reg_.NextDeadline();
+    EXPECT_TRUE(next.has_value());
+    if (!next) return 0ms;
+    const auto d = std::chrono::duration_cast<std::chrono::milliseconds>(*next - env_.now);
+    env_.now = *next;
+    reg_.OnTimer();
+    return d;
+  }
+  void Registered() {
+    reg_.Start();
+    ASSERT_EQ(reg_.state(), State::kRegistering);
+    ASSERT_TRUE(reg_.OnRegisterDone(reg_.registration(), OkStatus()));
+    ASSERT_EQ(reg_.state(), State::kRegistered);
+  }
+
+  FakeEnv env_;
+  Registrar reg_;
+};
+
+TEST_F(RegistrarTest, WithoutAKubeletItServesAndWaits) {
+  env_.kubelet.reset();
+  reg_.Start();
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_EQ(reg_.state(), State::kWaitingKubelet);
+  EXPECT_TRUE(env_.sent.empty());
+  EXPECT_FALSE(reg_.NextDeadline().has_value());  // the kubelet's arrival drives it
+  // kubelet.sock appears.
+  env_.kubelet = KubeletId{7, 1};
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+  ASSERT_EQ(env_.sent.size(), 1u);
+  EXPECT_EQ(env_.sent_to[0], env_.kubelet);
+}
+
+TEST_F(RegistrarTest, StreamIsExpectedBeforeRegisterIsSent) {
+  reg_.Start();
+  // The kubelet may open ListAndWatch before Register returns.
+  ASSERT_EQ(env_.log, (std::vector<std::string>{"serve", "expect 1", "register 1"}));
+  EXPECT_TRUE(reg_.OnRegisterDone(1, OkStatus()));
+  EXPECT_TRUE(reg_.registered());
+  EXPECT_TRUE(reg_.registered_since().has_value());
+  EXPECT_TRUE(reg_.WithKubelet(KubeletId{1, 100}));
+  EXPECT_FALSE(reg_.WithKubelet(KubeletId{1, 101}));  // same inode, a new file
+  EXPECT_FALSE(reg_.WithKubelet(std::nullopt));
+}
+
+TEST_F(RegistrarTest, StaleAnswersAreIgnored) {
+  Registered();
+  EXPECT_FALSE(reg_.OnRegisterDone(1, UnavailableError("late")));
+  EXPECT_FALSE(reg_.OnRegisterDone(7, OkStatus()));
+  EXPECT_TRUE(reg_.registered());
+  EXPECT_TRUE(reg_.last_error().empty());
+}
+
+TEST_F(RegistrarTest, FailedRegisterRetriesOnTheSameServerWithBackoff) {
+  reg_.Start();
+  std::vector<std::chrono::milliseconds> waits;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(reg_.state(), State::kRegistering) << i;
+    EXPECT_FALSE(reg_.OnRegisterDone(reg_.registration(), UnavailableError("no kubelet")));
+    EXPECT_EQ(reg_.state(), State::kRetryWait);
+    EXPECT_EQ(env_.expected_stream, 0u);  // no stream belongs to a failed Register
+    waits.push_back(ToNextDeadline());
+  }
+  EXPECT_EQ(waits, (std::vector<std::chrono::milliseconds>{500ms, 1000ms, 2000ms, 4000ms, 8000ms,
+                                                            16000ms, 30000ms, 30000ms}));
+  EXPECT_EQ(env_.serves, 1);  // the server stayed up; only Register was retried
+  EXPECT_EQ(reg_.failures(), 8u);
+  EXPECT_EQ(reg_.last_error(), "Register failed: UNAVAILABLE: no kubelet");
+  EXPECT_TRUE(reg_.OnRegisterDone(reg_.registration(), OkStatus()));
+  EXPECT_EQ(reg_.failures(), 0u);
+  EXPECT_TRUE(reg_.last_error().empty());
+  // The backoff starts over after a success.
+  reg_.OnStreamEnded(reg_.registration());
+  ToNextDeadline();
+  EXPECT_FALSE(reg_.OnRegisterDone(reg_.registration(), UnavailableError("again")));
+  EXPECT_EQ(ToNextDeadline(), 500ms);
+}
+
+TEST_F(RegistrarTest, EndedStreamRegistersAgainAfterOneSecond) {
+  Registered();
+  const uint64_t first = reg_.registration();
+  reg_.OnStreamEnded(first + 1);  // not ours
+  EXPECT_TRUE(reg_.registered());
+  reg_.OnStreamEnded(first);
+  EXPECT_EQ(reg_.state(), State::kRetryWait);
+  Advance(999ms);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  Advance(1ms);
+  ASSERT_EQ(env_.sent.size(), 2u);
+  EXPECT_EQ(env_.sent[1], first + 1);
+  EXPECT_EQ(env_.serves, 1);  // our socket is still there: the same server
+  // A second end of the old stream changes nothing.
+  reg_.OnStreamEnded(first);
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+}
+
+TEST_F(RegistrarTest, RetryServesAgainWhenTheSocketIsGone) {
+  Registered();
+  reg_.OnStreamEnded(reg_.registration());
+  env_.socket_ours = false;
+  Advance(1000ms);
+  EXPECT_EQ(env_.serves, 2);
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+}
+
+TEST_F(RegistrarTest, KubeletRestartServesAndRegistersAtOnce) {
+  env_.kubelet.reset();
+  reg_.Start();
+  env_.kubelet = KubeletId{2, 5};
+  reg_.OnKubeletRestart();
+  // A Register in flight to the new kubelet: the restart is already handled.
+  EXPECT_TRUE(reg_.WithKubelet(KubeletId{2, 5}));
+  ASSERT_TRUE(reg_.OnRegisterDone(reg_.registration(), OkStatus()));
+  env_.kubelet = KubeletId{3, 6};
+  EXPECT_FALSE(reg_.WithKubelet(env_.kubelet));
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(env_.serves, 3);  // a fresh socket each time
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+  EXPECT_EQ(env_.sent_to.back(), env_.kubelet);
+}
+
+TEST_F(RegistrarTest, KubeletRestartCancelsTheRegisterInFlight) {
+  reg_.Start();
+  const uint64_t first = reg_.registration();
+  env_.kubelet = KubeletId{9, 9};
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(env_.cancelled, std::vector<uint64_t>{first});
+  // Its answer (CANCELLED) comes later and is stale.
+  EXPECT_FALSE(reg_.OnRegisterDone(first, Status(StatusCode::kCancelled, "cancelled")));
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+  EXPECT_TRUE(reg_.OnRegisterDone(reg_.registration(), OkStatus()));
+}
+
+TEST_F(RegistrarTest, SocketRemovedBySomeoneElseIsServedAgainAfterSettling) {
+  Registered();
+  env_.socket_ours = false;
+  reg_.OnSocketRemoved();
+  reg_.OnSocketRemoved();  // the same removal, seen twice: one check
+  Advance(999ms);
+  EXPECT_EQ(env_.serves, 1);
+  Advance(1ms);
+  EXPECT_EQ(env_.serves, 2);  // the old stream ends with the old server
+  EXPECT_EQ(reg_.state(), State::kRetryWait);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  // Registered again once the kubelet has seen the end.
+  EXPECT_EQ(ToNextDeadline(), 1000ms);
+  EXPECT_EQ(env_.sent.size(), 2u);
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+}
+
+TEST_F(RegistrarTest, SocketRemovedByAKubeletRestartWaitsForTheRestart) {
+  Registered();
+  env_.socket_ours = false;
+  reg_.OnSocketRemoved();
+  env_.kubelet = KubeletId{4, 4};  // a new kubelet.sock: its creation serves us anew
+  Advance(1000ms);
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_TRUE(reg_.registered());
+}
+
+TEST_F(RegistrarTest, SocketServedAgainMeanwhileNeedsNothing) {
+  Registered();
+  env_.socket_ours = true;  // an old removal event, our socket is back
+  reg_.OnSocketRemoved();
+  EXPECT_FALSE(reg_.NextDeadline().has_value());
+  env_.socket_ours = false;
+  env_.dir_gone = true;  // removed with its directory: the agent exits
+  reg_.OnSocketRemoved();
+  Advance(1000ms);
+  EXPECT_EQ(env_.serves, 1);
+}
+
+TEST_F(RegistrarTest, ServeFailureIsRetriedWithBackoff) {
+  env_.serve_error = UnavailableError("cannot serve");
+  reg_.Start();
+  EXPECT_EQ(reg_.state(), State::kDown);
+  EXPECT_TRUE(env_.sent.empty());
+  EXPECT_EQ(ToNextDeadline(), 500ms);
+  EXPECT_EQ(env_.serves, 2);
+  EXPECT_EQ(ToNextDeadline(), 1000ms);
+  env_.serve_error = OkStatus();
+  EXPECT_EQ(ToNextDeadline(), 2000ms);
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+}
+
+TEST_F(RegistrarTest, StopCancelsAndForgetsEverything) {
+  reg_.Start();
+  const uint64_t n = reg_.registration();
+  reg_.Stop();
+  EXPECT_EQ(env_.cancelled, std::vector<uint64_t>{n});
+  EXPECT_EQ(env_.expected_stream, 0u);
+  EXPECT_EQ(reg_.state(), State::kDown);
+  EXPECT_FALSE(reg_.NextDeadline().has_value());
+  EXPECT_FALSE(reg_.OnRegisterDone(n, OkStatus()));
+  EXPECT_EQ(reg_.state(), State::kDown);
+}
+
+TEST_F(RegistrarTest, StartAfterServesNowAndRegistersLater) {
+  reg_.StartAfter(1000ms);
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_EQ(reg_.state(), State::kRetryWait);
+  EXPECT_TRUE(env_.sent.empty());
+  EXPECT_EQ(ToNextDeadline(), 1000ms);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  EXPECT_EQ(env_.serves, 1);
+}
+
+TEST_F(RegistrarTest, DestroyingCancelsTheRegisterInFlight) {
+  auto env = std::make_unique<FakeEnv>();
+  {
+    Registrar r({"a", "a.sock", "/p/a.sock", "/p/kubelet.sock"}, env.get());
+    r.Start();
+  }
+  EXPECT_EQ(env->cancelled, std::vector<uint64_t>{1});
+}
+
+}  // namespace
+}  // namespace devplug::kubelet
