@@ -9,12 +9,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include "config/config.h"
-#include "kubelet/limits.h"
+#include "model/kubelet_limits.h"
 #include "util/unix_socket.h"
 
 namespace devplug::sim {
@@ -27,6 +27,23 @@ constexpr char kCheckpoint[] = "kubelet_internal_checkpoint";
 // The real kubelet sets no deadline on Allocate; the simulator bounds it so
 // a hung plugin fails a test instead of hanging it.
 constexpr std::chrono::seconds kCallDeadline{30};
+
+// The kubelet's own check of a Register's resource name, written apart from
+// the agent's (model/kubelet_names.h) so that each checks the other:
+// IsExtendedResourceName = not native (it has a '/' and no
+// "kubernetes.io/"), and "requests." + name is a qualified name (a DNS-1123
+// subdomain prefix of at most 253 characters, a '/', and a name of at most
+// 63 characters of [A-Za-z0-9._-] that starts and ends alphanumeric).
+bool KubeletAcceptsResourceName(const std::string& name) {
+  if (name.find('/') == std::string::npos || name.find("kubernetes.io/") != std::string::npos)
+    return false;
+  static const std::regex kQualified(
+      "([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)/"
+      "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])");
+  std::smatch m;
+  const std::string full = "requests." + name;
+  return std::regex_match(full, m, kQualified) && m[1].length() <= 253 && m[5].length() <= 63;
+}
 
 grpc::Status Unknown(std::string msg) { return {grpc::StatusCode::UNKNOWN, std::move(msg)}; }
 
@@ -209,7 +226,7 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
     return Unknown(StrCat("requested API version \"", req.version(),
                           "\" is not supported by kubelet. Supported version is [\"v1beta1\"]"));
   }
-  if (!config::CheckResourceName(name).empty())
+  if (!KubeletAcceptsResourceName(name))
     return Unknown(StrCat("the ResourceName \"", name, "\" is invalid"));
 
   // The kubelet joins the endpoint with its directory, unchecked.

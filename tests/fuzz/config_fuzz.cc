@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "config/config.h"
+#include "model/kubelet_names.h"
 
 namespace {
 
@@ -54,8 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (devplug::config::PathTopKey(key) != key) continue;  // not reachable by path
       CheckPaths(*value.tree, *value.tree, "", 0);
     }
-    if (!devplug::config::CheckResourceName(r.name).empty()) std::abort();
-    if (!devplug::config::CheckSocketName(r.socket, cfg->plugin_dir).empty()) std::abort();
+    if (!devplug::kubelet::CheckResourceName(r.name).empty()) std::abort();
+    if (!devplug::kubelet::CheckSocketName(r.socket, cfg->plugin_dir).empty()) std::abort();
   }
   return 0;
 }

@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "model/kubelet_names.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +9,9 @@ namespace devplug::config {
 namespace {
 
 using devplug::testing::TempDir;
+using kubelet::CheckResourceName;
+using kubelet::CheckSocketName;
+using kubelet::DefaultSocketName;
 using devplug::testing::WriteFile;
 
 LoadOptions Opts() {
@@ -132,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"relative_dir", "[agent]\nplugin_dir = \"var/lib\"\n",
                 "devplug.toml:2: agent.plugin_dir: must be an absolute path"},
         BadCase{"bad_duration", "[agent]\nresync_interval = \"10\"\n",
-                "devplug.toml:2: agent.resync_interval: duration \"10\" needs a unit"},
+                "devplug.toml:2: agent.resync_interval: \"10\": a number needs a unit (ms, s, m or h)"},
         // Seen in review: an overflowing value was accepted as a negative one.
         BadCase{"resync_overflow", "[agent]\nresync_interval = \"10000000000000h\"\n",
                 "devplug.toml:2: agent.resync_interval: \"10000000000000h\" is over the maximum "
@@ -280,7 +284,8 @@ TEST(ConfigTest, DurationsNeedUnitsAndStayUnderTheirMaximum) {
   EXPECT_EQ(FormatDuration(std::chrono::hours(24)), "24h");
   EXPECT_EQ(FormatDuration(std::chrono::minutes(90)), "90m");
   EXPECT_EQ(FormatDuration(std::chrono::seconds(29)), "29s");
-  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1500ms");
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(1500)), "1.5s");
+  EXPECT_EQ(FormatDuration(std::chrono::milliseconds(500)), "500ms");
   EXPECT_EQ(FormatDuration(std::chrono::milliseconds(0)), "0s");
 }
 

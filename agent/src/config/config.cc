@@ -10,13 +10,17 @@
 
 #include <toml++/toml.h>
 
-#include "kubelet/limits.h"
+#include "devplug/common/duration.h"
+#include "model/kubelet_names.h"
 
 namespace devplug::config {
 namespace {
 
 namespace fs = std::filesystem;
 
+using kubelet::CheckResourceName;
+using kubelet::CheckSocketName;
+using kubelet::DefaultSocketName;
 using kubelet::kMaxSocketPathBytes;
 
 // Where command-line overrides "come from" in messages.
@@ -106,33 +110,6 @@ ConfigNode TreeOf(const toml::node& node) {
   return n;
 }
 
-bool IsAlnum(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-bool IsLowerAlnum(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-// DNS-1123 subdomain: lowercase labels of [a-z0-9-], starting and ending
-// alphanumeric, joined by dots, at most 253 characters.
-std::string CheckDnsSubdomain(std::string_view s) {
-  if (s.empty()) return "the prefix is empty";
-  if (s.size() > 253) return "the prefix is longer than 253 characters";
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (label.empty()) return "the prefix has an empty DNS label";
-    if (!IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back()))
-      return "each DNS label of the prefix must start and end with [a-z0-9]";
-    for (char c : label)
-      if (!IsLowerAlnum(c) && c != '-')
-        return "the prefix must be a lowercase DNS subdomain ([a-z0-9.-])";
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return "";
-}
 
 class Parser {
  public:
@@ -451,95 +428,11 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 }  // namespace
 
-std::string CheckResourceName(std::string_view name) {
-  const size_t slash = name.find('/');
-  if (slash == std::string_view::npos)
-    return "it needs a domain prefix, as in vendor.example/device";
-  if (name.find("kubernetes.io/") != std::string_view::npos)
-    return "the kubernetes.io/ prefix is reserved for native resources";
-  if (name.starts_with("requests."))
-    return "it must not start with \"requests.\"";
-  if (name.find('/', slash + 1) != std::string_view::npos)
-    return "it must contain exactly one '/'";
-  // The kubelet checks "requests." + name as a qualified name.
-  const std::string prefix = StrCat("requests.", name.substr(0, slash));
-  if (std::string why = CheckDnsSubdomain(prefix); !why.empty()) {
-    if (prefix.size() > 253) return "the prefix is longer than 244 characters";
-    return why;
-  }
-  std::string_view part = name.substr(slash + 1);
-  if (part.empty()) return "the name after '/' is empty";
-  if (part.size() > 63) return "the name after '/' is longer than 63 characters";
-  if (!IsAlnum(part.front()) || !IsAlnum(part.back()))
-    return "the name after '/' must start and end with [A-Za-z0-9]";
-  for (char c : part)
-    if (!IsAlnum(c) && c != '-' && c != '_' && c != '.')
-      return "the name after '/' may only hold [A-Za-z0-9._-]";
-  return "";
-}
-
-std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir) {
-  if (socket.empty()) return "is empty";
-  if (socket.find('/') != std::string_view::npos)
-    return "must be a bare file name (the kubelet joins it with its socket directory)";
-  if (socket.front() == '.') return "must not start with '.'";
-  for (char c : socket)
-    if (!IsAlnum(c) && c != '.' && c != '_' && c != '-')
-      return "may only hold the characters A-Z a-z 0-9 . _ -";
-  if (socket == "kubelet.sock" || socket == "kubelet_internal_checkpoint")
-    return "is a name the kubelet uses itself";
-  const size_t full = plugin_dir.size() + 1 + socket.size();
-  if (full > kMaxSocketPathBytes)
-    return StrCat("with plugin_dir the path is ", full,
-                  " bytes; a Unix socket path holds at most ", kMaxSocketPathBytes);
-  return "";
-}
-
-std::string DefaultSocketName(std::string_view resource_name) {
-  std::string s = "devplug-";
-  for (char c : resource_name) s.push_back(c == '/' ? '_' : c);
-  s += ".sock";
-  return s;
-}
-
 StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
                                                   std::chrono::milliseconds max) {
-  const std::string original(text);
-  if (text.empty())
-    return InvalidArgumentError("empty duration (use e.g. \"500ms\", \"60s\", \"5m\")");
-  if (text == "0") return std::chrono::milliseconds(0);
-  const int64_t max_ms = max.count();
-  auto too_long = [&] {
-    return InvalidArgumentError(
-        StrCat("\"", original, "\" is over the maximum of ", FormatDuration(max)));
-  };
-  int64_t total_ms = 0;
-  while (!text.empty()) {
-    size_t i = 0;
-    int64_t n = 0;
-    bool over = false;  // n alone already exceeds any maximum
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9') {
-      if (n <= max_ms) n = n * 10 + (text[i] - '0');
-      else over = true;
-      ++i;
-    }
-    if (i == 0)
-      return InvalidArgumentError(StrCat(
-          "invalid duration \"", original, "\" (use e.g. \"500ms\", \"60s\", \"5m\", \"1h30m\")"));
-    text.remove_prefix(i);
-    int64_t unit_ms = 0;
-    if (text.starts_with("ms")) { unit_ms = 1; text.remove_prefix(2); }
-    else if (text.starts_with("s")) { unit_ms = 1000; text.remove_prefix(1); }
-    else if (text.starts_with("m")) { unit_ms = 60'000; text.remove_prefix(1); }
-    else if (text.starts_with("h")) { unit_ms = 3'600'000; text.remove_prefix(1); }
-    else
-      return InvalidArgumentError(StrCat(
-          "duration \"", original, "\" needs a unit: ms, s, m or h"));
-    // Checked before multiplying: n and total_ms never exceed max_ms here.
-    if (over || n > (max_ms - total_ms) / unit_ms) return too_long();
-    total_ms += n * unit_ms;
-  }
-  return std::chrono::milliseconds(total_ms);
+  auto d = common::ParseDuration(text, max);
+  if (auto* why = std::get_if<std::string>(&d)) return InvalidArgumentError(std::move(*why));
+  return std::get<std::chrono::milliseconds>(d);
 }
 
 std::string CheckMetricsAddress(std::string_view address) {
@@ -560,13 +453,7 @@ std::string CheckMetricsAddress(std::string_view address) {
   return "";
 }
 
-std::string FormatDuration(std::chrono::milliseconds d) {
-  const int64_t ms = d.count();
-  if (ms != 0 && ms % 3'600'000 == 0) return StrCat(ms / 3'600'000, "h");
-  if (ms != 0 && ms % 60'000 == 0) return StrCat(ms / 60'000, "m");
-  if (ms % 1000 == 0) return StrCat(ms / 1000, "s");
-  return StrCat(ms, "ms");
-}
+std::string FormatDuration(std::chrono::milliseconds d) { return common::FormatDuration(d); }
 
 std::string Located(const SourceLocation& where, std::string_view key, std::string_view problem) {
   std::string out = where.line > 0 ? StrCat(where.file, ":", where.line) : where.file;
@@ -658,84 +545,6 @@ StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& optio
   Finish(cfg, parser, errors);
   if (!errors.empty()) return errors.ToStatus();
   return cfg;
-}
-
-bool SameValue(const ConfigNode& a, const ConfigNode& b) {
-  if (a.kind != b.kind || a.text != b.text || a.integer != b.integer || a.boolean != b.boolean ||
-      a.items.size() != b.items.size() || a.members.size() != b.members.size())
-    return false;
-  for (size_t i = 0; i < a.items.size(); i++)
-    if (!SameValue(a.items[i], b.items[i])) return false;
-  for (size_t i = 0; i < a.members.size(); i++)
-    if (a.members[i].first != b.members[i].first ||
-        !SameValue(a.members[i].second, b.members[i].second))
-      return false;
-  return true;
-}
-
-namespace {
-bool BareKeyChar(char c) { return IsAlnum(c) || c == '_' || c == '-'; }
-}  // namespace
-
-std::string_view PathTopKey(std::string_view path) {
-  size_t n = 0;
-  while (n < path.size() && BareKeyChar(path[n])) n++;
-  return path.substr(0, n);
-}
-
-const ConfigNode* FindNode(const ConfigNode& root, std::string_view rest, int* error) {
-  const ConfigNode* node = &root;
-  size_t i = 0;
-  auto fail = [&](int code) -> const ConfigNode* {
-    *error = code;
-    return nullptr;
-  };
-  while (i < rest.size()) {
-    if (rest[i] == '[') {
-      size_t j = i + 1;
-      uint64_t index = 0;
-      if (j >= rest.size() || rest[j] < '0' || rest[j] > '9') return fail(-EINVAL);
-      for (; j < rest.size() && rest[j] >= '0' && rest[j] <= '9'; j++) {
-        if (index > (uint64_t{1} << 40)) return fail(-EINVAL);
-        index = index * 10 + static_cast<uint64_t>(rest[j] - '0');
-      }
-      if (j >= rest.size() || rest[j] != ']') return fail(-EINVAL);
-      if (node->kind != ConfigNode::Kind::kArray) return fail(-EINVAL);
-      if (index >= node->items.size()) return fail(-ENOENT);
-      node = &node->items[index];
-      i = j + 1;
-    } else if (rest[i] == '.') {
-      std::string name;
-      size_t j = i + 1;
-      if (j < rest.size() && rest[j] == '"') {
-        bool closed = false;
-        for (j++; j < rest.size(); j++) {
-          if (rest[j] == '\\' && j + 1 < rest.size()) {
-            name += rest[++j];
-          } else if (rest[j] == '"') {
-            closed = true;
-            j++;
-            break;
-          } else {
-            name += rest[j];
-          }
-        }
-        if (!closed) return fail(-EINVAL);
-      } else {
-        for (; j < rest.size() && BareKeyChar(rest[j]); j++) name += rest[j];
-        if (name.empty()) return fail(-EINVAL);
-      }
-      if (node->kind != ConfigNode::Kind::kTable) return fail(-EINVAL);
-      auto it = std::find_if(node->members.begin(), node->members.end(),
-                             [&](const auto& m) { return m.first == name; });
-      if (it == node->members.end()) return fail(-ENOENT);
-      node = &it->second;
-      i = j;
-    } else {
-      return fail(-EINVAL);
-    }
-  }
-  return node;
 }
 
 }  // namespace devplug::config

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "config/config_tree.h"
 #include "util/status.h"
 
 namespace devplug::config {
@@ -27,36 +28,6 @@ struct SourceLocation {
   int line = 0;
 };
 
-struct ConfigMember;
-
-// A module-owned TOML value at any depth, with its line (for messages that
-// point into tables and arrays).
-struct ConfigNode {
-  enum class Kind { kString, kInt, kBool, kArray, kTable, kOther };
-  Kind kind = Kind::kOther;
-  std::string text;     // kString; kOther: the value as TOML writes it
-  int64_t integer = 0;  // kInt
-  bool boolean = false; // kBool
-  std::vector<ConfigNode> items;                            // kArray
-  std::vector<ConfigMember> members;  // kTable, by name
-  int line = 0;
-};
-struct ConfigMember {
-  std::string first;  // the key
-  ConfigNode second;  // its value
-};
-// Same values (lines do not matter).
-bool SameValue(const ConfigNode& a, const ConfigNode& b);
-
-// Where a configuration path ("paths[2].container_path", see
-// devplug_host.config_value) leads inside `root`: the node, or nullptr with
-// *error set to -ENOENT (not there) or -EINVAL (malformed, or indexing
-// into the wrong kind). `root` is the top key's value; `rest` the path
-// after the top key's name.
-const ConfigNode* FindNode(const ConfigNode& root, std::string_view rest, int* error);
-// The top key's name of a path ("paths" of "paths[2].type"), or "" when
-// the path does not start with one.
-std::string_view PathTopKey(std::string_view path);
 
 // One module-owned key of a [[resource]] table, as written in TOML. Its type
 // is checked against the module's declared keys when the module is loaded.
@@ -184,27 +155,15 @@ StatusOr<AgentConfig> LoadString(std::string_view toml,
                                        const std::string& name,
                                        const LoadOptions& options);
 
-// The kubelet's rule for extended resource names (IsExtendedResourceName):
-// empty string when valid, otherwise why not.
-std::string CheckResourceName(std::string_view name);
-
-// Checks a socket file name: a bare file name of [A-Za-z0-9._-] (not
-// starting with '.') that fits in a Unix socket path inside plugin_dir.
-// Empty string when valid.
-std::string CheckSocketName(std::string_view socket,
-                            std::string_view plugin_dir);
-
-// The default socket file name for a resource name.
-std::string DefaultSocketName(std::string_view resource_name);
-
 // Parses "500ms", "60s", "5m", "1h30m", "0s" ("0" too); a value over `max`
 // (or one that would overflow on the way) is an error that says the maximum.
+// One grammar for the agent and the modules: devplug/common/duration.h.
 StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text,
                                                   std::chrono::milliseconds max);
 // "" when `address` can serve metrics ("" = off, or host:port), else why not.
 std::string CheckMetricsAddress(std::string_view address);
 
-// The shortest exact spelling: "24h", "90m", "29s", "500ms".
+// The shortest exact spelling: "24h", "90m", "29s", "1.5s", "500ms".
 std::string FormatDuration(std::chrono::milliseconds d);
 
 std::string_view LogLevelName(LogLevel level);

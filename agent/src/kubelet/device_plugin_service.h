@@ -20,7 +20,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "kubelet/limits.h"
+#include "model/kubelet_limits.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
 #include "ops/metrics.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kubelet/limits.h"
+#include "model/kubelet_limits.h"
 #include "util/status.h"
 #include "util/utf8.h"
 

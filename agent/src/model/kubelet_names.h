@@ -1,0 +1,26 @@
+// The kubelet's rules for what a device plugin names: its resource and its
+// socket. Facts about the kubelet, used by the configuration, the module
+// runtime and the service alike; no dependencies.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "model/kubelet_limits.h"
+
+namespace devplug::kubelet {
+
+// The kubelet's rule for extended resource names (IsExtendedResourceName):
+// empty string when valid, otherwise why not.
+std::string CheckResourceName(std::string_view name);
+
+// Checks a socket file name: a bare file name of [A-Za-z0-9._-] (not
+// starting with '.') that fits in a Unix socket path inside plugin_dir.
+// Empty string when valid.
+std::string CheckSocketName(std::string_view socket,
+                            std::string_view plugin_dir);
+
+// The default socket file name for a resource name.
+std::string DefaultSocketName(std::string_view resource_name);
+
+}  // namespace devplug::kubelet
