@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*status || *metrics) {
     devplug::SetupLogging("devplugctl");
-    devplug::SetLogLevel(devplug::config::LogLevel::kWarn);
+    devplug::SetLogLevel(devplug::LogLevel::kWarn);
     return *status ? devplug::ctl::PrintStatus(so) : devplug::ctl::PrintMetrics(so);
   }
   devplug::SetupLogging("devplugctl");  // module and agent-library logs go to stderr

@@ -39,8 +39,8 @@ void SetupLogging(const char* program) {
   spdlog::set_default_logger(logger);
 }
 
-void SetLogLevel(config::LogLevel level) {
-  using L = config::LogLevel;
+void SetLogLevel(LogLevel level) {
+  using L = LogLevel;
   switch (level) {
     case L::kTrace: spdlog::set_level(spdlog::level::trace); break;
     case L::kDebug: spdlog::set_level(spdlog::level::debug); break;

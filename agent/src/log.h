@@ -3,11 +3,11 @@
 // journald adds its own.
 #pragma once
 
-#include "config/config.h"
+#include "model/log_level.h"
 
 namespace devplug {
 
 void SetupLogging(const char* program);
-void SetLogLevel(config::LogLevel level);
+void SetLogLevel(LogLevel level);
 
 }  // namespace devplug

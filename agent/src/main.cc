@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   }
   if (!f.log_level.empty()) devplug::config::ParseLogLevel(f.log_level, &cfg->log_level);
   if (f.check_config) {
-    devplug::SetLogLevel(devplug::config::LogLevel::kWarn);
+    devplug::SetLogLevel(devplug::LogLevel::kWarn);
     return CheckConfig(*cfg);
   }
   devplug::SetLogLevel(cfg->log_level);

@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "config/config_tree.h"
+#include "model/log_level.h"
+#include "model/udev_source.h"
 #include "util/status.h"
 
 namespace devplug::config {
 
-enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
-enum class UdevSource { kAuto, kUdev, kKernel };
+using devplug::LogLevel;
+using devplug::UdevSource;
 
 // Where a value came from, for error messages ("file:line").
 struct SourceLocation {

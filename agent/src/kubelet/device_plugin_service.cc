@@ -37,9 +37,9 @@ std::string IdsForLog(const Requests& requests, Ids ids) {
 }
 
 // Counts a finished call and logs it at debug level.
-void Record(const std::string& what, const std::string& ids, ops::Rpc rpc,
+void Record(const std::string& what, const std::string& ids, Rpc rpc,
             std::chrono::steady_clock::time_point start, const grpc::Status& st,
-            ops::ResourceMetrics* metrics) {
+            RpcObserver* metrics) {
   const auto took = std::chrono::steady_clock::now() - start;
   if (metrics != nullptr) metrics->Rpc(rpc, static_cast<StatusCode>(st.error_code()), took);
   if (!spdlog::should_log(spdlog::level::debug)) return;
@@ -70,8 +70,8 @@ Status CheckSize(const google::protobuf::Message& m, const std::string& resource
 // level when it finishes: resource, RPC, IDs, duration, result.
 class PendingCall {
  public:
-  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids, ops::Rpc rpc,
-              std::shared_ptr<ops::ResourceMetrics> metrics)
+  PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids, Rpc rpc,
+              std::shared_ptr<RpcObserver> metrics)
       : reactor_(reactor),
         what_(std::move(what)),
         ids_(std::move(ids)),
@@ -117,8 +117,8 @@ class PendingCall {
   grpc::ServerUnaryReactor* const reactor_;
   const std::string what_;
   const std::string ids_;
-  const ops::Rpc rpc_;
-  const std::shared_ptr<ops::ResourceMetrics> metrics_;
+  const Rpc rpc_;
+  const std::shared_ptr<RpcObserver> metrics_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   bool done_ = false;          // guarded by mu_
   Timers* timers_ = nullptr;   // guarded by mu_
@@ -156,7 +156,7 @@ DevicePluginService::DevicePluginService(
     modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
     std::chrono::milliseconds call_timeout, std::chrono::milliseconds prestart_timeout,
     std::function<void(const std::vector<std::string>&)> on_allocated,
-    std::shared_ptr<ops::ResourceMetrics> metrics)
+    std::shared_ptr<RpcObserver> metrics)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
@@ -167,11 +167,11 @@ DevicePluginService::DevicePluginService(
       metrics_(std::move(metrics)) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor,
-                                                        ops::Rpc rpc, std::string ids) {
+                                                        Rpc rpc, std::string ids) {
   auto call = std::make_shared<PendingCall>(
-      reactor, StrCat(instance_->resource().name, ": ", ops::RpcName(rpc)), std::move(ids), rpc,
+      reactor, StrCat(instance_->resource().name, ": ", RpcName(rpc)), std::move(ids), rpc,
       metrics_);
-  const int64_t ms = rpc == ops::Rpc::kPreStartContainer ? prestart_timeout_ms_.load()
+  const int64_t ms = rpc == Rpc::kPreStartContainer ? prestart_timeout_ms_.load()
                                                          : call_timeout_ms_.load();
   call->Arm(timers_, std::chrono::milliseconds(ms), call);
   std::lock_guard lock(mu_);
@@ -196,13 +196,13 @@ grpc::ServerUnaryReactor* DevicePluginService::GetDevicePluginOptions(
   *resp = options_;
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);
-  if (metrics_) metrics_->Rpc(ops::Rpc::kGetDevicePluginOptions, StatusCode::kOk, {});
+  if (metrics_) metrics_->Rpc(Rpc::kGetDevicePluginOptions, StatusCode::kOk, {});
   return r;
 }
 
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* DevicePluginService::ListAndWatch(
     grpc::CallbackServerContext*, const v1beta1::Empty*) {
-  if (metrics_) metrics_->Rpc(ops::Rpc::kListAndWatch, StatusCode::kOk, {});
+  if (metrics_) metrics_->Rpc(Rpc::kListAndWatch, StatusCode::kOk, {});
   return hub_->OpenStream();
 }
 
@@ -319,7 +319,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                            "Allocate request has no container requests"));
     return r;
   }
-  auto call = Track(r, ops::Rpc::kAllocate,
+  auto call = Track(r, Rpc::kAllocate,
                     IdsForLog(req->container_requests(),
                               [](const auto& c) -> const auto& { return c.devices_ids(); }));
   std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_)->Next();
@@ -336,7 +336,7 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
     return r;
   }
   auto call =
-      Track(r, ops::Rpc::kGetPreferredAllocation,
+      Track(r, Rpc::kGetPreferredAllocation,
             IdsForLog(req->container_requests(),
                       [](const auto& c) -> const auto& { return c.available_deviceids(); }));
   std::make_shared<PreferredCall>(std::move(call), instance_, *req, resp)->Next();
@@ -352,7 +352,7 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     return r;
   }
   std::vector<std::string> ids = ToVector(req->devices_ids());
-  auto call = Track(r, ops::Rpc::kPreStartContainer, IdsForLog(std::vector<std::vector<std::string>>{ids},
+  auto call = Track(r, Rpc::kPreStartContainer, IdsForLog(std::vector<std::vector<std::string>>{ids},
                                                       [](const auto& c) -> const auto& { return c; }));
   instance_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },

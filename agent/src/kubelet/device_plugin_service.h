@@ -23,7 +23,7 @@
 #include "model/kubelet_limits.h"
 #include "kubelet/stream_hub.h"
 #include "modules/module_instance.h"
-#include "ops/metrics.h"
+#include "model/rpc.h"
 #include "util/timers.h"
 
 namespace devplug::kubelet {
@@ -40,6 +40,13 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
 
 class PendingCall;
 
+// Told about every call the service answers: the agent's metrics count them.
+class RpcObserver {
+ public:
+  virtual ~RpcObserver() = default;
+  virtual void Rpc(devplug::Rpc rpc, StatusCode code, std::chrono::nanoseconds took) = 0;
+};
+
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
   // `on_allocated` (optional) learns the IDs of every successful Allocate
@@ -48,7 +55,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
                       std::chrono::milliseconds call_timeout,
                       std::chrono::milliseconds prestart_timeout,
                       std::function<void(const std::vector<std::string>&)> on_allocated = {},
-                      std::shared_ptr<ops::ResourceMetrics> metrics = nullptr);
+                      std::shared_ptr<RpcObserver> metrics = nullptr);
 
   // A reload may change call_timeout; calls from now on use the new one.
   void set_call_timeout(std::chrono::milliseconds t) { call_timeout_ms_.store(t.count()); }
@@ -77,7 +84,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   // A call to answer later, answered with DEADLINE_EXCEEDED after
   // call_timeout (prestart_timeout for PreStartContainer) unless answered
   // before; `ids` is how the log names it.
-  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, ops::Rpc rpc,
+  std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, devplug::Rpc rpc,
                                      std::string ids);
 
   modules::ModuleInstance* const instance_;
@@ -87,7 +94,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   std::atomic<int64_t> prestart_timeout_ms_;
   const v1beta1::DevicePluginOptions options_;
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
-  const std::shared_ptr<ops::ResourceMetrics> metrics_;
+  const std::shared_ptr<RpcObserver> metrics_;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
   uint64_t next_call_ = 0;                                   // guarded by mu_

@@ -52,7 +52,7 @@ void ModuleInstance::HostLog(const devplug_host* h, int32_t level, const char* m
 void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
   if (h == nullptr) return;
   try {
-    Self(h)->RequestRescan(ops::ScanCause::kModule);
+    Self(h)->RequestRescan(ScanCause::kModule);
   } catch (...) {
   }
 }

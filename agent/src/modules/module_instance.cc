@@ -135,7 +135,7 @@ Status ModuleInstance::CreateOnWorker() {
   inst_ = inst;
   // The kubelet's first message must hold a complete scan: a resource whose
   // first scan fails does not start (the agent retries it later).
-  if (Status scan = ScanOnWorker(ops::ScanCause::kStart); !scan.ok()) {
+  if (Status scan = ScanOnWorker(ScanCause::kStart); !scan.ok()) {
     DestroyModuleInstance(inst_);
     inst_ = nullptr;
     return FailedPreconditionError(StrCat(who, " first scan failed: ", scan.message()));
@@ -342,10 +342,10 @@ void ModuleInstance::ProcessEventsOnWorker() {
       if (rc != 0) scan = true;
     }
   }
-  if (scan) EventScanOnWorker(ops::ScanCause::kEvent);
+  if (scan) EventScanOnWorker(ScanCause::kEvent);
 }
 
-void ModuleInstance::EventScanOnWorker(ops::ScanCause cause) {
+void ModuleInstance::EventScanOnWorker(ScanCause cause) {
   if (deferred_scan_at_) return;  // a deferred scan will cover it
   const auto now = std::chrono::steady_clock::now();
   if (now - last_event_scan_ >= kMinEventScanInterval) {
@@ -361,7 +361,7 @@ void ModuleInstance::OnPathChanged() {
   if (path_scan_queued_.exchange(true)) return;
   Post([this] {
     path_scan_queued_.store(false);
-    if (inst_ != nullptr) EventScanOnWorker(ops::ScanCause::kPath);
+    if (inst_ != nullptr) EventScanOnWorker(ScanCause::kPath);
   });
 }
 
@@ -370,7 +370,7 @@ DeviceListPtr ModuleInstance::devices() const {
   return devices_;
 }
 
-void ModuleInstance::RequestRescan(ops::ScanCause cause) {
+void ModuleInstance::RequestRescan(ScanCause cause) {
   if (rescan_queued_.exchange(true)) return;
   Post([this, cause] {
     rescan_queued_.store(false);
@@ -378,7 +378,7 @@ void ModuleInstance::RequestRescan(ops::ScanCause cause) {
   });
 }
 
-Status ModuleInstance::ScanOnWorker(ops::ScanCause cause) {
+Status ModuleInstance::ScanOnWorker(ScanCause cause) {
   if (inst_ == nullptr) return OkStatus();
   if (options_.on_scan) options_.on_scan(cause);
   DeviceSink sink;

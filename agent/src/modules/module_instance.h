@@ -31,8 +31,8 @@
 #include "devplug/module.h"
 #include "modules/device.h"
 #include "modules/loaded_module.h"
-#include "ops/metrics.h"
-#include "udev/udev_monitor.h"
+#include "model/scan_cause.h"
+#include "udev/event.h"
 
 namespace devplug::modules {
 
@@ -95,7 +95,7 @@ class ModuleInstance {
     // end of its path watches).
     std::function<void()> on_destroyed;
     // Every list_devices() call, with what caused it (metrics).
-    std::function<void(ops::ScanCause)> on_scan;
+    std::function<void(ScanCause)> on_scan;
     // Every published list: healthy and unhealthy counts, and how many
     // devices turned Healthy or Unhealthy with it (metrics).
     std::function<void(uint64_t healthy, uint64_t unhealthy, uint64_t to_healthy,
@@ -147,7 +147,7 @@ class ModuleInstance {
   DeviceListPtr devices() const;
 
   // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
-  void RequestRescan(ops::ScanCause cause = ops::ScanCause::kResync);
+  void RequestRescan(ScanCause cause = ScanCause::kResync);
 
   // Hands udev events (already matched to the module's subsystems) to the
   // worker: each goes to on_udev_event() when the module has it, and the
@@ -224,7 +224,7 @@ class ModuleInstance {
   void StopSlowLane();
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
-  Status ScanOnWorker(ops::ScanCause cause);
+  Status ScanOnWorker(ScanCause cause);
   // Publishes `list` (the module's, before the agent's adjustments) if what
   // comes out differs from the current list. Needs publish_mu_.
   Status PublishLocked(DeviceList list);
@@ -233,7 +233,7 @@ class ModuleInstance {
   int RunRelease(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
   // An event-driven scan now, or at the end of the rate-limit window.
-  void EventScanOnWorker(ops::ScanCause cause);
+  void EventScanOnWorker(ScanCause cause);
   Status ModuleError(std::string_view call, int rc);
 
   // Host services (C callbacks).
@@ -304,7 +304,7 @@ class ModuleInstance {
   // Worker thread only: rate limit of event-driven scans.
   std::chrono::steady_clock::time_point last_event_scan_{};
   std::optional<std::chrono::steady_clock::time_point> deferred_scan_at_;
-  ops::ScanCause deferred_cause_ = ops::ScanCause::kEvent;  // what deferred it
+  ScanCause deferred_cause_ = ScanCause::kEvent;  // what deferred it
   std::atomic<uint64_t> scans_{0};
 
   std::mutex mu_;

@@ -34,13 +34,6 @@ MetricFamily Family(std::string name, std::string help, MetricType type) {
 
 }  // namespace
 
-std::string_view RpcName(Rpc rpc) {
-  static constexpr std::string_view kNames[] = {"GetDevicePluginOptions", "ListAndWatch",
-                                                "GetPreferredAllocation", "Allocate",
-                                                "PreStartContainer"};
-  return kNames[static_cast<size_t>(rpc)];
-}
-
 std::string_view ScanCauseName(ScanCause cause) {
   static constexpr std::string_view kNames[] = {"start", "event", "resync", "module", "path"};
   return kNames[static_cast<size_t>(cause)];

@@ -21,22 +21,18 @@
 
 #include <prometheus/collectable.h>
 
+#include "kubelet/device_plugin_service.h"
+#include "model/rpc.h"
+#include "model/scan_cause.h"
 #include "util/status.h"
 
 namespace devplug::ops {
 
-enum class Rpc : size_t {
-  kGetDevicePluginOptions,
-  kListAndWatch,
-  kGetPreferredAllocation,
-  kAllocate,
-  kPreStartContainer,
-  kCount
-};
-enum class ScanCause : size_t { kStart, kEvent, kResync, kModule, kPath, kCount };
+using devplug::Rpc;
+using devplug::ScanCause;
 enum class ReleaseResult : size_t { kReleased, kBusy, kFailed, kCount };
 
-std::string_view RpcName(Rpc rpc);
+using devplug::RpcName;
 std::string_view ScanCauseName(ScanCause cause);
 std::string_view ReleaseResultName(ReleaseResult result);
 
@@ -47,12 +43,12 @@ inline constexpr std::array<double, 17> kRpcBuckets = {
 
 // One resource's series. Shared by everything that counts for it; its
 // series disappear when the agent removes it (a reload took it away).
-class ResourceMetrics {
+class ResourceMetrics final : public kubelet::RpcObserver {
  public:
   explicit ResourceMetrics(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
 
-  void Rpc(Rpc rpc, StatusCode code, std::chrono::nanoseconds took);
+  void Rpc(devplug::Rpc rpc, StatusCode code, std::chrono::nanoseconds took) override;
   void Registered(bool on) { registered_.store(on ? 1 : 0, std::memory_order_relaxed); }
   void Registration() { registrations_.fetch_add(1, std::memory_order_relaxed); }
   void Devices(uint64_t healthy, uint64_t unhealthy);

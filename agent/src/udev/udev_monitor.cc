@@ -21,17 +21,17 @@ std::string Str(const char* s) { return s ? s : ""; }
 
 bool UdevdRunning() { return UnixSocketIsLive(kUdevdControl); }
 
-config::UdevSource ResolveSource(config::UdevSource configured) {
-  if (configured != config::UdevSource::kAuto) return configured;
-  return UdevdRunning() ? config::UdevSource::kUdev : config::UdevSource::kKernel;
+UdevSource ResolveSource(UdevSource configured) {
+  if (configured != UdevSource::kAuto) return configured;
+  return UdevdRunning() ? UdevSource::kUdev : UdevSource::kKernel;
 }
 
-StatusOr<std::unique_ptr<Monitor>> Monitor::Create(config::UdevSource source,
+StatusOr<std::unique_ptr<Monitor>> Monitor::Create(UdevSource source,
                                                    const std::vector<std::string>& subsystems) {
   std::unique_ptr<Monitor> m(new Monitor());
   m->udev_ = udev_new();
   if (m->udev_ == nullptr) return InternalError(StrCat("udev_new: ", std::strerror(errno)));
-  const char* name = source == config::UdevSource::kUdev ? "udev" : "kernel";
+  const char* name = source == UdevSource::kUdev ? "udev" : "kernel";
   m->monitor_ = udev_monitor_new_from_netlink(m->udev_, name);
   if (m->monitor_ == nullptr)
     return UnavailableError(StrCat("cannot open the ", name, " uevent netlink socket: ",

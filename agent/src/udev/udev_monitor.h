@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
+#include "model/udev_source.h"
+#include "udev/event.h"
 #include "util/status.h"
 
 struct udev;
@@ -17,15 +18,6 @@ struct udev_monitor;
 
 namespace devplug::udev {
 
-struct Event {
-  std::string action;     // add, remove, change, bind, unbind, move, online, offline
-  std::string subsystem;
-  std::string devtype;    // may be empty
-  std::string syspath;
-  std::string sysname;
-  std::string devnode;    // may be empty
-  uint64_t seqnum = 0;
-};
 
 class Monitor {
  public:
@@ -33,7 +25,7 @@ class Monitor {
   // uevents); resolve kAuto with ResolveSource() first. Receiving starts
   // here: events that happen from now on are queued in the socket, so the
   // first device scans can run afterwards without missing anything.
-  static StatusOr<std::unique_ptr<Monitor>> Create(config::UdevSource source,
+  static StatusOr<std::unique_ptr<Monitor>> Create(UdevSource source,
                                                    const std::vector<std::string>& subsystems);
   ~Monitor();
   Monitor(const Monitor&) = delete;
@@ -52,7 +44,7 @@ class Monitor {
 
 // "auto": "udev" when systemd-udevd answers on its control socket, else
 // "kernel" (no udevd: minimal hosts, containers).
-config::UdevSource ResolveSource(config::UdevSource configured);
+UdevSource ResolveSource(UdevSource configured);
 bool UdevdRunning();
 
 }  // namespace devplug::udev

@@ -1,0 +1,8 @@
+// The agent's log levels: set by the configuration, applied by log.h.
+#pragma once
+
+namespace devplug {
+
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError };
+
+}  // namespace devplug

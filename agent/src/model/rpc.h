@@ -1,0 +1,26 @@
+// The device plugin API's calls, as the service reports them and the metrics
+// count them.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace devplug {
+
+enum class Rpc : size_t {
+  kGetDevicePluginOptions,
+  kListAndWatch,
+  kGetPreferredAllocation,
+  kAllocate,
+  kPreStartContainer,
+  kCount
+};
+
+inline std::string_view RpcName(Rpc rpc) {
+  static constexpr std::string_view kNames[] = {"GetDevicePluginOptions", "ListAndWatch",
+                                                "GetPreferredAllocation", "Allocate",
+                                                "PreStartContainer"};
+  return kNames[static_cast<size_t>(rpc)];
+}
+
+}  // namespace devplug
