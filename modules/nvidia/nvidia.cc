@@ -29,7 +29,9 @@
 #include "devplug/common/preferred.h"
 #include "mig.h"
 #include "nvml.h"
+#include "placement.h"
 #include "session.h"
+#include "settings.h"
 
 namespace {
 
@@ -45,6 +47,12 @@ using devplug::nvidia::GpuInfo;
 using devplug::nvidia::Inventory;
 using devplug::nvidia::MigDevice;
 using devplug::nvidia::Session;
+using devplug::nvidia::Discovery;
+using devplug::nvidia::HostMount;
+using devplug::nvidia::Settings;
+using devplug::nvidia::Strategy;
+using devplug::nvidia::StrategyName;
+using devplug::nvidia::kVisible;
 namespace nvml = devplug::nvidia::nvml;
 
 constexpr const char* kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
@@ -52,41 +60,6 @@ constexpr const char* kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
 constexpr char kProcGpus[] = "/proc/driver/nvidia/gpus";
 constexpr char kProcCaps[] = "/proc/driver/nvidia/capabilities";
 constexpr char kVolumeDir[] = "/var/run/nvidia-container-devices";
-constexpr char kVisible[] = "NVIDIA_VISIBLE_DEVICES";
-// XIDs caused by applications, not by the GPU: a program's fault must not
-// take the GPU away from everyone else.
-const std::vector<int64_t> kDefaultIgnoredXids = {13, 31, 43, 45, 68, 109};
-
-enum class Discovery { kAuto, kNvml, kProcfs };
-enum class Strategy { kEnvvar, kVolumeMounts, kCdi };
-
-const char* StrategyName(Strategy s) {
-  switch (s) {
-    case Strategy::kEnvvar: return "envvar";
-    case Strategy::kVolumeMounts: return "volume-mounts";
-    case Strategy::kCdi: return "cdi";
-  }
-  return "?";
-}
-
-struct HostMount {
-  std::string host, container;
-};
-
-struct Settings {
-  Discovery discovery = Discovery::kAuto;
-  std::string library = "libnvidia-ml.so.1";
-  int64_t shares = 1;
-  std::set<int64_t> ignored_xids;
-  bool cdi = false;
-  bool mig_only = false;
-  std::string mig_profile;  // "" = every profile
-  Strategy strategy = Strategy::kEnvvar;
-  std::optional<HostMount> driver_mount;
-  std::vector<HostMount> extra_mounts;
-  Host::EnvList envs;
-};
-
 // One advertised device before replicas: a whole GPU or a MIG device.
 struct Unit {
   std::string uuid;    // GPU-… or MIG-…
@@ -345,9 +318,16 @@ class Nvidia : public Instance, public Session::Listener {
 
   std::vector<std::string> PreferredAllocation(const Ids& available, const Ids& must_include,
                                                size_t size) override {
-    if (s_.mig_only) return PreferByParent(available, must_include, size);
+    if (s_.mig_only) {
+      return devplug::nvidia::PreferByParent(
+          available, must_include, size, [this](std::string_view id) -> devplug::nvidia::Place {
+            auto it = units_.find(std::string(UuidOf(id)));
+            if (it == units_.end()) return {std::string(id), -1};  // a group of its own
+            return {it->second.parent, it->second.numa_node};
+          });
+    }
     if (s_.shares == 1 && inventory_ && !inventory_->links.empty())
-      return PreferByTopology(available, must_include, size);
+      return devplug::nvidia::PreferByTopology(*inventory_, available, must_include, size);
     // Replicas of one GPU form a group; NUMA first.
     std::map<std::string_view, int> index;
     int next = 0;
@@ -537,151 +517,6 @@ class Nvidia : public Instance, public Session::Listener {
     return n.ok() && *n >= 0 ? static_cast<int>(*n) : -1;
   }
 
-  // MIG devices from as few GPUs as possible: the GPUs must_include uses
-  // first, then the GPU that holds the whole remainder with the least left
-  // over, else the GPU with the most free devices; NUMA breaks ties (the
-  // node already used, then the lower one), then the GPU's UUID.
-  std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include,
-                                          size_t size) {
-    struct Group {
-      std::vector<std::string_view> ids;  // sorted
-      int numa = -1;
-      bool used = false;
-    };
-    std::map<std::string_view, Group> groups;  // by parent UUID
-    std::set<int> numas;
-    std::vector<std::string> out;
-    std::set<std::string_view> taken;
-    auto parent_of = [&](std::string_view id) -> std::pair<std::string_view, int> {
-      auto it = units_.find(std::string(UuidOf(id)));
-      if (it == units_.end()) return {id, -1};  // unknown: a group of its own
-      return {it->second.parent, it->second.numa_node};
-    };
-    for (std::string_view id : must_include) {
-      if (!taken.insert(id).second) continue;
-      out.emplace_back(id);
-      auto [parent, numa] = parent_of(id);
-      Group& g = groups[parent];
-      g.used = true;
-      g.numa = numa;
-      numas.insert(numa);
-    }
-    for (std::string_view id : available) {
-      if (!taken.insert(id).second) continue;
-      auto [parent, numa] = parent_of(id);
-      Group& g = groups[parent];
-      g.numa = numa;
-      g.ids.push_back(id);
-    }
-    for (auto& [p, g] : groups) std::sort(g.ids.begin(), g.ids.end());
-    while (out.size() < size) {
-      const size_t want = size - out.size();
-      Group* best = nullptr;
-      auto better = [&](const Group& a, const Group& b) {  // a before b?
-        if (a.used != b.used) return a.used;
-        const bool fa = a.ids.size() >= want, fb = b.ids.size() >= want;
-        if (fa != fb) return fa;
-        if (a.ids.size() != b.ids.size())
-          return fa ? a.ids.size() < b.ids.size() : a.ids.size() > b.ids.size();
-        const bool na = numas.count(a.numa) > 0, nb = numas.count(b.numa) > 0;
-        if (na != nb) return na;
-        return a.numa < b.numa;
-      };
-      for (auto& [p, g] : groups)  // in UUID order: the first of equals wins
-        if (!g.ids.empty() && (!best || better(g, *best))) best = &g;
-      if (!best) break;
-      const size_t n = std::min(want, best->ids.size());
-      for (size_t i = 0; i < n; i++) out.emplace_back(best->ids[i]);
-      best->ids.erase(best->ids.begin(), best->ids.begin() + static_cast<std::ptrdiff_t>(n));
-      best->used = true;
-      numas.insert(best->numa);
-    }
-    return out;
-  }
-
-  // The best set of `size` GPUs containing must_include: most NVLinks
-  // between its members, then the closest PCIe paths. Exhaustive over the
-  // candidates when that is small (8 GPUs: at most 70 sets), greedy beyond.
-  std::vector<std::string> PreferByTopology(const Ids& available, const Ids& must_include,
-                                            size_t size) {
-    const Inventory& inv = *inventory_;
-    std::map<std::string_view, size_t> index;
-    for (size_t i = 0; i < inv.topo_ids.size(); i++) index[inv.topo_ids[i]] = i;
-    auto score = [&](size_t a, size_t b) {
-      return 1000L * inv.links[a][b] + (nvml::kTopologySystem + 10 - inv.levels[a][b]);
-    };
-    std::vector<std::string> out;
-    std::vector<size_t> chosen;
-    std::set<std::string_view> taken;
-    for (std::string_view id : must_include) {
-      if (!taken.insert(id).second) continue;
-      out.emplace_back(id);
-      if (auto it = index.find(id); it != index.end()) chosen.push_back(it->second);
-    }
-    std::vector<std::pair<std::string_view, size_t>> cands;  // sorted by ID
-    for (std::string_view id : available) {
-      if (taken.count(id)) continue;
-      auto it = index.find(id);
-      cands.emplace_back(id, it == index.end() ? SIZE_MAX : it->second);
-      taken.insert(id);
-    }
-    std::sort(cands.begin(), cands.end());
-    if (out.size() >= size || cands.empty()) return out;
-    const size_t k = std::min(size - out.size(), cands.size());
-    auto pair_score = [&](size_t a, size_t b) {
-      return (a == SIZE_MAX || b == SIZE_MAX) ? 0L : score(a, b);
-    };
-    // Exhaustive when C(n, k) is small.
-    double combos = 1;
-    for (size_t i = 0; i < k; i++)
-      combos = combos * static_cast<double>(cands.size() - i) / static_cast<double>(i + 1);
-    std::vector<size_t> best;
-    if (combos <= 50000) {
-      std::vector<size_t> pick(k);
-      for (size_t i = 0; i < k; i++) pick[i] = i;
-      long best_score = -1;
-      for (;;) {
-        long s = 0;
-        for (size_t a = 0; a < k; a++) {
-          for (size_t c : chosen) s += pair_score(cands[pick[a]].second, c);
-          for (size_t b = a + 1; b < k; b++)
-            s += pair_score(cands[pick[a]].second, cands[pick[b]].second);
-        }
-        if (s > best_score) {
-          best_score = s;
-          best = pick;
-        }
-        // Next combination in lexicographic order.
-        size_t i = k;
-        while (i > 0 && pick[i - 1] == cands.size() - k + i - 1) i--;
-        if (i == 0) break;
-        pick[i - 1]++;
-        for (size_t j = i; j < k; j++) pick[j] = pick[j - 1] + 1;
-      }
-    } else {
-      std::vector<bool> used(cands.size(), false);
-      std::vector<size_t> members = chosen;
-      for (size_t step = 0; step < k; step++) {
-        long best_gain = -1;
-        size_t best_i = 0;
-        for (size_t i = 0; i < cands.size(); i++) {
-          if (used[i]) continue;
-          long gain = 0;
-          for (size_t m : members) gain += pair_score(cands[i].second, m);
-          if (gain > best_gain) {
-            best_gain = gain;
-            best_i = i;
-          }
-        }
-        used[best_i] = true;
-        best.push_back(best_i);
-        members.push_back(cands[best_i].second);
-      }
-    }
-    for (size_t i : best) out.emplace_back(cands[i].first);
-    return out;
-  }
-
   void Report(const Unit& u, const std::string& problem) {
     auto it = reported_.find(u.uuid);
     const bool known = it != reported_.end();
@@ -717,134 +552,10 @@ class Nvidia : public Instance, public Session::Listener {
   std::map<std::string, int64_t> bad_xid_;    // XidKey -> XID
 };
 
-// ---- configuration ----
-
-// A {host = "...", container = "..."} table at `at`.
-std::optional<HostMount> ParseMount(Host& host, const std::string& at) {
-  auto v = host.Get(at);
-  if (!v) return std::nullopt;
-  if (v->type != DEVPLUG_CONFIG_TABLE) {
-    host.ConfigError(at.c_str(), "must be a table like { host = \"/home/kubernetes/bin/nvidia\", "
-                                 "container = \"/usr/local/nvidia\" }");
-    return std::nullopt;
-  }
-  bool ok = true;
-  for (const std::string& k : host.Members(at)) {
-    if (k != "host" && k != "container") {
-      host.ConfigError((at + Host::Member(k)).c_str(), "unknown key (known: host, container)");
-      ok = false;
-    }
-  }
-  HostMount m;
-  for (auto [key, out] : {std::pair{"host", &m.host}, std::pair{"container", &m.container}}) {
-    const std::string path = at + "." + key;
-    auto s = host.Get(path);
-    if (!s) {
-      host.ConfigError(at.c_str(), std::string("has no ") + key + " path");
-      ok = false;
-    } else if (s->type != DEVPLUG_CONFIG_STRING || !devplug::common::IsAbsolutePath(s->string)) {
-      host.ConfigError(path.c_str(), "must be an absolute path");
-      ok = false;
-    } else {
-      *out = s->string;
-    }
-  }
-  if (!ok) return std::nullopt;
-  return m;
-}
-
 std::unique_ptr<Instance> Create(Host& host) {
-  bool ok = true;
-  Settings s;
-  const std::string d = host.String("discovery").value_or("auto");
-  if (d == "nvml")
-    s.discovery = Discovery::kNvml;
-  else if (d == "procfs")
-    s.discovery = Discovery::kProcfs;
-  else if (d != "auto") {
-    host.ConfigError("discovery", "must be \"auto\", \"nvml\" or \"procfs\", not \"" + d + "\"");
-    ok = false;
-  }
-  s.library = host.String("nvml_library").value_or("libnvidia-ml.so.1");
-  if (s.library.empty()) {
-    host.ConfigError("nvml_library", "must name a library, like \"libnvidia-ml.so.1\"");
-    ok = false;
-  }
-  s.shares = host.Int("shares").value_or(1);
-  if (s.shares < 1 || s.shares > 1000) {
-    host.ConfigError("shares", "must be between 1 and 1000");
-    ok = false;
-  }
-  s.ignored_xids.insert(kDefaultIgnoredXids.begin(), kDefaultIgnoredXids.end());
-  if (auto xids = host.Ints("ignored_xids")) {
-    s.ignored_xids.clear();
-    for (int64_t x : *xids) {
-      if (x < 1 || x > 100000) {
-        host.ConfigError("ignored_xids", std::to_string(x) + " is not an XID (1 to 100000)");
-        ok = false;
-      }
-      s.ignored_xids.insert(x);
-    }
-  }
-  s.cdi = host.Bool("cdi").value_or(false);
-
-  const std::string mig = host.String("mig").value_or("none");
-  if (mig == "only") {
-    s.mig_only = true;
-  } else if (mig != "none") {
-    host.ConfigError("mig", "must be \"none\" (whole GPUs) or \"only\" (MIG devices), not \"" +
-                                mig + "\"");
-    ok = false;
-  }
-  if (auto profile = host.String("mig_profile")) {
-    s.mig_profile = *profile;
-    if (mig == "none") {
-      host.ConfigError("mig_profile", "needs mig = \"only\"");
-      ok = false;
-    } else if (!devplug::nvidia::IsMigProfileName(*profile)) {
-      host.ConfigError("mig_profile", "\"" + *profile +
-                                          "\" is not a MIG profile name like \"1g.10gb\" or "
-                                          "\"1c.3g.40gb\"");
-      ok = false;
-    }
-  }
-  if (s.mig_only && s.discovery == Discovery::kProcfs) {
-    host.ConfigError("mig", "\"only\" needs NVML: discovery = \"procfs\" cannot list MIG devices");
-    ok = false;
-  }
-  const std::string strategy = host.String("device_list_strategy").value_or("envvar");
-  if (strategy == "volume-mounts")
-    s.strategy = Strategy::kVolumeMounts;
-  else if (strategy == "cdi")
-    s.strategy = Strategy::kCdi;
-  else if (strategy != "envvar") {
-    host.ConfigError("device_list_strategy",
-                     "must be \"envvar\", \"volume-mounts\" or \"cdi\", not \"" + strategy + "\"");
-    ok = false;
-  }
-  if (host.Get("driver_mount")) {
-    s.driver_mount = ParseMount(host, "driver_mount");
-    ok = s.driver_mount.has_value() && ok;
-  }
-  if (auto extra = host.Get("extra_mounts")) {
-    for (size_t i = 0; i < extra->size; i++) {
-      auto m = ParseMount(host, "extra_mounts[" + std::to_string(i) + "]");
-      if (m)
-        s.extra_mounts.push_back(*m);
-      else
-        ok = false;
-    }
-  }
-  ok = host.EnvTable("envs", &s.envs) && ok;
-  for (const auto& [k, v] : s.envs) {
-    if (k == kVisible) {
-      host.ConfigError(("envs" + Host::Member(k)).c_str(),
-                       "is set by the module from the devices given (device_list_strategy)");
-      ok = false;
-    }
-  }
-  if (!ok) return nullptr;
-  auto inst = std::make_unique<Nvidia>(host, std::move(s));
+  std::optional<Settings> s = devplug::nvidia::ParseSettings(host);
+  if (!s) return nullptr;
+  auto inst = std::make_unique<Nvidia>(host, std::move(*s));
   inst->Start();
   return inst;
 }
