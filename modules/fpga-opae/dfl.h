@@ -87,6 +87,10 @@ struct DeviceOps {
   void (*close)(int fd);
 };
 const DeviceOps& RealDeviceOps();
+// The operations this build of the module uses, chosen at link time: the
+// real ones (device_ops.cc, the installed module) or the fixture's
+// (fixture_ops.cc, the test build). The instance gets them at create().
+const DeviceOps& ModuleDeviceOps();
 
 // Programs `port` through its FME node with `bitstream` (the bytes after a
 // GBS file's header and metadata): one PR ioctl. `fme_path` has host_root

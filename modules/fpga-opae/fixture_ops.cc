@@ -86,4 +86,6 @@ const DeviceOps& FixtureDeviceOps() {
   return ops;
 }
 
+const DeviceOps& ModuleDeviceOps() { return FixtureDeviceOps(); }
+
 }  // namespace devplug::fpga

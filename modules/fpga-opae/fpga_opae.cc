@@ -39,13 +39,6 @@
 #include "gbs.h"
 #include "settings.h"
 
-namespace devplug::fpga {
-#ifdef DEVPLUG_FPGA_FIXTURE_OPS
-// Test build: device operations that act on the fixture tree (fixture_ops.cc).
-const DeviceOps& FixtureDeviceOps();
-#endif
-}  // namespace devplug::fpga
-
 namespace {
 
 using devplug::common::DeviceSink;
@@ -69,22 +62,15 @@ using devplug::fpga::Settings;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-const devplug::fpga::DeviceOps& Ops() {
-#ifdef DEVPLUG_FPGA_FIXTURE_OPS
-  return devplug::fpga::FixtureDeviceOps();
-#else
-  return devplug::fpga::RealDeviceOps();
-#endif
-}
-
 // afu_id reads fail with EBUSY while a port is in reset; how often to retry.
 constexpr milliseconds kBusyRetry{20};
 
 class FpgaOpae : public Instance {
  public:
-  FpgaOpae(Host host, Settings s)
+  FpgaOpae(Host host, Settings s, const devplug::fpga::DeviceOps& ops)
       : Instance(host),
         s_(std::move(s)),
+        ops_(ops),
         root_(std::string(host.host_root())),
         alarm_(host, s_.state_poll, [this] { return StateChanged(); }) {
     driver_ = s_.driver ? *s_.driver : devplug::fpga::DetectDriver(root_);
@@ -142,6 +128,7 @@ class FpgaOpae : public Instance {
   // always under state_mu_. No lock is held across programming or a
   // release action.
   const Settings s_;
+  const devplug::fpga::DeviceOps& ops_;  // the driver's, or the test fixture's
   const HostRoot root_;
   Driver driver_ = Driver::kDfl;
   mutable std::mutex state_mu_;
@@ -445,7 +432,7 @@ std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time
     if (p.fme_node.empty()) return "no FME found for " + p.name + "; cannot program it";
     std::string bits;
     if (std::string e = devplug::fpga::ReadBitstream(path, gbs, &bits); !e.empty()) return e;
-    err = devplug::fpga::ProgramByIoctl(Ops(), driver_, root_.Path(p.fme_node),
+    err = devplug::fpga::ProgramByIoctl(ops_, driver_, root_.Path(p.fme_node),
                                         static_cast<uint32_t>(id), bits);
     if (err.empty() && Clock::now() > deadline)
       err = "programming took longer than program_timeout (" +
@@ -528,7 +515,7 @@ std::string FpgaOpae::ReleaseOne(const Port& p) {
 }
 
 bool FpgaOpae::Release(const Ids& ids) {
-  const auto& ops = Ops();
+  const auto& ops = ops_;
   // The in-use probe for every port first: one still open anywhere means the
   // pod is not gone yet, and nothing is touched.
   std::vector<std::pair<Port, int>> opened;
@@ -586,7 +573,7 @@ std::unique_ptr<Instance> Create(Host& host) {
   if (!s) return nullptr;
   // Without release actions there is nothing to do after a pod.
   if (s->release_actions.empty()) host.TrackReleases(false);
-  return std::make_unique<FpgaOpae>(host, std::move(*s));
+  return std::make_unique<FpgaOpae>(host, std::move(*s), devplug::fpga::ModuleDeviceOps());
 }
 
 // Every event of these subsystems rescans (no filter on the device's name):

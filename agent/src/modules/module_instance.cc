@@ -18,42 +18,7 @@
 #define DEVPLUG_LEAK_ON_PURPOSE(p) ((void)(p))
 #endif
 
-
 namespace devplug::modules {
-namespace {
-
-// One line per device whose health or reason changed (new devices count as
-// changed when Unhealthy), at most kMaxLines, then a summary line. Returns
-// how many known devices turned Healthy and Unhealthy.
-std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
-                                               const DeviceList& before, const DeviceList& after) {
-  constexpr size_t kMaxLines = 10;
-  size_t changed = 0;
-  uint64_t to_healthy = 0, to_unhealthy = 0;
-  for (const Device& d : after) {
-    auto it = std::lower_bound(before.begin(), before.end(), d.id,
-                               [](const Device& x, const std::string& id) { return x.id < id; });
-    const Device* old = it != before.end() && it->id == d.id ? &*it : nullptr;
-    if (old ? (old->healthy == d.healthy && old->health_reason == d.health_reason)
-            : d.healthy)
-      continue;
-    if (old && old->healthy != d.healthy) ++(d.healthy ? to_healthy : to_unhealthy);
-    if (++changed > kMaxLines) continue;
-    const std::string reason = d.health_reason.empty() ? "" : " (" + d.health_reason + ")";
-    if (d.healthy)
-      spdlog::info("{}: device {} is Healthy{}", resource, d.id, reason);
-    else
-      spdlog::warn("{}: device {} is Unhealthy{}", resource, d.id, reason);
-  }
-  const size_t healthy =
-      std::count_if(after.begin(), after.end(), [](const Device& d) { return d.healthy; });
-  spdlog::info("{}: {} devices, {} healthy{}", resource, after.size(), healthy,
-               changed > kMaxLines ? StrCat(" (", changed - kMaxLines, " more changes not shown)")
-                                   : std::string());
-  return {to_healthy, to_unhealthy};
-}
-
-}  // namespace
 
 thread_local ModuleInstance::CallContext* ModuleInstance::current_call_ = nullptr;
 
@@ -365,74 +330,12 @@ void ModuleInstance::OnPathChanged() {
   });
 }
 
-DeviceListPtr ModuleInstance::devices() const {
-  std::lock_guard lock(devices_mu_);
-  return devices_;
-}
-
 void ModuleInstance::RequestRescan(ScanCause cause) {
   if (rescan_queued_.exchange(true)) return;
   Post([this, cause] {
     rescan_queued_.store(false);
     (void)ScanOnWorker(cause);
   });
-}
-
-Status ModuleInstance::ScanOnWorker(ScanCause cause) {
-  if (inst_ == nullptr) return OkStatus();
-  if (options_.on_scan) options_.on_scan(cause);
-  DeviceSink sink;
-  sink.list.reserve(devices()->size());  // usually the same size again
-  Call().error.clear();
-  const int rc = module_->descriptor().list_devices(inst_, &sink.c);
-  scans_.fetch_add(1);
-  if (rc < 0) {
-    const std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
-    if (published_)
-      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
-                   resource_.name, why);
-    return UnavailableError(why);
-  }
-  for (const std::string& p : sink.problems)
-    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name,
-                 module_->path(), p);
-  std::sort(sink.list.begin(), sink.list.end(),
-            [](const Device& a, const Device& b) { return a.id < b.id; });
-  std::lock_guard lock(publish_mu_);
-  // Kept for Republish() when the agent's release state can change it.
-  if (tracks_releases()) scanned_ = sink.list;
-  return PublishLocked(std::move(sink.list));
-}
-
-Status ModuleInstance::PublishLocked(DeviceList list) {
-  if (tracks_releases() && options_.release.apply) options_.release.apply(list);
-  DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
-  const DeviceListPtr previous = devices();
-  if (published_ && *previous == *next) return OkStatus();
-  // A list the kubelet cannot take is not sent, and so never becomes the
-  // list Allocate checks against.
-  if (options_.check_list) {
-    if (std::string why = options_.check_list(*next); !why.empty()) {
-      if (!published_) return FailedPreconditionError(why);  // nothing to keep
-      spdlog::error("{}: {}; keeping the previous device list", resource_.name, why);
-      return OkStatus();
-    }
-  }
-  {
-    std::lock_guard lock(devices_mu_);
-    devices_ = next;
-  }
-  const bool first = !published_;
-  published_ = true;
-  const auto [to_healthy, to_unhealthy] =
-      LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
-  if (options_.on_health) {
-    const uint64_t healthy = std::count_if(next->begin(), next->end(),
-                                           [](const Device& d) { return d.healthy; });
-    options_.on_health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
-  }
-  if (options_.on_change && !abandoned_) options_.on_change(next);
-  return OkStatus();
 }
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {
@@ -637,11 +540,6 @@ void ModuleInstance::Release(std::vector<std::string> ids,
     const int rc = RunRelease(ids, &why, false);
     if (done) done(rc, why);
   });
-}
-
-void ModuleInstance::Republish() {
-  std::lock_guard lock(publish_mu_);
-  if (published_) (void)PublishLocked(scanned_);
 }
 
 }  // namespace devplug::modules
