@@ -54,4 +54,71 @@ TOML
   grep -q "example.com/thing .* 3 *3" <<<"$out" || { echo "$out"; fail "devices of $so"; }
   grep -q '"container_path": "/dev/example-0"' <<<"$out" || { echo "$out"; fail "Allocate of $so"; }
 done
-echo "sdk_test: pkg-config and CMake builds load and register: OK"
+
+# 5. A C++ module on the installed toolkit (devplug::module_common).
+[[ -f $work/prefix/include/devplug/common/cxx_module.h ]] || fail "cxx_module.h not installed"
+mkdir -p "$work/widget"
+cat > "$work/widget/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.16)
+project(widget LANGUAGES CXX)
+find_package(devplug-module 1 CONFIG REQUIRED)
+devplug_add_module(widget widget.cc)
+target_link_libraries(widget PRIVATE devplug::module_common)
+CM
+cat > "$work/widget/widget.cc" <<'CC'
+#include <memory>
+#include <string>
+
+#include "devplug/common/cxx_module.h"
+
+namespace {
+
+using devplug::common::DeviceSink;
+using devplug::common::Host;
+using devplug::common::Instance;
+
+class Widget : public Instance {
+ public:
+  Widget(Host host, int64_t count) : Instance(host), count_(count) {}
+  void ListDevices(DeviceSink& sink) override {
+    for (int64_t i = 0; i < count_; ++i)
+      if (auto r = sink.Add("w" + std::to_string(i), true, -1))
+        r->Node("/dev/null", "/dev/widget-" + std::to_string(i));
+  }
+
+ private:
+  const int64_t count_;
+};
+
+std::unique_ptr<Instance> Create(Host& host) {
+  const int64_t count = host.Int("count").value_or(1);
+  if (count < 1 || count > 64) {
+    host.ConfigError("count", "must be between 1 and 64");
+    return nullptr;
+  }
+  return std::make_unique<Widget>(host, count);
+}
+
+const devplug_config_key kKeys[] = {{"count", DEVPLUG_CONFIG_INT, 0, "how many widgets"},
+                                    {nullptr, 0, 0, nullptr}};
+const char* const kNoSubsystems[] = {nullptr};
+
+}  // namespace
+
+DEVPLUG_CXX_MODULE(widget_module, "widget", "1.0.0", "widgets, to test the SDK", kKeys,
+                   kNoSubsystems, Create, 0)
+CC
+cmake -S "$work/widget" -B "$work/widget/b" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/widget/b" >/dev/null || fail "the C++ module does not build"
+exported=$(nm -D --defined-only "$work/widget/b/widget.so" | awk '$2 == "T" {print $3}')
+[[ $exported == devplug_module_entry_v1 ]] || fail "C++ module exports: $exported"
+cat > "$work/widget.toml" <<TOML
+[[resource]]
+name = "example.com/widget"
+module = "$work/widget/b/widget.so"
+count = 2
+TOML
+out=$("$ctl" demo --config "$work/widget.toml" 2>&1) || { echo "$out"; fail "demo with widget.so"; }
+grep -q "example.com/widget .* 2 *2" <<<"$out" || { echo "$out"; fail "devices of widget.so"; }
+grep -q '"container_path": "/dev/widget-0"' <<<"$out" || { echo "$out"; fail "Allocate of widget.so"; }
+echo "sdk_test: pkg-config, CMake and C++ toolkit builds load and register: OK"
