@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
+#include <CLI/CLI.hpp>
 
-#include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "bench_stats.h"
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
 
@@ -75,7 +75,6 @@ int RunEchoServer(const std::string& socket) {
 }
 
 // ---- helpers ---------------------------------------------------------------------------
-
 
 long StatusKb(pid_t pid, const std::string& key) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -234,7 +233,8 @@ int main(int argc, char** argv) {
   const std::string agent_socket = plugins + "/devplug-bench.example_kvm0.sock";
   const std::string echo_sock = dir + "/echo.sock";
   std::string self = fs::read_symlink("/proc/self/exe").string();
-  pid_t echo = devplug::testing::SpawnProcess({self, "--echo-server", echo_sock}, dir + "/echo.log");
+  pid_t echo =
+      devplug::testing::SpawnProcess({self, "--echo-server", echo_sock}, dir + "/echo.log");
   for (int i = 0; i < 500 && !fs::exists(echo_sock); ++i) std::this_thread::sleep_for(10ms);
   const auto [agent_lat, echo_lat] = MeasureAllocate(agent_socket, echo_sock, "kvm-0", calls);
   const long rss_kb = StatusKb(agent, "VmRSS");
@@ -250,12 +250,14 @@ int main(int argc, char** argv) {
   const double start_max = *std::max_element(start_ms.begin(), start_ms.end());
   const double ratio = echo_lat.p50_us > 0 ? agent_lat.p50_us / echo_lat.p50_us : 0;
   constexpr auto mark = devplug::bench::Verdict;
-  std::printf("devplugd benchmark: %d kvm resources x 110 devices, %d Allocate calls, %u cores;\n"
-              "1 resource started and stopped %zu times\n\n",
-              resources, calls, std::thread::hardware_concurrency(), one_start_ms.size());
+  std::printf(
+      "devplugd benchmark: %d kvm resources x 110 devices, %d Allocate calls, %u cores;\n"
+      "1 resource started and stopped %zu times\n\n",
+      resources, calls, std::thread::hardware_concurrency(), one_start_ms.size());
   const double one_start = Median(one_start_ms), one_stop = Median(one_stop_ms);
   std::printf("| measurement                              | value        | target        | \n");
-  std::printf("|------------------------------------------|--------------|---------------|--------\n");
+  std::printf(
+      "|------------------------------------------|--------------|---------------|--------\n");
   std::printf("| 1 resource: start -> registered, median   | %8.1f ms  | <= 50 ms      | %s\n",
               one_start, mark(one_start <= 50));
   std::printf("| 1 resource: SIGTERM -> exit, median       | %8.1f ms  | <= 6 ms       | %s\n",
@@ -264,14 +266,18 @@ int main(int argc, char** argv) {
               *std::max_element(one_stop_ms.begin(), one_stop_ms.end()));
   std::printf("| start -> all registered, median of %-2d    | %8.1f ms  | <= 100 ms     | %s\n",
               starts, start_med, mark(start_med <= 100));
-  std::printf("| start -> all registered, worst            | %8.1f ms  |               |\n", start_max);
-  std::printf("| Allocate p50, devplugd                    | %8.1f us  |               |\n", agent_lat.p50_us);
-  std::printf("| Allocate p50, bare gRPC server            | %8.1f us  |               |\n", echo_lat.p50_us);
-  std::printf("| Allocate p50 ratio devplugd / bare        | %8.2f x   | <= 1.5 x      | %s\n", ratio,
-              mark(ratio <= 1.5));
+  std::printf("| start -> all registered, worst            | %8.1f ms  |               |\n",
+              start_max);
+  std::printf("| Allocate p50, devplugd                    | %8.1f us  |               |\n",
+              agent_lat.p50_us);
+  std::printf("| Allocate p50, bare gRPC server            | %8.1f us  |               |\n",
+              echo_lat.p50_us);
+  std::printf("| Allocate p50 ratio devplugd / bare        | %8.2f x   | <= 1.5 x      | %s\n",
+              ratio, mark(ratio <= 1.5));
   std::printf("| Allocate p99, devplugd                    | %8.1f us  | <= 2000 us    | %s\n",
               agent_lat.p99_us, mark(agent_lat.p99_us <= 2000));
-  std::printf("| Allocate p99, bare gRPC server            | %8.1f us  |               |\n", echo_lat.p99_us);
+  std::printf("| Allocate p99, bare gRPC server            | %8.1f us  |               |\n",
+              echo_lat.p99_us);
   std::printf("| Allocate p99 ratio devplugd / bare        | %8.2f x   | (noise check) |\n",
               echo_lat.p99_us > 0 ? agent_lat.p99_us / echo_lat.p99_us : 0);
   std::printf("| Allocate max, devplugd / bare             | %5.0f / %-5.0f us |            |\n",
@@ -282,6 +288,7 @@ int main(int argc, char** argv) {
               rss_kb / 1024.0, hwm_kb / 1024.0, mark(rss_kb / 1024.0 <= 25));
   std::printf("| bare server RSS                           | %8.1f MiB |               |\n",
               echo_rss_kb / 1024.0);
-  std::printf("| devplugd threads                          | %8ld     |               |\n", threads);
+  std::printf("| devplugd threads                          | %8ld     |               |\n",
+              threads);
   return 0;
 }

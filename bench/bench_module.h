@@ -22,7 +22,8 @@ inline std::unique_ptr<modules::ModuleInstance> OpenModule(const std::string& mo
                                                            const std::string& resource_toml,
                                                            const std::string& host_root) {
   auto cfg = config::LoadString("[[resource]]\n" + resource_toml, "bench.toml", {});
-  auto m = modules::LoadedModule::Load(std::string(DEVPLUG_BENCH_MODULE_DIR) + "/" + module + ".so");
+  auto m =
+      modules::LoadedModule::Load(std::string(DEVPLUG_BENCH_MODULE_DIR) + "/" + module + ".so");
   if (!cfg.ok() || !m.ok()) return nullptr;
   modules::ModuleInstance::Options o;
   o.host_root = host_root;

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <algorithm>
-#include <string>
-#include <cstdio>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace devplug::bench {

@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
     card.region = 2 * c;
     card.fme = c;
     card.ports.clear();
-    for (int p = 0; p < ports; ++p)
-      card.ports.push_back({port++, p, devplug::testing::kNlb3});
+    for (int p = 0; p < ports; ++p) card.ports.push_back({port++, p, devplug::testing::kNlb3});
     fx.AddCard(card);
   }
   const int total = cards * ports;
@@ -90,7 +89,8 @@ int main(int argc, char** argv) {
   // 2. PreStartContainer over gRPC on a port already programmed.
   const std::string plugins = dir.path() + "/p", cfg = dir.path() + "/devplug.toml";
   std::ofstream(cfg) << devplug::bench::AgentTable(plugins, root)
-                     << "control_socket = \"\"\n[[resource]]\n" << body;
+                     << "control_socket = \"\"\n[[resource]]\n"
+                     << body;
   devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
   if (!sim.Start().ok()) return 1;
   const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg},
@@ -113,15 +113,19 @@ int main(int argc, char** argv) {
     const std::string id = "dfl-port." + std::to_string(i % total);
     const auto t0 = Clock::now();
     grpc::Status st = sim.PreStartContainer(kName, {id});
-    if (st.ok()) s.push_back(Ms(Clock::now() - t0));
-    else ++failed;
+    if (st.ok())
+      s.push_back(Ms(Clock::now() - t0));
+    else
+      ++failed;
   }
   const Stats prestart = Summarize(s, failed);
   devplug::testing::StopProcess(agent, SIGTERM);
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
-  devplug::bench::PrintRow("rescan of " + std::to_string(total) + " ports", rescan, "p99 <= 2 ms", 2.0);
-  devplug::bench::PrintRow("PreStartContainer, port already programmed, via gRPC", prestart, "p99 <= 1 ms", 1.0);
+  devplug::bench::PrintRow("rescan of " + std::to_string(total) + " ports", rescan, "p99 <= 2 ms",
+                           2.0);
+  devplug::bench::PrintRow("PreStartContainer, port already programmed, via gRPC", prestart,
+                           "p99 <= 1 ms", 1.0);
   if (failed) std::printf("\n%zu PreStartContainer calls failed\n", failed);
   return 0;
 }

@@ -49,7 +49,6 @@ constexpr char kGlob[] = "bench.example/glob";
 constexpr char kLiteral[] = "bench.example/literal";
 constexpr unsigned kMajor = 240;  // a local/experimental char major
 
-
 std::string NodeName(int i) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "node%04d", i);
@@ -64,8 +63,8 @@ bool MakeNode(const std::string& root, int i) {
   std::ofstream(root + sys + "/dev") << kMajor << ":" << i << "\n";
   fs::create_directories(root + "/sys/dev/char");
   std::error_code ec;
-  fs::create_symlink("../.." + sys.substr(4), root + "/sys/dev/char/" + std::to_string(kMajor) +
-                                                  ":" + std::to_string(i),
+  fs::create_symlink("../.." + sys.substr(4),
+                     root + "/sys/dev/char/" + std::to_string(kMajor) + ":" + std::to_string(i),
                      ec);
   return true;
 }
@@ -73,7 +72,8 @@ bool MakeNode(const std::string& root, int i) {
 std::unique_ptr<ModuleInstance> Open(const std::string& root) {
   return devplug::bench::OpenModule(
       "generic",
-      std::string("name = \"") + kGlob + "\"\nmodule = \"generic\"\npaths = [\"/dev/bench/node*\"]\n",
+      std::string("name = \"") + kGlob +
+          "\"\nmodule = \"generic\"\npaths = [\"/dev/bench/node*\"]\n",
       root);
 }
 
@@ -135,23 +135,25 @@ EndToEnd RunAgent(const std::string& dir, const std::string& root, int nodes, in
       out.timeouts++;
     std::this_thread::sleep_for(10ms);
   };
-  const auto remake = [&] {
-    devplug::testing::MakeCharDevice(lit, misc->major, misc->minor);
-  };
+  const auto remake = [&] { devplug::testing::MakeCharDevice(lit, misc->major, misc->minor); };
   for (int i = 0; i < events; i++) {
-    timed(rm, [&] { std::remove(lit.c_str()); }, kLiteral, 1, 0);
+    timed(
+        rm, [&] { std::remove(lit.c_str()); }, kLiteral, 1, 0);
     timed(mk, remake, kLiteral, 1, 1);
-    timed(rm_ev,
-          [&] {
-            std::remove(lit.c_str());
-            std::ofstream(misc->uevent) << "change";
-          },
-          kLiteral, 1, 0);
+    timed(
+        rm_ev,
+        [&] {
+          std::remove(lit.c_str());
+          std::ofstream(misc->uevent) << "change";
+        },
+        kLiteral, 1, 0);
     remake();
     state_is(kLiteral, 1, 1, 5s);
     const size_t n = static_cast<size_t>(nodes);
-    timed(gadd, [&] { MakeNode(root, nodes); }, kGlob, n + 1, n + 1);
-    timed(grm, [&] { std::remove((root + "/dev/bench/" + NodeName(nodes)).c_str()); }, kGlob, n, n);
+    timed(
+        gadd, [&] { MakeNode(root, nodes); }, kGlob, n + 1, n + 1);
+    timed(
+        grm, [&] { std::remove((root + "/dev/bench/" + NodeName(nodes)).c_str()); }, kGlob, n, n);
   }
   devplug::testing::StopProcess(agent, SIGTERM);
   sim.Stop();
@@ -206,7 +208,8 @@ int main(int argc, char** argv) {
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
   char what[128];
-  std::snprintf(what, sizeof(what), "glob over %d nodes: scan + agent snapshot (in process)", nodes);
+  std::snprintf(what, sizeof(what), "glob over %d nodes: scan + agent snapshot (in process)",
+                nodes);
   Row(what, Summarize(scan_ms), "<= 5 ms", 5);
   if (e2e.rm.n > 0) {
     Row(("rm " + e2e.misc + ", no uevent -> kubelet").c_str(), e2e.rm, "<= 5 ms p99", 5);

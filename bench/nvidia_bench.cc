@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "bench_agent.h"
 #include "bench_module.h"
@@ -44,8 +44,6 @@ using namespace std::chrono_literals;
 
 constexpr char kName[] = "nvidia.com/gpu";
 
-
-
 double Us(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 std::vector<devplug::testing::FakeGpu> Gpus() {
@@ -63,7 +61,8 @@ std::vector<std::string> Topology(bool full) {
   std::vector<std::string> lines;
   for (int i = 0; i < 8; i++)
     for (int j = i + 1; j < 8; j++)
-      if (full || i / 4 == j / 4) lines.push_back("nvlink " + std::to_string(i) + " " + std::to_string(j) + " 2");
+      if (full || i / 4 == j / 4)
+        lines.push_back("nvlink " + std::to_string(i) + " " + std::to_string(j) + " 2");
   return lines;
 }
 
@@ -94,7 +93,8 @@ Stats ThroughAgent(const std::string& dir, const std::string& root,
                    const std::vector<std::string>& ids, int calls, const std::string& lib) {
   const std::string plugins = dir + "/p", cfg = dir + "/nvidia.toml";
   std::ofstream(cfg) << devplug::bench::AgentTable(plugins, root) << "[[resource]]\nname = \""
-                     << kName << "\"\nmodule = \"nvidia\"\n" << Body(lib);
+                     << kName << "\"\nmodule = \"nvidia\"\n"
+                     << Body(lib);
   devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
   if (!sim.Start().ok()) return {};
   const pid_t agent =
@@ -135,7 +135,8 @@ MixedNode Mixed(bool all_small) {
   };
   for (int g = 0; g < 8; g++) {
     if (all_small || g < 2) {
-      for (unsigned gi = 7; gi < 14; gi++) n.migs.push_back(devplug::testing::Mig1g10gb(g, uuid(), gi));
+      for (unsigned gi = 7; gi < 14; gi++)
+        n.migs.push_back(devplug::testing::Mig1g10gb(g, uuid(), gi));
     } else if (g < 4) {
       for (unsigned gi : {1u, 2u}) n.migs.push_back(devplug::testing::Mig3g40gb(g, uuid(), gi));
     } else if (g < 6) {
@@ -151,8 +152,8 @@ struct StartStop {
 
 // devplugd with the first n of: mig-1g.10gb (14 devices), mig-3g.40gb (4),
 // mig-2g.20gb (6), whole GPUs (2).
-StartStop Lifecycle(const std::string& dir, const std::string& root, const std::string& lib,
-                    int n, int runs) {
+StartStop Lifecycle(const std::string& dir, const std::string& root, const std::string& lib, int n,
+                    int runs) {
   struct Res {
     const char* name;
     const char* body;
@@ -167,7 +168,8 @@ StartStop Lifecycle(const std::string& dir, const std::string& root, const std::
     out << devplug::bench::AgentTable(plugins, root);
     for (int i = 0; i < n; i++)
       out << "[[resource]]\nname = \"" << all[i].name << "\"\nmodule = \"nvidia\"\n"
-          << Body(lib) << "device_list_strategy = \"volume-mounts\"\n" << all[i].body;
+          << Body(lib) << "device_list_strategy = \"volume-mounts\"\n"
+          << all[i].body;
   }
   StartStop out;
   for (int run = 0; run < runs; run++) {
@@ -179,7 +181,8 @@ StartStop Lifecycle(const std::string& dir, const std::string& root, const std::
     const bool up = sim.WaitUntil(
         [&](const auto& rs) {
           for (int i = 0; i < n; i++)
-            if (!rs.count(all[i].name) || rs.at(all[i].name).healthy() != all[i].devices) return false;
+            if (!rs.count(all[i].name) || rs.at(all[i].name).healthy() != all[i].devices)
+              return false;
           return true;
         },
         30s);
@@ -210,7 +213,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string lib = std::string(DEVPLUG_BENCH_FAKE_MODULE_DIR) + "/fake_nvml.so";
-  std::printf("| topology (4 of 8 GPUs) | path | p50 | p99 | max | target |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| topology (4 of 8 GPUs) | path | p50 | p99 | max | target |\n|---|---|---|---|---|---|\n");
   for (bool full : {true, false}) {
     devplug::testing::TempDir tmp;
     devplug::testing::GpuFixture fx(tmp / "host", tmp / "nvml");
@@ -241,14 +245,17 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> ids;
     for (const auto& m : node.migs) ids.push_back(m.uuid);
-    std::printf("\n| MIG (56 x 1g.10gb on 8 GPUs) | path | p50 | p99 | max | target |\n"
-                "|---|---|---|---|---|---|\n");
+    std::printf(
+        "\n| MIG (56 x 1g.10gb on 8 GPUs) | path | p50 | p99 | max | target |\n"
+        "|---|---|---|---|---|---|\n");
     const Stats free4 = InProcess(tmp / "host", ids, calls, lib, "mig = \"only\"\n");
     std::printf("| 4 of 56 | module (in process) | %.0f us | %.0f us | %.0f us | <= 1 ms p99 |\n",
                 free4.p50, free4.p99, free4.max);
     const Stats with = InProcess(tmp / "host", ids, calls, lib, "mig = \"only\"\n", {ids[30]});
-    std::printf("| 4 of 56, 1 must_include | module (in process) | %.0f us | %.0f us | %.0f us | <= 1 ms p99 |\n",
-                with.p50, with.p99, with.max);
+    std::printf(
+        "| 4 of 56, 1 must_include | module (in process) | %.0f us | %.0f us | %.0f us | <= 1 ms "
+        "p99 |\n",
+        with.p50, with.p99, with.max);
   }
 
   {
@@ -260,14 +267,18 @@ int main(int argc, char** argv) {
       return 1;
     }
     const int runs = 7;
-    std::printf("\n| nvidia resources (one devplugd, %d runs) | start p50 | start max | stop p50 | "
-                "stop max | target |\n|---|---|---|---|---|---|\n", runs);
+    std::printf(
+        "\n| nvidia resources (one devplugd, %d runs) | start p50 | start max | stop p50 | "
+        "stop max | target |\n|---|---|---|---|---|---|\n",
+        runs);
     for (int n : {1, 2, 4}) {
       StartStop r = Lifecycle(tmp.path(), tmp / "host", lib, n, runs);
       if (r.start_ms.empty()) return 1;
       const Stats start = Summarize(r.start_ms), stop = Summarize(r.stop_ms);
-      std::printf("| %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | start <= 1 resource + 10 ms, "
-                  "stop <= 50 ms |\n", n, start.p50, start.max, stop.p50, stop.max);
+      std::printf(
+          "| %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | start <= 1 resource + 10 ms, "
+          "stop <= 50 ms |\n",
+          n, start.p50, start.max, stop.p50, stop.max);
     }
   }
   return 0;

@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
+#include <CLI/CLI.hpp>
 
 #include "bench_stats.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
   o.owns_dir = true;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return 1;
-  const pid_t agent = devplug::testing::SpawnProcess(
-      {DEVPLUG_BENCH_DEVPLUGD, "--config", cfg_path}, dir + "/agent.log");
+  const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg_path},
+                                                     dir + "/agent.log");
   auto all_up = [&](int changed_registrations, size_t changed_devices) {
     return sim.WaitUntil(
         [&](const auto& rs) {
@@ -194,7 +194,10 @@ int main(int argc, char** argv) {
       std::atomic<bool> stop{false};
       std::thread scraper;
       if (side == 1) scraper = std::thread([&] { scrape_ms.push_back(scrape()); });
-      if (side == 2) scraper = std::thread([&] { while (!stop) (void)scrape(); });
+      if (side == 2)
+        scraper = std::thread([&] {
+          while (!stop) (void)scrape();
+        });
       const auto end = Clock::now() + 100ms;
       while (Clock::now() < end) {
         const double us = call_us();
@@ -227,7 +230,8 @@ int main(int argc, char** argv) {
   auto t0 = Clock::now();
   for (int i = 0; i < kBumps; ++i)
     rm->Rpc(devplug::ops::Rpc::kAllocate, devplug::StatusCode::kOk, std::chrono::microseconds(80));
-  const double bump_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kBumps;
+  const double bump_ns =
+      std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kBumps;
   auto text_ms = [&](int n) {
     devplug::ops::Metrics m("bench", "1.2");
     std::vector<std::shared_ptr<devplug::ops::ResourceMetrics>> keep;
@@ -252,15 +256,19 @@ int main(int argc, char** argv) {
   const double noise = (Summarize(quiet_ratio).p50 - 1) * 100;
   const double bump_share = quiet.p50 > 0 ? bump_ns / (quiet.p50 * 1000) * 100 : 0;
   constexpr auto mark = devplug::bench::Verdict;
-  std::printf("devplugd operations benchmark: %d kvm resources x 110 devices, %d reloads of "
-              "one resource, %d Allocate calls per side, %u cores\n\n",
-              resources, reloads, calls, std::thread::hardware_concurrency());
+  std::printf(
+      "devplugd operations benchmark: %d kvm resources x 110 devices, %d reloads of "
+      "one resource, %d Allocate calls per side, %u cores\n\n",
+      resources, reloads, calls, std::thread::hardware_concurrency());
   std::printf("| measurement                                   | value           | target     |\n");
-  std::printf("|-----------------------------------------------|-----------------|------------|------\n");
+  std::printf(
+      "|-----------------------------------------------|-----------------|------------|------\n");
   // Back = registered again with the new list, which waits 1 s on purpose
   // after the old stream ends (the kubelet must see that end first).
-  std::printf("| reload changing 1 of %d: back, p50 / worst     | %6.1f / %6.1f ms | <= 1 s + 50 ms p50 | %s\n",
-              resources, reload.p50, reload.max, mark(reload.p50 <= 1050));
+  std::printf(
+      "| reload changing 1 of %d: back, p50 / worst     | %6.1f / %6.1f ms | <= 1 s + 50 ms p50 | "
+      "%s\n",
+      resources, reload.p50, reload.max, mark(reload.p50 <= 1050));
   std::printf("| reload changing 1 of %d: other streams ended   | %15llu | 0          | %s\n",
               resources, static_cast<unsigned long long>(others_interrupted),
               mark(others_interrupted == 0));
@@ -277,8 +285,9 @@ int main(int argc, char** argv) {
               overhead, mark(overhead <= 2 + std::abs(noise)));
   std::printf("| noise: a quiet block against another          | %+14.1f%% |            |\n",
               noise);
-  std::printf("| Allocate p50 / p99, scraped back to back      | %6.1f / %6.1f us | (%+.1f%% p50) |\n",
-              busy.p50, busy.p99, busy_overhead);
+  std::printf(
+      "| Allocate p50 / p99, scraped back to back      | %6.1f / %6.1f us | (%+.1f%% p50) |\n",
+      busy.p50, busy.p99, busy_overhead);
   std::printf("| counters one Allocate bumps                   | %12.1f ns | (%.3f%% of p50) |\n",
               bump_ns, bump_share);
   std::printf("| one scrape over the control socket, p50       | %12.2f ms |            |\n",

@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < resources; ++i) {
     const std::string name = "bench.example/r" + std::to_string(i);
     v1beta1::ContainerAllocateResponse resp;
-    if (!sim.Allocate(name, {"fake-0"}, &resp).ok() || !sim.PreStartContainer(name, {"fake-0"}).ok())
+    if (!sim.Allocate(name, {"fake-0"}, &resp).ok() ||
+        !sim.PreStartContainer(name, {"fake-0"}).ok())
       return fail("Allocate failed");
     sim.BindPod("bench", "pod-" + std::to_string(i), "main", name, {"fake-0"});
   }
@@ -129,8 +130,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(15ms);
   }
   // Tracking polls of the other resources count too: at most a few.
-  const uint64_t pod_of_lists =
-      sim.pod_resources_lists() + sim.pod_resources_refused() - lists_at;
+  const uint64_t pod_of_lists = sim.pod_resources_lists() + sim.pod_resources_refused() - lists_at;
   size_t answered = 0;
   {
     std::ifstream in(holder_log);
@@ -154,25 +154,32 @@ int main(int argc, char** argv) {
 
   const double bound_ms = poll_ms + grace_ms + 1000.0;
   constexpr auto mark = devplug::bench::Verdict;
-  std::printf("devplugd release tracking: %d resources, one device held in each; "
-              "pod_resources_poll %d ms, release_grace %d ms; %u cores\n\n",
-              resources, poll_ms, grace_ms, std::thread::hardware_concurrency());
+  std::printf(
+      "devplugd release tracking: %d resources, one device held in each; "
+      "pod_resources_poll %d ms, release_grace %d ms; %u cores\n\n",
+      resources, poll_ms, grace_ms, std::thread::hardware_concurrency());
   std::printf("| measurement                               | value          | target          |\n");
-  std::printf("|-------------------------------------------|----------------|-----------------|-------\n");
-  std::printf("| Lists per poll period, steady state       | %6.2f         | <= 1            | %s\n",
-              per_period, mark(per_period <= 1.0));
+  std::printf(
+      "|-------------------------------------------|----------------|-----------------|-------\n");
+  std::printf(
+      "| Lists per poll period, steady state       | %6.2f         | <= 1            | %s\n",
+      per_period, mark(per_period <= 1.0));
   std::printf("| Lists in %2d s                             | %6llu         |                 |\n",
               seconds, static_cast<unsigned long long>(lists));
-  std::printf("| PreStart with pod_of, p50 / p99 (devplugd)| %5.0f / %5.0f us | p50 <= 2000 us | %s\n",
-              with.p50, with.p99, mark(with.p50 <= 2000));
-  std::printf("| PreStart without pod_of, p50 / p99        | %5.0f / %5.0f us |                 |\n",
-              without.p50, without.p99);
-  std::printf("| pod_of answers naming the holder          | %4zu / %-4d    | all             | %s\n",
-              answered, kPreStarts, mark(answered == static_cast<size_t>(kPreStarts)));
+  std::printf(
+      "| PreStart with pod_of, p50 / p99 (devplugd)| %5.0f / %5.0f us | p50 <= 2000 us | %s\n",
+      with.p50, with.p99, mark(with.p50 <= 2000));
+  std::printf(
+      "| PreStart without pod_of, p50 / p99        | %5.0f / %5.0f us |                 |\n",
+      without.p50, without.p99);
+  std::printf(
+      "| pod_of answers naming the holder          | %4zu / %-4d    | all             | %s\n",
+      answered, kPreStarts, mark(answered == static_cast<size_t>(kPreStarts)));
   std::printf("| Lists during %3d such PreStarts           | %6llu         | <= %d + polls   |\n",
               kPreStarts, static_cast<unsigned long long>(pod_of_lists), kPreStarts);
-  std::printf("| pods gone -> %2zu/%-2d devices released      | %6.0f ms      | <= %4.0f ms      | %s\n",
-              released, resources, release_ms, bound_ms,
-              mark(released == static_cast<size_t>(resources) && release_ms <= bound_ms));
+  std::printf(
+      "| pods gone -> %2zu/%-2d devices released      | %6.0f ms      | <= %4.0f ms      | %s\n",
+      released, resources, release_ms, bound_ms,
+      mark(released == static_cast<size_t>(resources) && release_ms <= bound_ms));
   return 0;
 }

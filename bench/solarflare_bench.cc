@@ -61,7 +61,9 @@ int main(int argc, char** argv) {
   devplug::testing::OnloadFixture fx(root);
   if (!fx.Install()) return 1;
   for (int i = 0; i < nics; ++i)
-    fx.AddNic({.address = Address(i), .ifname = "ens" + std::to_string(i), .numa_node = i % 2,
+    fx.AddNic({.address = Address(i),
+               .ifname = "ens" + std::to_string(i),
+               .numa_node = i % 2,
                .onload_index = i});
   for (int i = 0; i < veths; ++i) fx.AddVirtual("veth" + std::to_string(i));
   std::printf("fixture: %d Solarflare NICs and %d virtual interfaces under %s\n", nics, veths,
@@ -72,7 +74,8 @@ int main(int argc, char** argv) {
   {
     auto inst = devplug::bench::OpenModule(
         "solarflare",
-        std::string("name = \"") + kNic + "\"\nmodule = \"solarflare\"\nmode = \"nic\"\nrequire_link = true\n",
+        std::string("name = \"") + kNic +
+            "\"\nmodule = \"solarflare\"\nmode = \"nic\"\nrequire_link = true\n",
         root);
     if (!inst || inst->devices()->size() != static_cast<size_t>(nics)) {
       std::fprintf(stderr, "the module did not list %d NICs\n", nics);
@@ -121,8 +124,10 @@ int main(int argc, char** argv) {
     v1beta1::ContainerAllocateResponse resp;
     const auto t0 = Clock::now();
     grpc::Status st = sim.Allocate(kShared, {"onload-" + std::to_string(i % 100)}, &resp);
-    if (st.ok() && resp.mounts_size() == 6) s.push_back(Ms(Clock::now() - t0));
-    else ++failed;
+    if (st.ok() && resp.mounts_size() == 6)
+      s.push_back(Ms(Clock::now() - t0));
+    else
+      ++failed;
   }
   const Stats allocate = Summarize(s, failed);
   for (int i = 0; i < nics; ++i)
@@ -132,18 +137,21 @@ int main(int argc, char** argv) {
   for (int i = 0; i < runs; ++i) {
     const auto t0 = Clock::now();
     grpc::Status st = sim.PreStartContainer(kNic, {Address(i % nics)});
-    if (st.ok()) s.push_back(Ms(Clock::now() - t0));
-    else ++prestart_failed;
+    if (st.ok())
+      s.push_back(Ms(Clock::now() - t0));
+    else
+      ++prestart_failed;
   }
   const Stats prestart = Summarize(s, prestart_failed);
   devplug::testing::StopProcess(agent, SIGTERM);
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
-  devplug::bench::PrintRow("rescan, " + std::to_string(nics) + " NICs + " + std::to_string(veths) + " veths", rescan,
+  devplug::bench::PrintRow(
+      "rescan, " + std::to_string(nics) + " NICs + " + std::to_string(veths) + " veths", rescan,
       "p99 <= 2 ms", 2.0);
   devplug::bench::PrintRow("Allocate, shared, via gRPC", allocate, "p99 <= 1 ms", 1.0);
-  devplug::bench::PrintRow("PreStartContainer, nic mode: pod lookup + attach command, via gRPC", prestart,
-      "p99 <= 10 ms", 10.0);
+  devplug::bench::PrintRow("PreStartContainer, nic mode: pod lookup + attach command, via gRPC",
+                           prestart, "p99 <= 10 ms", 10.0);
   if (failed || prestart_failed)
     std::printf("\n%zu Allocate and %zu PreStartContainer calls failed\n", failed, prestart_failed);
   return 0;

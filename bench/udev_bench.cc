@@ -48,9 +48,6 @@ namespace fs = std::filesystem;
 constexpr char kUevent[] = "/sys/class/misc/kvm/uevent";
 constexpr char kName[] = "bench.example/kvm";
 
-
-
-
 struct ThreadTicks {
   std::string name;
   long switches = 0;
@@ -84,7 +81,8 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
   o.checkpoint_noise = false;
   devplug::sim::KubeletSim sim(o);
   if (!sim.Start().ok()) return {};
-  const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg}, dir + "/" + source + ".log");
+  const pid_t agent = devplug::testing::SpawnProcess({DEVPLUG_BENCH_DEVPLUGD, "--config", cfg},
+                                                     dir + "/" + source + ".log");
   if (!sim.WaitForResource(kName, 1, 30s)) {
     std::fprintf(stderr, "agent did not register; see %s/%s.log\n", dir.c_str(), source.c_str());
     devplug::testing::StopProcess(agent, SIGTERM);
@@ -95,8 +93,10 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
   size_t timeouts = 0;
   bool healthy = true;
   for (int i = 0; i < events; ++i) {
-    if (healthy) unlink(node.c_str());
-    else mknod(node.c_str(), S_IFCHR | 0600, makedev(10, 232));
+    if (healthy)
+      unlink(node.c_str());
+    else
+      mknod(node.c_str(), S_IFCHR | 0600, makedev(10, 232));
     healthy = !healthy;
     const size_t want = healthy ? 4 : 0;
     const auto t0 = Clock::now();
@@ -110,8 +110,10 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
           return it != rs.end() && it->second.healthy() == want;
         },
         5s);
-    if (seen) ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    else ++timeouts;
+    if (seen)
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    else
+      ++timeouts;
     // Space the triggers: this measures single events, not the storm
     // rate limit (one event scan per 5 ms at most).
     std::this_thread::sleep_for(20ms);
@@ -123,7 +125,8 @@ Stats Measure(const std::string& dir, const std::string& source, int events, int
     std::this_thread::sleep_for(std::chrono::seconds(idle_s));
     idle->cpu_s = CpuSeconds(agent) - cpu0;
     for (const auto& [tid, t] : Threads(agent))
-      idle->wakeups.emplace_back(t.name, t.switches - (before.count(tid) ? before[tid].switches : 0));
+      idle->wakeups.emplace_back(t.name,
+                                 t.switches - (before.count(tid) ? before[tid].switches : 0));
   }
   devplug::testing::StopProcess(agent, SIGTERM);
   sim.Stop();
@@ -197,8 +200,10 @@ int main(int argc, char** argv) {
                 s.max, s.timeouts, devplug::bench::Verdict(s.n && s.p99 <= 5));
   };
   row("kernel", kernel);
-  if (have_udevd) row("udev", udev);
-  else std::printf("| udev   | (systemd-udevd not available here)                          |\n");
+  if (have_udevd)
+    row("udev", udev);
+  else
+    std::printf("| udev   | (systemd-udevd not available here)                          |\n");
   std::printf("\nidle %d s after the events, kubelet connected, resync off: CPU %.2f s\n", idle,
               quiet.cpu_s);
   std::printf("wake-ups (context switches) per thread:\n");

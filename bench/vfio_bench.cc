@@ -28,8 +28,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "config/config.h"
 #include "bench_module.h"
+#include "config/config.h"
 #include "kubelet_sim.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -49,9 +49,6 @@ namespace fs = std::filesystem;
 using devplug::modules::ModuleInstance;
 
 constexpr char kName[] = "bench.example/vf";
-
-
-
 
 std::string VfAddress(int pf, int k) {
   char buf[32];
@@ -89,7 +86,8 @@ void BuildNode(const std::string& root, int vfs) {
 
 std::unique_ptr<ModuleInstance> Open(const std::string& root) {
   return devplug::bench::OpenModule(
-      "vfio", std::string("name = \"") + kName + "\"\nmodule = \"vfio\"\nvendor = \"8086\"\n", root);
+      "vfio", std::string("name = \"") + kName + "\"\nmodule = \"vfio\"\nvendor = \"8086\"\n",
+      root);
 }
 
 double TimedPrefer(ModuleInstance& inst, const std::vector<std::string>& all, int size) {
@@ -153,8 +151,10 @@ EndToEnd RunAgent(const std::string& dir, const std::string& root, int vfs, int 
   std::vector<double> ms;
   bool bound = true;
   for (int i = 0; i < events; i++) {
-    if (bound) fx.Unbind(victim);
-    else fx.Bind(victim, "vfio-pci");
+    if (bound)
+      fx.Unbind(victim);
+    else
+      fx.Bind(victim, "vfio-pci");
     bound = !bound;
     const auto t0 = Clock::now();
     std::ofstream(uevent) << "change";
@@ -210,19 +210,23 @@ int main(int argc, char** argv) {
   const EndToEnd e2e = events > 0 ? RunAgent(tmp.path(), root, vfs, events) : EndToEnd{};
   const Stats scan = Summarize(scan_ms), pref8 = Summarize(p8), pref2k = Summarize(p2k);
 
-  std::printf("\n| measurement (%d VFs) | p50 | p99 | max | target |\n|---|---|---|---|---|\n", vfs);
-  std::printf("| scan + agent snapshot (in process, n=%zu) | %.2f ms | %.2f ms | %.2f ms | <= 20 ms |\n",
-              scan.n, scan.p50, scan.p99, scan.max);
-  std::printf("| GetPreferredAllocation of 8 (n=%zu) | %.2f ms | %.2f ms | %.2f ms | - |\n", pref8.n,
-              pref8.p50, pref8.p99, pref8.max);
+  std::printf("\n| measurement (%d VFs) | p50 | p99 | max | target |\n|---|---|---|---|---|\n",
+              vfs);
+  std::printf(
+      "| scan + agent snapshot (in process, n=%zu) | %.2f ms | %.2f ms | %.2f ms | <= 20 ms |\n",
+      scan.n, scan.p50, scan.p99, scan.max);
+  std::printf("| GetPreferredAllocation of 8 (n=%zu) | %.2f ms | %.2f ms | %.2f ms | - |\n",
+              pref8.n, pref8.p50, pref8.p99, pref8.max);
   std::printf("| GetPreferredAllocation of %d (n=%zu) | %.2f ms | %.2f ms | %.2f ms | - |\n",
               vfs / 2, pref2k.n, pref2k.p50, pref2k.p99, pref2k.max);
   if (e2e.stats.n > 0)
-    std::printf("| unbind + real uevent -> kubelet snapshot (n=%zu, %zu timeouts) | %.2f ms | %.2f ms "
-                "| %.2f ms | - |\n",
-                e2e.stats.n, e2e.timeouts, e2e.stats.p50, e2e.stats.p99, e2e.stats.max);
+    std::printf(
+        "| unbind + real uevent -> kubelet snapshot (n=%zu, %zu timeouts) | %.2f ms | %.2f ms "
+        "| %.2f ms | - |\n",
+        e2e.stats.n, e2e.timeouts, e2e.stats.p50, e2e.stats.p99, e2e.stats.max);
   if (e2e.message_bytes > 0)
-    std::printf("\nListAndWatch message for %d VFs: %zu bytes (%.1f%% of the kubelet's 4 MiB limit)\n",
-                vfs, e2e.message_bytes, 100.0 * static_cast<double>(e2e.message_bytes) / (4 << 20));
+    std::printf(
+        "\nListAndWatch message for %d VFs: %zu bytes (%.1f%% of the kubelet's 4 MiB limit)\n", vfs,
+        e2e.message_bytes, 100.0 * static_cast<double>(e2e.message_bytes) / (4 << 20));
   return 0;
 }

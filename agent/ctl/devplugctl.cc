@@ -19,13 +19,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
-#include <set>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
+#include <CLI/CLI.hpp>
 
 #include "inspect_module.h"
 #include "kubelet_sim.h"
@@ -152,8 +152,9 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
   if (agent.empty()) agent = self + "/devplugd";
   if (module_dir.empty()) {
     // In a build tree the modules sit beside the agent/ folder.
-    module_dir = fs::exists(self + "/../modules/kvm.so") ? fs::canonical(self + "/../modules").string()
-                                                         : std::string(DEVPLUG_MODULE_DIR);
+    module_dir = fs::exists(self + "/../modules/kvm.so")
+                     ? fs::canonical(self + "/../modules").string()
+                     : std::string(DEVPLUG_MODULE_DIR);
   }
   char tmpl[] = "/tmp/devplug-demo.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
@@ -175,10 +176,12 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
 
   // Beside the plugin directory, not in it: a restarting kubelet wipes that.
   const std::string control = dir + ".control.sock";
-  std::vector<std::string> args{agent,          "--plugin-dir",     dir, "--module-dir",
-                                module_dir,     "--control-socket", control};
-  if (config.empty()) args.push_back("--builtin-config");
-  else args.insert(args.end(), {"--config", config});
+  std::vector<std::string> args{agent,      "--plugin-dir",     dir,    "--module-dir",
+                                module_dir, "--control-socket", control};
+  if (config.empty())
+    args.push_back("--builtin-config");
+  else
+    args.insert(args.end(), {"--config", config});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -231,8 +234,7 @@ int Demo(std::string agent, std::string module_dir, const std::string& config) {
                   static_cast<long long>(ms2.count()));
       PrintResources(sim);
     }
-    std::printf("== what devplugd says (devplugctl status --socket %s)\n\n",
-                control.c_str());
+    std::printf("== what devplugd says (devplugctl status --socket %s)\n\n", control.c_str());
     std::fflush(stdout);
     devplug::ctl::StatusOptions so;
     so.socket = control;
@@ -293,17 +295,19 @@ int main(int argc, char** argv) {
   sim->add_option("--duration", duration, "Stop after this many seconds (default: until Ctrl-C)");
   sim->add_flag("-q,--quiet", quiet, "Print only violations");
 
-  auto* demo = app.add_subcommand("demo",
-                                  "Run devplugd (built-in kvm configuration) against a simulated "
-                                  "kubelet in a temporary directory and show what the kubelet sees");
+  auto* demo =
+      app.add_subcommand("demo",
+                         "Run devplugd (built-in kvm configuration) against a simulated "
+                         "kubelet in a temporary directory and show what the kubelet sees");
   std::string agent, module_dir, config;
   demo->add_option("--agent", agent, "devplugd binary (default: beside devplugctl)");
   demo->add_option("--module-dir", module_dir, "Module directory (default: the build tree's)");
   demo->add_option("--config", config, "Use this configuration instead of the built-in one");
 
-  auto* inspect = app.add_subcommand(
-      "inspect-module", "Load a module the way devplugd does, print its name, versions, hooks, "
-                        "keys and subsystems, create it and list the devices it finds");
+  auto* inspect =
+      app.add_subcommand("inspect-module",
+                         "Load a module the way devplugd does, print its name, versions, hooks, "
+                         "keys and subsystems, create it and list the devices it finds");
   devplug::ctl::InspectOptions io;
   inspect->add_option("module", io.path, "Module file (.so)")->required();
   inspect->add_option("settings", io.settings, "key=value settings of its [[resource]] table");
@@ -313,8 +317,9 @@ int main(int argc, char** argv) {
 
   devplug::ctl::StatusOptions so;
   auto* status = app.add_subcommand(
-      "status", "Ask the running devplugd what it serves. Exit status 0: every resource shown "
-                "is registered and has a healthy device; 1: not so; 2: devplugd not reached");
+      "status",
+      "Ask the running devplugd what it serves. Exit status 0: every resource shown "
+      "is registered and has a healthy device; 1: not so; 2: devplugd not reached");
   auto* metrics = app.add_subcommand(
       "metrics", "Print the running devplugd's metrics (Prometheus text format)");
   for (auto* sub : {status, metrics}) {

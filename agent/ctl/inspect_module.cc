@@ -19,7 +19,8 @@ std::string TomlValue(const std::string& v) {
     return v;
   size_t i = (!v.empty() && (v[0] == '-' || v[0] == '+')) ? 1 : 0;
   bool digits = i < v.size();
-  for (size_t k = i; k < v.size(); ++k) digits = digits && std::isdigit(static_cast<unsigned char>(v[k]));
+  for (size_t k = i; k < v.size(); ++k)
+    digits = digits && std::isdigit(static_cast<unsigned char>(v[k]));
   if (digits) return v;
   std::string out = "\"";
   for (char c : v) {
@@ -33,8 +34,8 @@ std::string Describe(const modules::Recipe& r) {
   std::string out;
   for (const auto& n : r.device_nodes)
     StrAppend(&out, out.empty() ? "" : "; ", "dev ", n.host_path,
-              n.container_path == n.host_path ? "" : " -> " + n.container_path, " (",
-              n.permissions, ")");
+              n.container_path == n.host_path ? "" : " -> " + n.container_path, " (", n.permissions,
+              ")");
   for (const auto& m : r.mounts)
     StrAppend(&out, out.empty() ? "" : "; ", "mount ", m.host_path, " -> ", m.container_path,
               m.read_only ? " (ro)" : "");
@@ -79,8 +80,8 @@ int InspectModule(const InspectOptions& o) {
                 std::string(modules::KeyTypeName(k->type)).c_str(),
                 (k->flags & DEVPLUG_CONFIG_REQUIRED) ? " required" : "", k->help ? k->help : "");
 
-  std::string toml = StrCat("[[resource]]\nname = \"inspect.devplug.io/", d.name,
-                            "\"\nmodule = \"", path, "\"\n");
+  std::string toml =
+      StrCat("[[resource]]\nname = \"inspect.devplug.io/", d.name, "\"\nmodule = \"", path, "\"\n");
   for (const std::string& kv : o.settings) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) {

@@ -71,8 +71,7 @@ class KubeletSim::PodResourcesService final : public v1::PodResourcesLister::Ser
                     v1::ListPodResourcesResponse* out) override {
     return sim_->HandleList(out);
   }
-  grpc::Status GetAllocatableResources(grpc::ServerContext*,
-                                       const v1::AllocatableResourcesRequest*,
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
                                        v1::AllocatableResourcesResponse* out) override {
     return sim_->HandleAllocatable(out);
   }
@@ -99,8 +98,7 @@ KubeletSim::~KubeletSim() {
   Stop();
   // A checkpoint we wrote into someone else's directory would mislead the
   // next real kubelet that starts there.
-  if (checkpoint_ours_ && !options_.owns_dir)
-    unlink((options_.dir + "/" + kCheckpoint).c_str());
+  if (checkpoint_ours_ && !options_.owns_dir) unlink((options_.dir + "/" + kCheckpoint).c_str());
 }
 
 void KubeletSim::Event(const std::string& line) const {
@@ -120,8 +118,8 @@ Status KubeletSim::Start() {
   if (options_.dir.empty()) return InvalidArgumentError("no plugin directory given");
   const std::string kubelet_sock = options_.dir + "/" + kKubeletSocket;
   if (UnixSocketIsLive(kubelet_sock))
-    return FailedPreconditionError(StrCat("a kubelet already answers on ", kubelet_sock,
-                                          "; refusing to run beside it"));
+    return FailedPreconditionError(
+        StrCat("a kubelet already answers on ", kubelet_sock, "; refusing to run beside it"));
   std::error_code ec;
   std::filesystem::create_directories(options_.dir, ec);
   if (ec) return InternalError(StrCat("cannot create ", options_.dir, ": ", ec.message()));
@@ -146,7 +144,8 @@ Status KubeletSim::Start() {
                            grpc::InsecureServerCredentials());
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
-  if (!server_) return UnavailableError(StrCat("cannot listen on ", options_.dir, "/", kKubeletSocket));
+  if (!server_)
+    return UnavailableError(StrCat("cannot listen on ", options_.dir, "/", kKubeletSocket));
   {
     std::lock_guard lock(mu_);
     serving_ = true;
@@ -234,8 +233,8 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
   if (req.endpoint().find('/') != std::string::npos)
     Violation(StrCat(name, ": endpoint \"", req.endpoint(), "\" is not a bare file name"));
   if (path.size() > kMaxSocketPathBytes)
-    Violation(StrCat(name, ": socket path ", path, " is longer than ", kMaxSocketPathBytes,
-                     " bytes"));
+    Violation(
+        StrCat(name, ": socket path ", path, " is longer than ", kMaxSocketPathBytes, " bytes"));
   bool stream_open = false;
   {
     std::lock_guard lock(mu_);
@@ -347,7 +346,8 @@ void KubeletSim::CheckSnapshot(const std::string& name, const v1beta1::ListAndWa
   for (const auto& d : msg.devices()) {
     if (d.id().empty()) Violation(name + ": device with an empty ID");
     if (d.id().size() > 63) Violation(StrCat(name, ": device ID \"", d.id(), "\" over 63 chars"));
-    if (!seen.insert(d.id()).second) Violation(StrCat(name, ": duplicate device ID \"", d.id(), "\""));
+    if (!seen.insert(d.id()).second)
+      Violation(StrCat(name, ": duplicate device ID \"", d.id(), "\""));
     if (d.health() != "Healthy" && d.health() != "Unhealthy")
       Violation(StrCat(name, ": device \"", d.id(), "\" has health \"", d.health(), "\""));
   }
@@ -500,11 +500,13 @@ grpc::Status KubeletSim::PreStartContainer(const std::string& name,
 bool KubeletSim::TakeToken() {
   // The kubelet's bucket: `qps` tokens a second, at most `burst` saved.
   const auto now = std::chrono::steady_clock::now();
-  if (tokens_at_ == std::chrono::steady_clock::time_point{}) tokens_ = options_.pod_resources_burst;
+  if (tokens_at_ == std::chrono::steady_clock::time_point{})
+    tokens_ = options_.pod_resources_burst;
   else
-    tokens_ = std::min<double>(options_.pod_resources_burst,
-                               tokens_ + options_.pod_resources_qps *
-                                             std::chrono::duration<double>(now - tokens_at_).count());
+    tokens_ =
+        std::min<double>(options_.pod_resources_burst,
+                         tokens_ + options_.pod_resources_qps *
+                                       std::chrono::duration<double>(now - tokens_at_).count());
   tokens_at_ = now;
   if (tokens_ < 1) return false;
   tokens_ -= 1;

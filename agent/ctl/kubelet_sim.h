@@ -52,7 +52,7 @@ namespace devplug::sim {
 
 struct ResourceView {
   std::string name;
-  std::string endpoint;                 // as sent in RegisterRequest
+  std::string endpoint;                  // as sent in RegisterRequest
   v1beta1::DevicePluginOptions options;  // from GetDevicePluginOptions
   std::vector<v1beta1::Device> devices;  // latest snapshot
   uint64_t snapshots = 0;                // ListAndWatch messages received
@@ -163,13 +163,13 @@ class KubeletSim {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<std::string, ResourceView> resources_;                // guarded by mu_
-  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;   // guarded by mu_
-  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;         // guarded by mu_
-  std::vector<std::string> violations_;                          // guarded by mu_
-  uint64_t total_registrations_ = 0;                             // guarded by mu_
-  uint64_t checkpoint_seq_ = 0;                                  // guarded by mu_
-  bool serving_ = false;                                         // guarded by mu_
+  std::map<std::string, ResourceView> resources_;               // guarded by mu_
+  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;  // guarded by mu_
+  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;        // guarded by mu_
+  std::vector<std::string> violations_;                         // guarded by mu_
+  uint64_t total_registrations_ = 0;                            // guarded by mu_
+  uint64_t checkpoint_seq_ = 0;                                 // guarded by mu_
+  bool serving_ = false;                                        // guarded by mu_
   bool checkpoint_ours_ = false;  // set in Start(): may write (and remove) the checkpoint
   // PodResources, guarded by mu_.
   std::map<std::pair<std::string, std::string>, PodRecord> pods_;

@@ -28,12 +28,13 @@ constexpr size_t kWidth = 100;  // the text form fits this many columns
 std::string SocketPath(const StatusOptions& o, std::string* why) {
   if (!o.socket.empty()) return o.socket;
   const std::string file = o.config.empty() ? kDefaultConfig : o.config;
-  if (o.config.empty() && access(file.c_str(), F_OK) != 0) return config::AgentConfig{}.control_socket;
+  if (o.config.empty() && access(file.c_str(), F_OK) != 0)
+    return config::AgentConfig{}.control_socket;
   config::LoadOptions lo;
   auto cfg = config::LoadFile(file, lo);
   if (!cfg.ok()) {
-    *why = StrCat("cannot tell devplugd's control socket from ", file, ":\n",
-                  cfg.status().message());
+    *why =
+        StrCat("cannot tell devplugd's control socket from ", file, ":\n", cfg.status().message());
     return "";
   }
   if (cfg->control_socket.empty()) {
@@ -158,7 +159,8 @@ void PrintDevices(const json& r) {
       holder = StrCat(Str(h, "namespace"), "/", Str(h, "pod"), "/", Str(h, "container"));
     }
     const std::string state = Str(d, "release_state");
-    if (!state.empty() && state != "allocated") holder = holder == "-" ? state : holder + " " + state;
+    if (!state.empty() && state != "allocated")
+      holder = holder == "-" ? state : holder + " " + state;
     const std::string reason = Str(d, "reason");
     row(Str(d, "id"), Str(d, "health"), numa.empty() ? "-" : numa, holder,
         reason.empty() ? "-" : reason);
@@ -209,8 +211,7 @@ int PrintStatus(const StatusOptions& o) {
     const bool registered = r.value("registered", false);
     std::string since = registered ? When(Str(r, "registered_since")) : Str(r, "state");
     if (since.empty()) since = registered ? "yes" : "no";
-    row(Str(r, "name"), module, since,
-        r.value("kubelet_connected", false) ? "stream" : "-",
+    row(Str(r, "name"), module, since, r.value("kubelet_connected", false) ? "stream" : "-",
         StrCat(r.value("devices_healthy", 0), "/", r.value("devices_total", 0)));
     if (const std::string e = Str(r, "last_error"); !e.empty()) Wrapped("    last error: ", e, 6);
     if (r.contains("devices")) PrintDevices(r);

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
+#include <nlohmann/json.hpp>
 
 #include "conflicts.h"
 #include "log.h"
@@ -59,9 +59,10 @@ Status Agent::Start() {
   if (auto pw = udev::PathWatch::Create(); pw.ok())
     path_watch_ = std::move(*pw);
   else
-    spdlog::warn("no path watches ({}); nodes made or removed without a uevent are seen at "
-                 "the next resync only",
-                 pw.status().message());
+    spdlog::warn(
+        "no path watches ({}); nodes made or removed without a uevent are seen at "
+        "the next resync only",
+        pw.status().message());
   // Status and metrics: useful from the first moment, and never a reason
   // not to serve the hardware.
   if (!config_.control_socket.empty()) {
@@ -139,10 +140,11 @@ Status Agent::Start() {
   for (auto& r : resources_)
     if (r->instance) r->registrar->Start();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  spdlog::debug("started in {:.1f} ms (modules loaded {:.1f} ms, created {:.1f} ms, serving and "
-                "registering {:.1f} ms)",
-                ms(Clock::now() - t0), ms(t_loaded - t0), ms(t_created - t_loaded),
-                ms(Clock::now() - t_created));
+  spdlog::debug(
+      "started in {:.1f} ms (modules loaded {:.1f} ms, created {:.1f} ms, serving and "
+      "registering {:.1f} ms)",
+      ms(Clock::now() - t0), ms(t_loaded - t0), ms(t_created - t_loaded),
+      ms(Clock::now() - t_created));
   if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   started_ = true;
   UpdateStatus();
@@ -296,9 +298,10 @@ int Agent::Run(int signal_fd) {
       // is read-only, and a hostPath mount would still show the old one.
       // A fresh process sees the new one: exit and let the service manager
       // start us again.
-      spdlog::error("{} was removed; exiting (status {}) so that devplugd starts again with "
-                    "the new directory",
-                    config_.plugin_dir, kExitPluginDirLost);
+      spdlog::error(
+          "{} was removed; exiting (status {}) so that devplugd starts again with "
+          "the new directory",
+          config_.plugin_dir, kExitPluginDirLost);
       exit_status = kExitPluginDirLost;
       break;
     }
@@ -358,8 +361,8 @@ void Agent::Shutdown() {
   retiring_.clear();
   mailbox_->Close();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
-  spdlog::info("stopped in {:.1f} ms (servers {:.1f} ms, modules {:.1f} ms)",
-               ms(Clock::now() - t0), ms(t_servers - t0), ms(Clock::now() - t_servers));
+  spdlog::info("stopped in {:.1f} ms (servers {:.1f} ms, modules {:.1f} ms)", ms(Clock::now() - t0),
+               ms(t_servers - t0), ms(Clock::now() - t_servers));
 }
 
 }  // namespace devplug

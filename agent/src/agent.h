@@ -37,12 +37,12 @@
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
-#include "lifecycle/handed_out.h"
-#include "lifecycle/release_coordinator.h"
-#include "lifecycle/release_tracker.h"
 #include "kubelet/registrar.h"
 #include "kubelet/registration.h"
 #include "kubelet/stream_hub.h"
+#include "lifecycle/handed_out.h"
+#include "lifecycle/release_coordinator.h"
+#include "lifecycle/release_tracker.h"
 #include "modules/module_instance.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
@@ -105,8 +105,8 @@ class Agent {
     Resource(Agent* agent, const config::ResourceConfig& cfg, uint64_t id, size_t index);
     ~Resource() override;
     Agent* const agent;
-    const uint64_t id;   // unique for the agent's life: how events find it
-    size_t index = 0;    // position in the configuration (for messages)
+    const uint64_t id;  // unique for the agent's life: how events find it
+    size_t index = 0;   // position in the configuration (for messages)
     config::ResourceConfig cfg;
     std::string socket_path;
     std::shared_ptr<const modules::LoadedModule> module;  // null: not loaded (yet)
@@ -116,8 +116,8 @@ class Agent {
     // ---- the module instance ----
     std::unique_ptr<modules::ModuleInstance> instance;  // running
     std::unique_ptr<modules::ModuleInstance> starting;  // create() and first scan under way
-    uint64_t launch = 0;                                 // numbers create attempts
-    std::optional<Clock::time_point> start_deadline;     // for `starting`
+    uint64_t launch = 0;                                // numbers create attempts
+    std::optional<Clock::time_point> start_deadline;    // for `starting`
     // Why the resource is not running ("" when it is), and its retries.
     Status failure;
     std::optional<Clock::time_point> start_at;
@@ -167,7 +167,7 @@ class Agent {
     uint64_t resource;  // Resource::id
     uint64_t number;
     Status status;
-    kubelet::PodSnapshotPtr pods;  // kPodList, when it worked
+    kubelet::PodSnapshotPtr pods;                         // kPodList, when it worked
     std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
   };
 
@@ -229,7 +229,7 @@ class Agent {
     Clock::time_point deadline;
   };
   void BeginReload();
-  void FinishReload();   // when every staged resource is created, or the deadline passed
+  void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();
   // config_ is the new configuration: applies what changed since `previous`
@@ -297,7 +297,7 @@ class Agent {
   std::mutex register_mu_;
   std::condition_variable register_cv_;
   int registers_in_flight_ = 0;  // guarded by register_mu_
-  bool started_ = false;  // Start() is done: a resource created now is served at once
+  bool started_ = false;         // Start() is done: a resource created now is served at once
   bool shut_down_ = false;
   std::string last_status_;
   // Next safety rescan of every resource (resync_interval); unset if 0.

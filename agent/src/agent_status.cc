@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <ctime>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
+#include <nlohmann/json.hpp>
 
 #include "agent.h"
 #include "modules/loaded_module.h"
@@ -35,11 +35,16 @@ std::string Iso8601(std::chrono::system_clock::time_point t) {
 const char* StateText(kubelet::Registrar::State s, bool starting, bool failed) {
   using State = kubelet::Registrar::State;
   switch (s) {
-    case State::kDown: return starting ? "starting" : failed ? "left out" : "not serving";
-    case State::kWaitingKubelet: return "waiting for the kubelet";
-    case State::kRegistering: return "registering";
-    case State::kRegistered: return "registered";
-    case State::kRetryWait: return "registering soon";
+    case State::kDown:
+      return starting ? "starting" : failed ? "left out" : "not serving";
+    case State::kWaitingKubelet:
+      return "waiting for the kubelet";
+    case State::kRegistering:
+      return "registering";
+    case State::kRegistered:
+      return "registered";
+    case State::kRetryWait:
+      return "registering soon";
   }
   return "?";
 }
@@ -83,8 +88,7 @@ void Agent::UpdateStatus() {
     sd_notifyf(0, "STATUS=%s", status.c_str());
     spdlog::debug("status: {}", status);
     for (const auto& r : resources_)
-      spdlog::trace("  {}: {}", r->cfg.name,
-                    kubelet::Registrar::StateName(r->registrar->state()));
+      spdlog::trace("  {}: {}", r->cfg.name, kubelet::Registrar::StateName(r->registrar->state()));
   }
 }
 

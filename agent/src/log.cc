@@ -42,11 +42,21 @@ void SetupLogging(const char* program) {
 void SetLogLevel(LogLevel level) {
   using L = LogLevel;
   switch (level) {
-    case L::kTrace: spdlog::set_level(spdlog::level::trace); break;
-    case L::kDebug: spdlog::set_level(spdlog::level::debug); break;
-    case L::kInfo: spdlog::set_level(spdlog::level::info); break;
-    case L::kWarn: spdlog::set_level(spdlog::level::warn); break;
-    case L::kError: spdlog::set_level(spdlog::level::err); break;
+    case L::kTrace:
+      spdlog::set_level(spdlog::level::trace);
+      break;
+    case L::kDebug:
+      spdlog::set_level(spdlog::level::debug);
+      break;
+    case L::kInfo:
+      spdlog::set_level(spdlog::level::info);
+      break;
+    case L::kWarn:
+      spdlog::set_level(spdlog::level::warn);
+      break;
+    case L::kError:
+      spdlog::set_level(spdlog::level::err);
+      break;
   }
 }
 

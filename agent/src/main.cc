@@ -8,12 +8,12 @@
 #include <optional>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "agent.h"
-#include "conflicts.h"
 #include "config/config.h"
+#include "conflicts.h"
 #include "log.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -61,13 +61,13 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
   std::vector<std::pair<std::string, devplug::modules::DeviceListPtr>> lists;
   std::printf("files:");
   for (const auto& f : cfg.files) std::printf(" %s", f.c_str());
-  std::printf("\nplugin_dir: %s\nmodule_dir: %s\nhost_root: %s\nlog_level: %s\n"
-              "resync_interval: %lldms\nudev_source: %s\nresources: %zu\n",
-              cfg.plugin_dir.c_str(), cfg.module_dir.c_str(), cfg.host_root.c_str(),
-              std::string(devplug::config::LogLevelName(cfg.log_level)).c_str(),
-              static_cast<long long>(cfg.resync_interval.count()),
-              std::string(devplug::config::UdevSourceName(cfg.udev_source)).c_str(),
-              cfg.resources.size());
+  std::printf(
+      "\nplugin_dir: %s\nmodule_dir: %s\nhost_root: %s\nlog_level: %s\n"
+      "resync_interval: %lldms\nudev_source: %s\nresources: %zu\n",
+      cfg.plugin_dir.c_str(), cfg.module_dir.c_str(), cfg.host_root.c_str(),
+      std::string(devplug::config::LogLevelName(cfg.log_level)).c_str(),
+      static_cast<long long>(cfg.resync_interval.count()),
+      std::string(devplug::config::UdevSourceName(cfg.udev_source)).c_str(), cfg.resources.size());
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     const auto& r = cfg.resources[i];
     const std::string path = devplug::modules::ResolveModulePath(r.module, cfg.module_dir);
@@ -154,9 +154,8 @@ int main(int argc, char** argv) {
   load_opts.module_dir = f.module_dir;
   load_opts.host_root = f.host_root;
   load_opts.control_socket = f.control_socket;
-  auto cfg = f.builtin_config
-                 ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
-                 : devplug::config::LoadFile(f.config_path, load_opts);
+  auto cfg = f.builtin_config ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
+                              : devplug::config::LoadFile(f.config_path, load_opts);
   if (!cfg.ok()) {
     std::fprintf(stderr, "devplugd: configuration error:\n%s\n",
                  std::string(cfg.status().message()).c_str());

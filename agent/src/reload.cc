@@ -70,12 +70,11 @@ void Agent::BeginReload() {
   auto fixed = [&](const char* key, const std::string& now, const std::string& then) {
     if (now == then) return;
     auto it = next->agent_keys.find(key);
-    const config::SourceLocation where = it != next->agent_keys.end()
-                                             ? it->second
-                                             : config::SourceLocation{next->files.front(), 0};
-    errors.push_back(config::Located(
-        where, StrCat("agent.", key),
-        StrCat("changed from \"", now, "\" to \"", then, "\": needs a restart")));
+    const config::SourceLocation where =
+        it != next->agent_keys.end() ? it->second : config::SourceLocation{next->files.front(), 0};
+    errors.push_back(
+        config::Located(where, StrCat("agent.", key),
+                        StrCat("changed from \"", now, "\" to \"", then, "\": needs a restart")));
   };
   fixed("plugin_dir", config_.plugin_dir, next->plugin_dir);
   fixed("module_dir", config_.module_dir, next->module_dir);
@@ -98,10 +97,8 @@ void Agent::BeginReload() {
     // and may check their own timeouts against it: a change re-creates
     // the instances that take PreStartContainer calls.
     const bool prestart_changed =
-        old != resources_.end() &&
-        pending->config.prestart_timeout != config_.prestart_timeout &&
-        (*old)->module &&
-        ((*old)->module->has_pre_start() || (*old)->module->has_on_release());
+        old != resources_.end() && pending->config.prestart_timeout != config_.prestart_timeout &&
+        (*old)->module && ((*old)->module->has_pre_start() || (*old)->module->has_on_release());
     if (old != resources_.end() && SameResource((*old)->cfg, cfg) && !prestart_changed) {
       // Unchanged, unless its module file was replaced on disk.
       const Resource& o = **old;
@@ -213,9 +210,10 @@ void Agent::CommitReload() {
     if (old && old->tracker && old->tracker != fresh->tracker) {
       const std::vector<std::string> dropped = old->tracker->SetEnabled(false);
       if (!dropped.empty())
-        spdlog::warn("resource \"{}\": the new module instance does not release devices; {} "
-                     "will not be released",
-                     cfg.name, StrJoin(dropped, ","));
+        spdlog::warn(
+            "resource \"{}\": the new module instance does not release devices; {} "
+            "will not be released",
+            cfg.name, StrJoin(dropped, ","));
     }
     metrics_->Adopt(fresh->metrics, old ? old->metrics : nullptr);
     if (old) {
@@ -270,8 +268,7 @@ void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
   }
   if (config_.resync_interval != previous.resync_interval) {
     next_resync_.reset();
-    if (config_.resync_interval.count() > 0)
-      next_resync_ = Clock::now() + config_.resync_interval;
+    if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   }
   for (auto& r : resources_) {
     if (r->service) {
@@ -295,10 +292,9 @@ void Agent::ApplyTracking(Resource& r) {
                  pods_->socket());
     SchedulePodList(true);  // the first List is the truth about what is held
   } else {
-    spdlog::warn("resource \"{}\": release tracking is off (pod_resources_poll = \"0s\"){}",
-                 r.cfg.name,
-                 dropped.empty() ? std::string()
-                                 : StrCat("; not released: ", StrJoin(dropped, ",")));
+    spdlog::warn(
+        "resource \"{}\": release tracking is off (pod_resources_poll = \"0s\"){}", r.cfg.name,
+        dropped.empty() ? std::string() : StrCat("; not released: ", StrJoin(dropped, ",")));
   }
   OnTrackerChanged(r);  // devices held back are offered again, or the reverse
 }

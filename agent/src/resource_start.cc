@@ -19,8 +19,8 @@ constexpr milliseconds kMaxStartBackoff{60'000};
 
 }  // namespace
 
-std::unique_ptr<Agent::Resource> Agent::NewResource(const config::ResourceConfig& cfg,
-                                                   size_t index, bool staged) {
+std::unique_ptr<Agent::Resource> Agent::NewResource(const config::ResourceConfig& cfg, size_t index,
+                                                    bool staged) {
   auto r = std::make_unique<Resource>(this, cfg, next_id_++, index);
   r->staged = staged;
   r->handed_out = std::make_shared<lifecycle::HandedOut>();
@@ -139,9 +139,9 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
       return tracker->ReleasesBeforeStart(ids, wait);
     };
     opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.id, m = r.metrics](
-                                const std::vector<std::string>& ids, int rc,
-                                const std::string& why, bool before_start) {
-      m->Release(rc == 0 ? ops::ReleaseResult::kReleased
+                                const std::vector<std::string>& ids, int rc, const std::string& why,
+                                bool before_start) {
+      m->Release(rc == 0         ? ops::ReleaseResult::kReleased
                  : rc == -EAGAIN ? ops::ReleaseResult::kBusy
                                  : ops::ReleaseResult::kFailed,
                  ids.size());
@@ -174,8 +174,10 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
   r.start_deadline.reset();
   if (r.staged) {
     // A reload's resource: the reload decides, once all of them are known.
-    if (st.ok()) r.instance = std::move(inst);
-    else r.failure = std::move(st);
+    if (st.ok())
+      r.instance = std::move(inst);
+    else
+      r.failure = std::move(st);
     inst.reset();
     FinishReload();
     return;
@@ -196,8 +198,7 @@ void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
   const bool retried = !r.failure.ok();
   r.failure = OkStatus();
   r.start_backoff = milliseconds(0);
-  if (retried)
-    spdlog::info("resource \"{}\": started (attempt {})", r.cfg.name, r.attempts);
+  if (retried) spdlog::info("resource \"{}\": started (attempt {})", r.cfg.name, r.attempts);
   spdlog::info("resource \"{}\": module \"{}\" {} from {}", r.cfg.name, r.module->name(),
                r.module->version(), r.module->path());
   // At start every resource is served together, once all are created.
@@ -208,9 +209,8 @@ void Agent::LeaveOut(Resource& r, Status why, bool retry) {
   const bool same = !r.failure.ok() && r.failure.message() == why.message();
   r.start_backoff = std::clamp(r.start_backoff * 2, kMinStartBackoff, kMaxStartBackoff);
   if (retry) r.start_at = Clock::now() + r.start_backoff;
-  const std::string next =
-      retry ? StrCat("; retrying in ", r.start_backoff.count() / 1000, " s")
-            : std::string("; not retried (fix it, then restart devplugd)");
+  const std::string next = retry ? StrCat("; retrying in ", r.start_backoff.count() / 1000, " s")
+                                 : std::string("; not retried (fix it, then restart devplugd)");
   // The first failure, and a changed reason, are worth the operator's eye;
   // the same reason again is not.
   if (r.failure.ok())

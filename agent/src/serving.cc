@@ -18,7 +18,10 @@ constexpr milliseconds kServerStopGrace{2000};
 }  // namespace
 
 Agent::Resource::Resource(Agent* a, const config::ResourceConfig& c, uint64_t i, size_t idx)
-    : agent(a), id(i), index(idx), cfg(c),
+    : agent(a),
+      id(i),
+      index(idx),
+      cfg(c),
       socket_path(StrCat(a->config_.plugin_dir, "/", c.socket)) {
   registrar = std::make_unique<kubelet::Registrar>(
       kubelet::Registrar::Names{cfg.name, cfg.socket, socket_path, a->KubeletSocketPath()}, this);
@@ -76,15 +79,16 @@ std::string Agent::KubeletSocketPath() const {
 std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
   struct stat st;
   if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
-  return std::make_pair(static_cast<uint64_t>(st.st_ino),
-                        static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
+  return std::make_pair(
+      static_cast<uint64_t>(st.st_ino),
+      static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
 }
 
 Status Agent::StartServer(Resource& r) {
   StopServing(r);
   if (UnixSocketIsLive(r.socket_path))
-    return FailedPreconditionError(StrCat("socket ", r.socket_path,
-                                          " is served by another process (a second devplugd?)"));
+    return FailedPreconditionError(
+        StrCat("socket ", r.socket_path, " is served by another process (a second devplugd?)"));
   // gRPC removes a stale file at the path before it binds.
   std::function<void(const std::vector<std::string>&)> on_allocated =
       [handed = r.handed_out, tracker = r.tracker, mailbox = mailbox_,
@@ -105,8 +109,8 @@ Status Agent::StartServer(Resource& r) {
   if (!r.server) {
     r.service.reset();
     if (watch_.Gone()) plugin_dir_lost_ = true;
-    return UnavailableError(StrCat("cannot serve on ", r.socket_path,
-                                   " (is the directory writable?)"));
+    return UnavailableError(
+        StrCat("cannot serve on ", r.socket_path, " (is the directory writable?)"));
   }
   struct stat st;
   if (stat(r.socket_path.c_str(), &st) == 0) r.socket_file = std::make_pair(st.st_dev, st.st_ino);

@@ -190,8 +190,7 @@ Result<std::string> ReadInterfaceId(const Port& port) {
       }
     }
     if (path.empty())
-      return FsError{ENOENT, port.fme_dir + "/dfl-fme-region.*/fpga_region/region*/compat_id",
-                     ""};
+      return FsError{ENOENT, port.fme_dir + "/dfl-fme-region.*/fpga_region/region*/compat_id", ""};
   }
   auto text = common::ReadAttr(path);
   if (!text) return text.error();
@@ -200,7 +199,9 @@ Result<std::string> ReadInterfaceId(const Port& port) {
   return *id;
 }
 
-unsigned long PrIoctl(Driver d) { return d == Driver::kDfl ? DFL_FPGA_FME_PORT_PR : kIntelFpgaPortPr; }
+unsigned long PrIoctl(Driver d) {
+  return d == Driver::kDfl ? DFL_FPGA_FME_PORT_PR : kIntelFpgaPortPr;
+}
 unsigned long ResetIoctl(Driver d) {
   return d == Driver::kDfl ? DFL_FPGA_PORT_RESET : kIntelFpgaPortReset;
 }
@@ -240,11 +241,12 @@ std::string ProgramByIoctl(const DeviceOps& ops, Driver driver, const std::strin
   std::string why = "partial reconfiguration of port " + std::to_string(port_id) + " through " +
                     fme_path + " failed: " + std::strerror(-rc);
   if (rc == -EIO) why += " (the card reported a PR error";
-  if (rc == -EIO && status != 0) why += ", status 0x" + [&] {
-    char b[24];
-    snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(status));
-    return std::string(b);
-  }();
+  if (rc == -EIO && status != 0)
+    why += ", status 0x" + [&] {
+      char b[24];
+      snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(status));
+      return std::string(b);
+    }();
   if (rc == -EIO) why += ")";
   return why;
 }

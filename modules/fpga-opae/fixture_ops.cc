@@ -12,10 +12,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <linux/fpga-dfl.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <linux/fpga-dfl.h>
 #include <string>
 
 #include "devplug/common/fs.h"

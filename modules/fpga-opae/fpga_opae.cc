@@ -27,14 +27,14 @@
 #include <thread>
 #include <vector>
 
+#include "alarm.h"
+#include "claims.h"
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/duration.h"
 #include "devplug/common/env.h"
 #include "devplug/common/fs.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/run.h"
-#include "alarm.h"
-#include "claims.h"
 #include "dfl.h"
 #include "gbs.h"
 #include "settings.h"
@@ -99,8 +99,7 @@ class FpgaOpae : public Instance {
   Port Find(std::string_view id) const {
     std::lock_guard lock(state_mu_);
     auto it = known_.find(std::string(id));
-    if (it == known_.end())
-      throw ModuleError(ENOENT, "unknown port \"" + std::string(id) + "\"");
+    if (it == known_.end()) throw ModuleError(ENOENT, "unknown port \"" + std::string(id) + "\"");
     return it->second.port;
   }
   // Why `name` is held back after a failed programming, if it still is
@@ -110,7 +109,8 @@ class FpgaOpae : public Instance {
   devplug::common::Result<std::string> ReadAfu(const Port& p, Clock::time_point deadline) const;
   // Programs `p` with accelerator `afu` unless it already holds it; "" or why not.
   std::string Program(const Port& p, const std::string& afu, Clock::time_point deadline);
-  std::string ProgramWithFpgaconf(const Port& p, const std::string& gbs, Clock::time_point deadline);
+  std::string ProgramWithFpgaconf(const Port& p, const std::string& gbs,
+                                  Clock::time_point deadline);
   void Hold(const Port& p, const std::string& why);
   // A programming of `p` succeeded (or it holds the accelerator): an
   // earlier failure no longer holds it back.
@@ -143,7 +143,7 @@ class FpgaOpae : public Instance {
   // poll) read ("" when unreadable).
   std::mutex polled_mu_;
   std::map<std::string, std::string> polled_;  // guarded by polled_mu_
-  Alarm alarm_;  // last: its thread stops before the rest goes
+  Alarm alarm_;                                // last: its thread stops before the rest goes
 };
 
 std::string ReadOrEmpty(const std::string& path) {
@@ -165,7 +165,7 @@ bool FpgaOpae::StateChanged() {
 }
 
 devplug::common::Result<std::string> FpgaOpae::ReadAfu(const Port& p,
-                                                      Clock::time_point deadline) const {
+                                                       Clock::time_point deadline) const {
   for (;;) {
     auto text = devplug::common::ReadAttr(p.sys_dir + "/afu_id");
     if (!text && text.error().code == EBUSY && Clock::now() + kBusyRetry < deadline) {
@@ -174,7 +174,8 @@ devplug::common::Result<std::string> FpgaOpae::ReadAfu(const Port& p,
     }
     if (!text) return text.error();
     auto id = devplug::fpga::CanonicalId(*text);
-    if (!id) return devplug::common::FsError{EINVAL, p.sys_dir + "/afu_id", "not a 32-digit hex ID"};
+    if (!id)
+      return devplug::common::FsError{EINVAL, p.sys_dir + "/afu_id", "not a 32-digit hex ID"};
     return *id;
   }
 }
@@ -196,7 +197,7 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     const bool was_listed = listed_.count(p.name) > 0;
     PortFacts facts{p.name, p.function, std::nullopt, std::nullopt};
 
-    std::string reason;  // first reason for Unhealthy
+    std::string reason;          // first reason for Unhealthy
     auto afu = ReadAfu(p, now);  // no retry: a busy port keeps what it had
     if (afu) {
       facts.afu_id = *afu;
@@ -214,9 +215,12 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
       if (cached == iface_cache.end())
         cached = iface_cache.emplace(p.fme_dir, devplug::fpga::ReadInterfaceId(p)).first;
       const auto& iface = cached->second;
-      if (!iface) iface_error = "interface ID unreadable: " + iface.error().ToString();
-      else if (AllF(*iface)) iface_error = "interface ID is all f (" + p.fme + ")";
-      else facts.interface_id = *iface;
+      if (!iface)
+        iface_error = "interface ID unreadable: " + iface.error().ToString();
+      else if (AllF(*iface))
+        iface_error = "interface ID is all f (" + p.fme + ")";
+      else
+        facts.interface_id = *iface;
     }
 
     // Is it ours? A port listed once stays listed while only its IDs
@@ -396,15 +400,16 @@ std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time
   auto now_afu = ReadAfu(p, deadline);
   if (now_afu && *now_afu == afu) return "";
   auto iface = devplug::fpga::ReadInterfaceId(p);
-  if (!iface) return "interface ID of " + p.name + "'s card unreadable: " + iface.error().ToString();
+  if (!iface)
+    return "interface ID of " + p.name + "'s card unreadable: " + iface.error().ToString();
   const std::string rel = s_.bitstream_dir + "/" + *iface + "/" + afu + ".gbs";
   const std::string path = root_.Path(rel);
   auto parsed = devplug::fpga::ReadGbs(path);
   if (auto* e = std::get_if<std::string>(&parsed)) return *e;
   const auto& gbs = std::get<devplug::fpga::GbsInfo>(parsed);
   if (gbs.interface_id != *iface)
-    return path + ": made for interface " + gbs.interface_id + ", but " + p.name +
-           "'s card has " + *iface;
+    return path + ": made for interface " + gbs.interface_id + ", but " + p.name + "'s card has " +
+           *iface;
   if (!gbs.HasAfu(afu)) {
     std::string have;
     for (const std::string& a : gbs.afu_ids) have += (have.empty() ? "" : ", ") + a;
@@ -425,8 +430,7 @@ std::string FpgaOpae::Program(const Port& p, const std::string& afu, Clock::time
     err = ProgramWithFpgaconf(p, path, deadline);
   } else {
     if (s_.program_with == ProgramWith::kAuto && gbs.user_clock)
-      return path + ": needs user clocks (" + gbs.clock_text +
-             "), which only fpgaconf sets, and " +
+      return path + ": needs user clocks (" + gbs.clock_text + "), which only fpgaconf sets, and " +
              (have_fpgaconf ? p.name + " is not port 0" : s_.fpgaconf + " is not installed") +
              " (program_with = \"ioctl\" programs without setting them)";
     if (p.fme_node.empty()) return "no FME found for " + p.name + "; cannot program it";
@@ -585,6 +589,6 @@ const char* const kSubsystems[] = {"fpga_region", "fpga", "platform", "pci", nul
 DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
                    "Intel FPGA ports (DFL and intel-fpga drivers), programmed per workload",
                    devplug::fpga::kSettingsKeys, kSubsystems, Create,
-                   devplug::common::kHookAllocate |
-                       devplug::common::kHookPreferred | devplug::common::kHookPreStart |
-                       devplug::common::kHookRelease | devplug::common::kConcurrentSlowCalls)
+                   devplug::common::kHookAllocate | devplug::common::kHookPreferred |
+                       devplug::common::kHookPreStart | devplug::common::kHookRelease |
+                       devplug::common::kConcurrentSlowCalls)

@@ -14,7 +14,8 @@ namespace {
 
 uint64_t Le(std::string_view b, size_t at, size_t n) {
   uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+  for (size_t i = 0; i < n; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
   return v;
 }
 
@@ -63,10 +64,14 @@ std::optional<std::string> CanonicalId(std::string_view text) {
   out.reserve(32);
   for (char c : text) {
     if (c == '-') continue;
-    if (c >= '0' && c <= '9') out += c;
-    else if (c >= 'a' && c <= 'f') out += c;
-    else if (c >= 'A' && c <= 'F') out += static_cast<char>(c - 'A' + 'a');
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      out += c;
+    else if (c >= 'a' && c <= 'f')
+      out += c;
+    else if (c >= 'A' && c <= 'F')
+      out += static_cast<char>(c - 'A' + 'a');
+    else
+      return std::nullopt;
     if (out.size() > 32) return std::nullopt;
   }
   if (out.size() != 32) return std::nullopt;

@@ -27,14 +27,14 @@ inline constexpr size_t kGbsHeaderSize = 20;
 inline constexpr uint32_t kGbsMaxMetadata = 1u << 20;
 
 struct GbsInfo {
-  std::string interface_id;           // canonical (see CanonicalId)
-  std::vector<std::string> afu_ids;   // accelerator-type UUIDs, canonical
+  std::string interface_id;          // canonical (see CanonicalId)
+  std::vector<std::string> afu_ids;  // accelerator-type UUIDs, canonical
   // A user clock the image needs: a frequency > 0, or "auto" (the tool
   // reads it from the image). Only fpgaconf sets user clocks.
   bool user_clock = false;
-  std::string clock_text;             // as written, for messages ("312.5/156.25")
-  uint64_t bitstream_offset = 0;      // 20 + metadata length
-  uint64_t bitstream_size = 0;        // file size - offset
+  std::string clock_text;         // as written, for messages ("312.5/156.25")
+  uint64_t bitstream_offset = 0;  // 20 + metadata length
+  uint64_t bitstream_size = 0;    // file size - offset
 
   bool HasAfu(std::string_view canonical_afu_id) const;
 };

@@ -51,15 +51,22 @@ std::optional<Settings> ParseSettings(Host& host) {
     ok = false;
   };
   const std::string mode = host.String("mode").value_or("af");
-  if (mode == "af") s.mode = Mode::kAf;
-  else if (mode == "region") s.mode = Mode::kRegion;
-  else if (mode == "region-devel") s.mode = Mode::kRegionDevel;
-  else bad("mode", "must be \"af\", \"region\" or \"region-devel\"");
+  if (mode == "af")
+    s.mode = Mode::kAf;
+  else if (mode == "region")
+    s.mode = Mode::kRegion;
+  else if (mode == "region-devel")
+    s.mode = Mode::kRegionDevel;
+  else
+    bad("mode", "must be \"af\", \"region\" or \"region-devel\"");
 
   const std::string driver = host.String("driver").value_or("auto");
-  if (driver == "dfl") s.driver = Driver::kDfl;
-  else if (driver == "intel-fpga") s.driver = Driver::kIntelFpga;
-  else if (driver != "auto") bad("driver", "must be \"dfl\", \"intel-fpga\" or \"auto\"");
+  if (driver == "dfl")
+    s.driver = Driver::kDfl;
+  else if (driver == "intel-fpga")
+    s.driver = Driver::kIntelFpga;
+  else if (driver != "auto")
+    bad("driver", "must be \"dfl\", \"intel-fpga\" or \"auto\"");
 
   auto id_key = [&](const char* key) -> std::string {
     auto text = host.String(key);
@@ -78,8 +85,10 @@ std::optional<Settings> ParseSettings(Host& host) {
   }
   for (const std::string& a : host.Strings("addresses").value_or(std::vector<std::string>{})) {
     auto n = devplug::common::NormalizePciAddress(a);
-    if (!n) bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:5e:00.0\"");
-    else s.addresses.push_back(*n);
+    if (!n)
+      bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:5e:00.0\"");
+    else
+      s.addresses.push_back(*n);
   }
   s.ports = host.Strings("ports").value_or(std::vector<std::string>{});
   for (const std::string& p : s.ports)
@@ -91,10 +100,14 @@ std::optional<Settings> ParseSettings(Host& host) {
     while (s.bitstream_dir.size() > 1 && s.bitstream_dir.back() == '/') s.bitstream_dir.pop_back();
   }
   const std::string with = host.String("program_with").value_or("auto");
-  if (with == "auto") s.program_with = ProgramWith::kAuto;
-  else if (with == "fpgaconf") s.program_with = ProgramWith::kFpgaconf;
-  else if (with == "ioctl") s.program_with = ProgramWith::kIoctl;
-  else bad("program_with", "must be \"auto\", \"fpgaconf\" or \"ioctl\"");
+  if (with == "auto")
+    s.program_with = ProgramWith::kAuto;
+  else if (with == "fpgaconf")
+    s.program_with = ProgramWith::kFpgaconf;
+  else if (with == "ioctl")
+    s.program_with = ProgramWith::kIoctl;
+  else
+    bad("program_with", "must be \"auto\", \"fpgaconf\" or \"ioctl\"");
   if (auto tool = host.String("fpgaconf")) {
     if (tool->empty() || tool->front() != '/') bad("fpgaconf", "must be an absolute path");
     s.fpgaconf = *tool;
@@ -112,7 +125,8 @@ std::optional<Settings> ParseSettings(Host& host) {
   if (auto d = Duration(host, "state_poll", s.state_poll, kMaxStatePoll, ok)) s.state_poll = *d;
 
   static const char* const kActions[] = {"reset", "clear-errors", "program-idle", "command"};
-  for (const std::string& a : host.Strings("release_actions").value_or(std::vector<std::string>{})) {
+  for (const std::string& a :
+       host.Strings("release_actions").value_or(std::vector<std::string>{})) {
     if (std::find(std::begin(kActions), std::end(kActions), a) == std::end(kActions))
       bad("release_actions",
           "unknown action \"" + a + "\" (known: reset, clear-errors, program-idle, command)");

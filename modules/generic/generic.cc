@@ -43,14 +43,14 @@
 namespace {
 
 using devplug::common::DeviceSink;
-using devplug::generic::HasGlob;
-using devplug::generic::Item;
-using devplug::generic::Settings;
-using devplug::generic::UsbSel;
 using devplug::common::Host;
 using devplug::common::HostRoot;
 using devplug::common::Ids;
 using devplug::common::Instance;
+using devplug::generic::HasGlob;
+using devplug::generic::Item;
+using devplug::generic::Settings;
+using devplug::generic::UsbSel;
 
 constexpr size_t kMaxId = 63;
 
@@ -98,8 +98,8 @@ std::string Dirname(const std::string& p) { return std::string(devplug::common::
 
 class Generic : public Instance {
  public:
-  Generic(Host host, std::vector<Item> items, std::vector<UsbSel> usb, bool group,
-          int64_t shares, bool usb_all, bool usb_env, std::vector<std::pair<std::string, std::string>> envs,
+  Generic(Host host, std::vector<Item> items, std::vector<UsbSel> usb, bool group, int64_t shares,
+          bool usb_all, bool usb_env, std::vector<std::pair<std::string, std::string>> envs,
           bool pack)
       : Instance(host),
         root_(std::string(host.host_root())),
@@ -108,9 +108,9 @@ class Generic : public Instance {
         group_(group),
         shares_(shares),
         usb_all_(usb_all),
-        usb_env_key_(usb_env ? devplug::common::EnvNameForResource("USB_RESOURCE",
-                                                                     host.resource_name())
-                             : ""),
+        usb_env_key_(usb_env
+                         ? devplug::common::EnvNameForResource("USB_RESOURCE", host.resource_name())
+                         : ""),
         envs_(std::move(envs)),
         pack_(pack) {}
 
@@ -144,8 +144,7 @@ class Generic : public Instance {
       if (!seen.insert(d.base).second) continue;  // two paths, one node
       healthy += d.healthy;
       for (int64_t k = 0; k < shares_; k++) {
-        const std::string id =
-            ShortId(shares_ > 1 ? d.base + "::" + std::to_string(k) : d.base);
+        const std::string id = ShortId(shares_ > 1 ? d.base + "::" + std::to_string(k) : d.base);
         auto recipe = sink.Add(id, d.healthy, d.numa, d.reason);
         if (!recipe) continue;
         device_of[id] = numa.size();
@@ -204,7 +203,7 @@ class Generic : public Instance {
     }
     // Replicas: spread over distinct devices first, or pack one device.
     std::vector<std::string> out(must_include.begin(), must_include.end());
-    std::map<size_t, size_t> used;                  // device -> replicas chosen
+    std::map<size_t, size_t> used;                    // device -> replicas chosen
     std::map<size_t, std::vector<std::string>> free;  // device -> replicas left
     for (const std::string& id : out)
       if (auto it = device_of_.find(id); it != device_of_.end()) used[it->second]++;
@@ -304,9 +303,9 @@ class Generic : public Instance {
 
   // /sys/dev/{char,block}/M:m resolved to its /sys/devices path, or "".
   std::string SysfsOfNode(const struct stat& st) const {
-    const std::string link = std::string(S_ISBLK(st.st_mode) ? "/sys/dev/block/" : "/sys/dev/char/") +
-                             std::to_string(major(st.st_rdev)) + ":" +
-                             std::to_string(minor(st.st_rdev));
+    const std::string link =
+        std::string(S_ISBLK(st.st_mode) ? "/sys/dev/block/" : "/sys/dev/char/") +
+        std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev));
     char buf[4096];
     const ssize_t n = readlink(root_.Path(link).c_str(), buf, sizeof(buf) - 1);
     if (n <= 0) return "";
@@ -373,7 +372,8 @@ class Generic : public Instance {
           if (Stat(it, p, &st) == Check::kOk) matches.push_back(p);
       } else {
         const Check c = Stat(it, it.pattern, &st);
-        if (c == Check::kOk) matches.push_back(it.pattern);
+        if (c == Check::kOk)
+          matches.push_back(it.pattern);
         else if (!it.optional && d.healthy) {
           d.healthy = false;
           d.reason = it.pattern + (c == Check::kMissing ? " missing" : " is not a device node");
@@ -381,9 +381,9 @@ class Generic : public Instance {
       }
       if (!it.optional && it.glob && matches.size() != 1 && d.healthy) {
         d.healthy = false;
-        d.reason = it.pattern + (matches.empty() ? " matches nothing"
-                                                 : " matches " + std::to_string(matches.size()) +
-                                                       " nodes");
+        d.reason = it.pattern + (matches.empty()
+                                     ? " matches nothing"
+                                     : " matches " + std::to_string(matches.size()) + " nodes");
       }
       for (const std::string& p : matches) {
         if (d.numa < 0 && stat(root_.Path(p).c_str(), &st) == 0) d.numa = NumaOfNode(st);
@@ -497,7 +497,7 @@ class Generic : public Instance {
   bool first_scan_ = true;
   size_t last_count_ = 0, last_healthy_ = 0;
   std::map<std::string, size_t> device_of_;  // ID -> index into numa_ (last scan)
-  using Topo = std::pair<dev_t, bool>;  // device number, block
+  using Topo = std::pair<dev_t, bool>;       // device number, block
   mutable std::map<Topo, int> numa_cache_;
   mutable std::set<Topo> numa_seen_;
   std::vector<int> numa_;
@@ -506,9 +506,9 @@ class Generic : public Instance {
 std::unique_ptr<Instance> Create(Host& host) {
   std::optional<Settings> s = devplug::generic::ParseSettings(host);
   if (!s) return nullptr;
-  auto inst = std::make_unique<Generic>(host, std::move(s->items), std::move(s->usb), s->group,
-                                        s->shares, s->usb_all, s->usb_env, std::move(s->envs),
-                                        s->pack);
+  auto inst =
+      std::make_unique<Generic>(host, std::move(s->items), std::move(s->usb), s->group, s->shares,
+                                s->usb_all, s->usb_env, std::move(s->envs), s->pack);
   inst->Start(s->preopen);
   return inst;
 }
@@ -531,9 +531,8 @@ const devplug_config_key kKeys[] = {
 
 // Where the nodes it serves usually live; other nodes are still seen
 // through the path watches and resyncs.
-const char* const kSubsystems[] = {"misc",   "tty",   "video4linux", "sound", "input",
-                                   "hidraw", "usb",   "usbmisc",     "block", "drm",
-                                   nullptr};
+const char* const kSubsystems[] = {"misc", "tty",     "video4linux", "sound", "input", "hidraw",
+                                   "usb",  "usbmisc", "block",       "drm",   nullptr};
 
 }  // namespace
 

@@ -21,20 +21,23 @@ bool ValidPermissions(const std::string& p) {
 // config error (the wrong type).
 bool GetString(Host& host, const std::string& path, std::string* out) {
   auto v = host.Get(path);
-  if (v && v->type != DEVPLUG_CONFIG_STRING) host.ConfigError(path.c_str(), "must be a string");
-  else if (v) *out = v->string;
+  if (v && v->type != DEVPLUG_CONFIG_STRING)
+    host.ConfigError(path.c_str(), "must be a string");
+  else if (v)
+    *out = v->string;
   return !v || v->type == DEVPLUG_CONFIG_STRING;
 }
 
 bool GetBool(Host& host, const std::string& path, bool* out) {
   auto v = host.Get(path);
-  if (v && v->type != DEVPLUG_CONFIG_BOOL) host.ConfigError(path.c_str(), "must be a boolean");
-  else if (v) *out = v->boolean;
+  if (v && v->type != DEVPLUG_CONFIG_BOOL)
+    host.ConfigError(path.c_str(), "must be a boolean");
+  else if (v)
+    *out = v->boolean;
   return !v || v->type == DEVPLUG_CONFIG_BOOL;
 }
 
-bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool default_ro,
-               Item* it) {
+bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool default_ro, Item* it) {
   const std::string at = "paths[" + std::to_string(i) + "]";
   auto v = host.Get(at);
   bool ok = true;
@@ -45,8 +48,8 @@ bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool defau
     it->pattern = v->string;
   } else if (v->type == DEVPLUG_CONFIG_TABLE) {
     for (const std::string& k : host.Members(at)) {
-      static const std::set<std::string> kKnown = {"path",     "container_path", "type",
-                                                   "permissions", "read_only",  "optional"};
+      static const std::set<std::string> kKnown = {"path",        "container_path", "type",
+                                                   "permissions", "read_only",      "optional"};
       if (!kKnown.contains(k)) {
         host.ConfigError((at + Host::Member(k)).c_str(),
                          "unknown key (known: path, container_path, type, permissions, "
@@ -70,7 +73,8 @@ bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool defau
   }
   const std::string where = v->type == DEVPLUG_CONFIG_STRING ? at : at + ".path";
   if (ok && !devplug::common::IsAbsolutePath(it->pattern)) {
-    host.ConfigError(where.c_str(), "\"" + it->pattern + "\" must be an absolute path, like /dev/net/tun");
+    host.ConfigError(where.c_str(),
+                     "\"" + it->pattern + "\" must be an absolute path, like /dev/net/tun");
     ok = false;
   }
   if (type != "device" && type != "mount") {
@@ -79,8 +83,10 @@ bool ParseItem(Host& host, size_t i, const std::string& default_perm, bool defau
   }
   it->mount = type == "mount";
   if (!ValidPermissions(it->permissions)) {
-    host.ConfigError((v->type == DEVPLUG_CONFIG_STRING ? std::string("permissions") : at + ".permissions").c_str(),
-                     "must be made of r, w and m, like \"rw\"");
+    host.ConfigError(
+        (v->type == DEVPLUG_CONFIG_STRING ? std::string("permissions") : at + ".permissions")
+            .c_str(),
+        "must be made of r, w and m, like \"rw\"");
     ok = false;
   }
   if (!it->container_path.empty() && !devplug::common::IsAbsolutePath(it->container_path)) {
@@ -110,8 +116,10 @@ std::optional<Settings> ParseSettings(Host& host) {
     }
     for (size_t i = 0; i < paths->size; i++) {
       Item it;
-      if (ParseItem(host, i, perm, read_only, &it)) items.push_back(std::move(it));
-      else ok = false;
+      if (ParseItem(host, i, perm, read_only, &it))
+        items.push_back(std::move(it));
+      else
+        ok = false;
     }
   }
   std::vector<UsbSel> usb;
@@ -130,7 +138,8 @@ std::optional<Settings> ParseSettings(Host& host) {
       UsbSel sel;
       for (const std::string& k : host.Members(at)) {
         if (k != "vendor" && k != "product" && k != "serial") {
-          host.ConfigError((at + Host::Member(k)).c_str(), "unknown key (known: vendor, product, serial)");
+          host.ConfigError((at + Host::Member(k)).c_str(),
+                           "unknown key (known: vendor, product, serial)");
           ok = false;
         }
       }
@@ -143,8 +152,10 @@ std::optional<Settings> ParseSettings(Host& host) {
         }
         auto id = devplug::common::ParsePciId(text);  // any 16-bit hex ID
         if (!id) {
-          host.ConfigError(p.c_str(), text.empty() ? "missing (a 16-bit ID in hex, like \"0403\")"
-                                                   : "\"" + text + "\" is not a 16-bit ID in hex, like \"0403\"");
+          host.ConfigError(p.c_str(),
+                           text.empty()
+                               ? "missing (a 16-bit ID in hex, like \"0403\")"
+                               : "\"" + text + "\" is not a 16-bit ID in hex, like \"0403\"");
           ok = false;
           continue;
         }
@@ -152,8 +163,10 @@ std::optional<Settings> ParseSettings(Host& host) {
       }
       if (host.Get(at + ".serial")) {
         std::string serial;
-        if (!GetString(host, at + ".serial", &serial)) ok = false;
-        else sel.serial = serial;
+        if (!GetString(host, at + ".serial", &serial))
+          ok = false;
+        else
+          sel.serial = serial;
       }
       usb.push_back(sel);
     }

@@ -40,7 +40,7 @@ struct Settings {
   bool usb_all = false;  // usb_nodes = "all"
   bool usb_env = false;
   common::Host::EnvList envs;
-  bool pack = false;     // preferred = "pack"
+  bool pack = false;  // preferred = "pack"
   bool preopen = false;
 };
 

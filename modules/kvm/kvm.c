@@ -26,13 +26,12 @@
 struct devplug_instance {
   const struct devplug_host *host;
   int64_t shares;
-  char device[256];    /* path the kubelet and containers see */
+  char device[256];     /* path the kubelet and containers see */
   char host_path[4096]; /* host_root + device, what we stat */
-  int last_healthy;    /* -1 before the first scan */
+  int last_healthy;     /* -1 before the first scan */
 };
 
-static void kvm_log(const struct devplug_host *h, int32_t level, const char *fmt,
-                    const char *arg) {
+static void kvm_log(const struct devplug_host *h, int32_t level, const char *fmt, const char *arg) {
   char buf[512];
   snprintf(buf, sizeof(buf), fmt, arg);
   h->log(h, level, buf);
@@ -76,8 +75,8 @@ static int kvm_create(const struct devplug_host *host, struct devplug_instance *
   if (DEVPLUG_HAS_MEMBER(host, struct devplug_host, watch_path)) {
     rc = host->watch_path(host, device);
     if (rc < 0 && rc != -ENOSYS) /* ENOSYS: the agent has no inotify (it said so) */
-      kvm_log(host, DEVPLUG_LOG_WARN, "cannot watch %s; changes without a uevent are seen at the next resync",
-              device);
+      kvm_log(host, DEVPLUG_LOG_WARN,
+              "cannot watch %s; changes without a uevent are seen at the next resync", device);
   }
   *ret = inst;
   return 0;

@@ -43,16 +43,16 @@ using devplug::common::HostRoot;
 using devplug::common::Ids;
 using devplug::common::Instance;
 using devplug::common::ModuleError;
+using devplug::nvidia::Discovery;
 using devplug::nvidia::GpuInfo;
+using devplug::nvidia::HostMount;
 using devplug::nvidia::Inventory;
+using devplug::nvidia::kVisible;
 using devplug::nvidia::MigDevice;
 using devplug::nvidia::Session;
-using devplug::nvidia::Discovery;
-using devplug::nvidia::HostMount;
 using devplug::nvidia::Settings;
 using devplug::nvidia::Strategy;
 using devplug::nvidia::StrategyName;
-using devplug::nvidia::kVisible;
 namespace nvml = devplug::nvidia::nvml;
 
 constexpr const char* kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
@@ -234,7 +234,8 @@ class Nvidia : public Instance, public Session::Listener {
           reason = r;
         }
       };
-      check(devplug::common::IsCharDevice(root_.Path(node)), node + " is missing", node + " missing");
+      check(devplug::common::IsCharDevice(root_.Path(node)), node + " is missing",
+            node + " missing");
       if (procfs) {
         const std::string info = std::string(kProcGpus) + "/" + u.pci + "/information";
         check(devplug::common::Exists(root_.Path(info)), info + " is missing",
@@ -358,7 +359,8 @@ class Nvidia : public Instance, public Session::Listener {
                   StrategyName(peer.strategy) + "\") and \"" + me + "\" (\"" +
                   StrategyName(s_.strategy) +
                   "\") both serve NVIDIA devices: a container given both sees the devices of "
-                  "only one in " + kVisible +
+                  "only one in " +
+                  kVisible +
                   " (the kubelet keeps one value); set device_list_strategy = "
                   "\"volume-mounts\" or \"cdi\" on both");
     }
@@ -475,9 +477,8 @@ class Nvidia : public Instance, public Session::Listener {
 
   bool IsNvidiaFunction(const devplug_udev_event& ev) const {
     // The event's own device folder, else the bus's link to it.
-    for (const std::string& dir :
-         {ev.syspath ? root_.Path(ev.syspath) : std::string(),
-          root_.Path("/sys/bus/pci/devices/" + std::string(ev.sysname))}) {
+    for (const std::string& dir : {ev.syspath ? root_.Path(ev.syspath) : std::string(),
+                                   root_.Path("/sys/bus/pci/devices/" + std::string(ev.sysname))}) {
       if (dir.empty()) continue;
       if (auto vendor = devplug::common::ReadHexAttr(dir + "/vendor"); vendor.ok())
         return *vendor == kNvidiaVendor;
@@ -540,16 +541,16 @@ class Nvidia : public Instance, public Session::Listener {
   std::shared_ptr<Session> session_;
 
   // Worker thread only.
-  std::shared_ptr<const Inventory> inventory_;       // the latest NVML discovery
-  std::map<std::string, GpuInfo> procfs_gpus_;       // the latest procfs discovery
-  std::map<std::string, Unit> units_;                // by UUID
-  std::map<std::string, std::string> gpu_by_pci_;    // every GPU discovered: PCI -> UUID
-  std::set<std::string> noted_;                      // GPUs skipped for their MIG mode (logged)
-  std::map<std::string, std::string> reported_;      // UUID -> last logged problem
+  std::shared_ptr<const Inventory> inventory_;     // the latest NVML discovery
+  std::map<std::string, GpuInfo> procfs_gpus_;     // the latest procfs discovery
+  std::map<std::string, Unit> units_;              // by UUID
+  std::map<std::string, std::string> gpu_by_pci_;  // every GPU discovered: PCI -> UUID
+  std::set<std::string> noted_;                    // GPUs skipped for their MIG mode (logged)
+  std::map<std::string, std::string> reported_;    // UUID -> last logged problem
 
-  std::mutex mu_;  // shared with the event thread
-  std::set<std::string> parents_;             // GPUs this resource serves (or their MIG devices)
-  std::map<std::string, int64_t> bad_xid_;    // XidKey -> XID
+  std::mutex mu_;                           // shared with the event thread
+  std::set<std::string> parents_;           // GPUs this resource serves (or their MIG devices)
+  std::map<std::string, int64_t> bad_xid_;  // XidKey -> XID
 };
 
 std::unique_ptr<Instance> Create(Host& host) {
@@ -568,12 +569,14 @@ const devplug_config_key kKeys[] = {
      "XIDs that do not make a GPU Unhealthy (default 13, 31, 43, 45, 68, 109)"},
     {"cdi", DEVPLUG_CONFIG_BOOL, 0, "also return CDI names nvidia.com/gpu=<uuid>"},
     {"mig", DEVPLUG_CONFIG_STRING, 0, "\"none\" (whole GPUs, default) or \"only\" (MIG devices)"},
-    {"mig_profile", DEVPLUG_CONFIG_STRING, 0, "with mig = \"only\": only this profile (\"1g.10gb\")"},
+    {"mig_profile", DEVPLUG_CONFIG_STRING, 0,
+     "with mig = \"only\": only this profile (\"1g.10gb\")"},
     {"device_list_strategy", DEVPLUG_CONFIG_STRING, 0,
      "\"envvar\" (default), \"volume-mounts\" or \"cdi\": how devices are named to the runtime"},
     {"driver_mount", DEVPLUG_CONFIG_TABLE, 0,
      "{ host, container }: the driver's folder, mounted read-only (nodes without the toolkit)"},
-    {"extra_mounts", DEVPLUG_CONFIG_ARRAY, 0, "more { host, container } read-only mounts, if present"},
+    {"extra_mounts", DEVPLUG_CONFIG_ARRAY, 0,
+     "more { host, container } read-only mounts, if present"},
     {"envs", DEVPLUG_CONFIG_TABLE, 0, "extra environment, { NAME = \"value\" }"},
     {nullptr, 0, 0, nullptr},
 };
@@ -585,8 +588,8 @@ const char* const kSubsystems[] = {"pci", nullptr};
 // Defined by hand (not DEVPLUG_CXX_MODULE): the table keys need an agent of
 // ABI minor 3.
 static constexpr devplug_module nvidia_module = devplug::common::internal::MakeModule<Create>(
-    "nvidia", "1.1.0", "NVIDIA GPUs and MIG devices through NVML or procfs, with XID health",
-    kKeys, kSubsystems, devplug::common::kHookUdev | devplug::common::kHookPreferred);
+    "nvidia", "1.1.0", "NVIDIA GPUs and MIG devices through NVML or procfs, with XID health", kKeys,
+    kSubsystems, devplug::common::kHookUdev | devplug::common::kHookPreferred);
 
 extern "C" DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_minor,
                                                              const devplug_module** ret) {

@@ -71,8 +71,8 @@ std::string NormalizeBusId(const char* bus_id) {
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
   char tail = 0;
   if (bus_id == nullptr ||
-      std::sscanf(bus_id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4 ||
-      bus > 0xff || dev > 0x1f || fn > 7)
+      std::sscanf(bus_id, "%x:%x:%x.%x%c", &domain, &bus, &dev, &fn, &tail) != 4 || bus > 0xff ||
+      dev > 0x1f || fn > 7)
     return {};
   char out[24];
   std::snprintf(out, sizeof(out), "%04x:%02x:%02x.%x", domain, bus, dev, fn);

@@ -32,9 +32,9 @@ struct PciInfo {
   unsigned int domain;
   unsigned int bus;
   unsigned int device;
-  unsigned int pciDeviceId;     // device ID << 16 | vendor ID
+  unsigned int pciDeviceId;  // device ID << 16 | vendor ID
   unsigned int pciSubSystemId;
-  char busId[32];               // "00000000:3B:00.0"
+  char busId[32];  // "00000000:3B:00.0"
 };
 
 // nvmlEventData_t
@@ -94,33 +94,35 @@ inline constexpr unsigned kNvLinkMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
 // successful Open(); optional ones may be null.
 struct Api {
   // required
-  Return (*Init)();                      // nvmlInit_v2
-  Return (*Shutdown)();                  // nvmlShutdown
-  Return (*DeviceGetCount)(unsigned int*);                       // nvmlDeviceGetCount_v2
-  Return (*DeviceGetHandleByIndex)(unsigned int, Device*);       // nvmlDeviceGetHandleByIndex_v2
-  Return (*DeviceGetUUID)(Device, char*, unsigned int);          // nvmlDeviceGetUUID
-  Return (*DeviceGetMinorNumber)(Device, unsigned int*);         // nvmlDeviceGetMinorNumber
-  Return (*DeviceGetPciInfo)(Device, PciInfo*);                  // nvmlDeviceGetPciInfo_v3
+  Return (*Init)();                                         // nvmlInit_v2
+  Return (*Shutdown)();                                     // nvmlShutdown
+  Return (*DeviceGetCount)(unsigned int*);                  // nvmlDeviceGetCount_v2
+  Return (*DeviceGetHandleByIndex)(unsigned int, Device*);  // nvmlDeviceGetHandleByIndex_v2
+  Return (*DeviceGetUUID)(Device, char*, unsigned int);     // nvmlDeviceGetUUID
+  Return (*DeviceGetMinorNumber)(Device, unsigned int*);    // nvmlDeviceGetMinorNumber
+  Return (*DeviceGetPciInfo)(Device, PciInfo*);             // nvmlDeviceGetPciInfo_v3
   // optional
-  const char* (*ErrorString)(Return);                            // nvmlErrorString
-  Return (*DeviceGetName)(Device, char*, unsigned int);          // nvmlDeviceGetName
-  Return (*EventSetCreate)(EventSet*);                           // nvmlEventSetCreate
+  const char* (*ErrorString)(Return);                                    // nvmlErrorString
+  Return (*DeviceGetName)(Device, char*, unsigned int);                  // nvmlDeviceGetName
+  Return (*EventSetCreate)(EventSet*);                                   // nvmlEventSetCreate
   Return (*DeviceRegisterEvents)(Device, unsigned long long, EventSet);  // nvmlDeviceRegisterEvents
-  Return (*EventSetWait)(EventSet, EventData*, unsigned int);    // nvmlEventSetWait_v2
-  Return (*EventSetFree)(EventSet);                              // nvmlEventSetFree
-  Return (*DeviceGetNvLinkState)(Device, unsigned int, int*);    // nvmlDeviceGetNvLinkState
+  Return (*EventSetWait)(EventSet, EventData*, unsigned int);            // nvmlEventSetWait_v2
+  Return (*EventSetFree)(EventSet);                                      // nvmlEventSetFree
+  Return (*DeviceGetNvLinkState)(Device, unsigned int, int*);            // nvmlDeviceGetNvLinkState
   Return (*DeviceGetNvLinkRemotePciInfo)(Device, unsigned int, PciInfo*);  // ..._v2
   Return (*DeviceGetTopologyCommonAncestor)(Device, Device, int*);
   // MIG (drivers from R450 on)
-  Return (*DeviceGetMemoryInfo)(Device, Memory*);                     // nvmlDeviceGetMemoryInfo
-  Return (*DeviceGetMigMode)(Device, unsigned int*, unsigned int*);   // current, pending
+  Return (*DeviceGetMemoryInfo)(Device, Memory*);                    // nvmlDeviceGetMemoryInfo
+  Return (*DeviceGetMigMode)(Device, unsigned int*, unsigned int*);  // current, pending
   Return (*DeviceGetMaxMigDeviceCount)(Device, unsigned int*);
   Return (*DeviceGetMigDeviceHandleByIndex)(Device, unsigned int, Device*);
   Return (*DeviceGetGpuInstanceId)(Device, unsigned int*);
   Return (*DeviceGetComputeInstanceId)(Device, unsigned int*);
-  Return (*DeviceGetAttributes)(Device, DeviceAttributes*);          // nvmlDeviceGetAttributes_v2
+  Return (*DeviceGetAttributes)(Device, DeviceAttributes*);  // nvmlDeviceGetAttributes_v2
 
-  bool has_events() const { return EventSetCreate && DeviceRegisterEvents && EventSetWait && EventSetFree; }
+  bool has_events() const {
+    return EventSetCreate && DeviceRegisterEvents && EventSetWait && EventSetFree;
+  }
   bool has_nvlink() const { return DeviceGetNvLinkState && DeviceGetNvLinkRemotePciInfo; }
   bool has_mig() const {
     return DeviceGetMemoryInfo && DeviceGetMigMode && DeviceGetMaxMigDeviceCount &&

@@ -9,8 +9,7 @@
 
 namespace devplug::nvidia {
 
-std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include,
-                                        size_t size,
+std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include, size_t size,
                                         const std::function<Place(std::string_view)>& place_of) {
   struct Group {
     std::vector<std::string_view> ids;  // sorted

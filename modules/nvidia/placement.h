@@ -26,8 +26,7 @@ struct Place {
 // first, then the GPU that holds the whole remainder with the least left
 // over, else the GPU with the most free devices; NUMA breaks ties (the node
 // already used, then the lower one), then the GPU's UUID.
-std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include,
-                                        size_t size,
+std::vector<std::string> PreferByParent(const Ids& available, const Ids& must_include, size_t size,
                                         const std::function<Place(std::string_view)>& place_of);
 
 // The best set of `size` GPUs containing must_include: most NVLinks between

@@ -152,8 +152,8 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
       // the one seen at this index before is reported lost, not gone.
       if (rc == nvml::kErrorGpuIsLost && inventory_) {
         auto prev = by_index_.find(i);
-        auto known = prev == by_index_.end() ? inventory_->gpus.end()
-                                             : inventory_->gpus.find(prev->second);
+        auto known =
+            prev == by_index_.end() ? inventory_->gpus.end() : inventory_->gpus.find(prev->second);
         if (known != inventory_->gpus.end()) {
           GpuInfo g = known->second;
           g.lost = true;
@@ -252,7 +252,8 @@ void Session::BuildTopology(Inventory& inv, const std::map<std::string, nvml::De
   std::vector<std::pair<const GpuInfo*, nvml::Device>> order;
   for (const auto& [uuid, g] : inv.gpus) {
     auto h = handles.find(uuid);
-    if (g.problem.empty() && !g.mig_enabled && h != handles.end()) order.emplace_back(&g, h->second);
+    if (g.problem.empty() && !g.mig_enabled && h != handles.end())
+      order.emplace_back(&g, h->second);
   }
   const size_t n = order.size();
   if (n == 0) return;
@@ -294,7 +295,8 @@ void Session::StartEvents(Listener& caller) {
   nvml::EventSet set = nullptr;
   nvml::Return rc = api.EventSetCreate(&set);
   if (rc != nvml::kSuccess) {
-    caller.Log(DEVPLUG_LOG_WARN, "nvmlEventSetCreate: " + lib_->Error(rc) + "; XIDs are not watched");
+    caller.Log(DEVPLUG_LOG_WARN,
+               "nvmlEventSetCreate: " + lib_->Error(rc) + "; XIDs are not watched");
     return;
   }
   std::map<nvml::Device, std::string> by_handle;

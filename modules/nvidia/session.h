@@ -25,9 +25,9 @@
 namespace devplug::nvidia {
 
 struct MigDevice {
-  std::string uuid;  // "MIG-…"
-  unsigned gi = 0;   // GPU instance ID
-  unsigned ci = 0;   // compute instance ID
+  std::string uuid;     // "MIG-…"
+  unsigned gi = 0;      // GPU instance ID
+  unsigned ci = 0;      // compute instance ID
   std::string profile;  // "1g.10gb"; "" when NVML could not describe it
 };
 

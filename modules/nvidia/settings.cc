@@ -17,8 +17,9 @@ std::optional<HostMount> ParseMount(Host& host, const std::string& at) {
   auto v = host.Get(at);
   if (!v) return std::nullopt;
   if (v->type != DEVPLUG_CONFIG_TABLE) {
-    host.ConfigError(at.c_str(), "must be a table like { host = \"/home/kubernetes/bin/nvidia\", "
-                                 "container = \"/usr/local/nvidia\" }");
+    host.ConfigError(at.c_str(),
+                     "must be a table like { host = \"/home/kubernetes/bin/nvidia\", "
+                     "container = \"/usr/local/nvidia\" }");
     return std::nullopt;
   }
   bool ok = true;
@@ -87,8 +88,8 @@ std::optional<Settings> ParseSettings(Host& host) {
   if (mig == "only") {
     s.mig_only = true;
   } else if (mig != "none") {
-    host.ConfigError("mig", "must be \"none\" (whole GPUs) or \"only\" (MIG devices), not \"" +
-                                mig + "\"");
+    host.ConfigError(
+        "mig", "must be \"none\" (whole GPUs) or \"only\" (MIG devices), not \"" + mig + "\"");
     ok = false;
   }
   if (auto profile = host.String("mig_profile")) {

@@ -19,9 +19,12 @@ enum class Strategy { kEnvvar, kVolumeMounts, kCdi };
 
 inline const char* StrategyName(Strategy s) {
   switch (s) {
-    case Strategy::kEnvvar: return "envvar";
-    case Strategy::kVolumeMounts: return "volume-mounts";
-    case Strategy::kCdi: return "cdi";
+    case Strategy::kEnvvar:
+      return "envvar";
+    case Strategy::kVolumeMounts:
+      return "volume-mounts";
+    case Strategy::kCdi:
+      return "cdi";
   }
   return "?";
 }

@@ -55,7 +55,7 @@ struct Selection {
 
 struct Port {
   int number = 0;
-  int state = 0;  // 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER; 0 unreadable
+  int state = 0;           // 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER; 0 unreadable
   std::string state_path;  // host path, for the poller
 };
 
@@ -66,9 +66,9 @@ struct Hca {
   int numa_node = -1;
   std::vector<std::string> ifnames;
   std::vector<Port> ports;
-  std::string uverbs;               // "/dev/infiniband/uverbs0", "" if none
-  std::vector<std::string> mad;     // umad/issm node paths
-  bool verbs_node = false;          // uverbs node present as a char device
+  std::string uverbs;            // "/dev/infiniband/uverbs0", "" if none
+  std::vector<std::string> mad;  // umad/issm node paths
+  bool verbs_node = false;       // uverbs node present as a char device
 
   bool port_active() const {
     return std::any_of(ports.begin(), ports.end(), [](const Port& p) {
@@ -94,7 +94,8 @@ struct Hca {
       return uverbs.empty() ? "has no verbs device (is ib_uverbs loaded?)" : uverbs + " is missing";
     std::string s = "no port is ACTIVE (";
     for (size_t i = 0; i < ports.size(); i++)
-      s += (i ? ", " : "") + std::to_string(ports[i].number) + ": " + std::to_string(ports[i].state);
+      s +=
+          (i ? ", " : "") + std::to_string(ports[i].number) + ": " + std::to_string(ports[i].state);
     return s + ")";
   }
 };
@@ -139,15 +140,14 @@ class Rdma : public Instance {
   // the InfiniBand port poll. Started by the first scan, so that it calls
   // devices_changed only after create() has returned, as the ABI asks.
   void StartWatcher() {
-    const std::string why = watcher_.Start(
-        {[this](std::string_view ifname) {
-           std::lock_guard lock(mu_);
-           return watch_ifnames_.count(std::string(ifname)) > 0;
-         },
-         [this] { host().DevicesChanged(); }, [this] { return PortsChanged(); }},
-        std::chrono::milliseconds(poll_ms_));
-    if (!why.empty())
-      host().Warn(why + ": RoCE link changes are seen at the next poll or resync");
+    const std::string why =
+        watcher_.Start({[this](std::string_view ifname) {
+                          std::lock_guard lock(mu_);
+                          return watch_ifnames_.count(std::string(ifname)) > 0;
+                        },
+                        [this] { host().DevicesChanged(); }, [this] { return PortsChanged(); }},
+                       std::chrono::milliseconds(poll_ms_));
+    if (!why.empty()) host().Warn(why + ": RoCE link changes are seen at the next poll or resync");
   }
 
   void ListDevices(DeviceSink& sink) override {
@@ -176,7 +176,8 @@ class Rdma : public Instance {
         if (rdma_cm) r->Node(kRdmaCm);
       }
     } else {
-      const bool healthy = std::any_of(hcas.begin(), hcas.end(), [](const Hca& h) { return h.usable(); });
+      const bool healthy =
+          std::any_of(hcas.begin(), hcas.end(), [](const Hca& h) { return h.usable(); });
       // Every node an adapter sits on; none when one adapter's is unknown.
       std::vector<int32_t> numa;
       for (const Hca& h : hcas) numa.push_back(h.numa_node);
@@ -254,8 +255,8 @@ class Rdma : public Instance {
       h.ibdev = ibdev;
       if (auto pci = dir->LinkName("device"); pci.ok() && devplug::common::IsPciAddress(*pci)) {
         h.pci = *pci;
-        auto f = devplug::common::ReadPciFunction(root_, h.pci,
-                                                  devplug::common::kPciNuma | devplug::common::kPciNet);
+        auto f = devplug::common::ReadPciFunction(
+            root_, h.pci, devplug::common::kPciNuma | devplug::common::kPciNet);
         if (f.ok()) {
           h.vendor = f->vendor;
           h.numa_node = f->numa_node;
@@ -336,7 +337,7 @@ class Rdma : public Instance {
   bool first_scan_ = true;
   bool rdma_cm_ = true;
 
-  std::mutex mu_;  // guards what the watcher reads
+  std::mutex mu_;                                         // guards what the watcher reads
   std::vector<std::pair<std::string, int>> watch_ports_;  // state path, state at the last scan
   std::set<std::string> watch_ifnames_;
   devplug::common::LinkWatcher watcher_;  // last: stopped before the rest goes
@@ -363,7 +364,8 @@ std::unique_ptr<Instance> Create(Host& host) {
     for (const std::string& v : *vendors) {
       auto id = devplug::common::ParsePciId(v);
       if (!id) {
-        host.ConfigError("vendors", "\"" + v + "\" is not a 16-bit PCI vendor ID in hex, like \"15b3\"");
+        host.ConfigError("vendors",
+                         "\"" + v + "\" is not a 16-bit PCI vendor ID in hex, like \"15b3\"");
         ok = false;
       } else {
         sel.vendors.push_back(*id);
@@ -373,7 +375,8 @@ std::unique_ptr<Instance> Create(Host& host) {
   auto names = [&](const char* key, std::vector<std::string>& into) {
     if (auto v = host.Strings(key)) {
       for (const std::string& n : *v) {
-        if (n.empty() || n.size() > 64 || n.find('/') != std::string::npos || n == "." || n == "..") {
+        if (n.empty() || n.size() > 64 || n.find('/') != std::string::npos || n == "." ||
+            n == "..") {
           host.ConfigError(key, "\"" + n + "\" is not a device or interface name");
           ok = false;
         }
@@ -399,13 +402,17 @@ std::unique_ptr<Instance> Create(Host& host) {
 }
 
 const devplug_config_key kKeys[] = {
-    {"mode", DEVPLUG_CONFIG_STRING, 0, "\"shared\" (default) or \"exclusive\" (one pod per adapter)"},
-    {"shares", DEVPLUG_CONFIG_INT, 0, "shared mode: pods that may use the adapters at once (default 100)"},
+    {"mode", DEVPLUG_CONFIG_STRING, 0,
+     "\"shared\" (default) or \"exclusive\" (one pod per adapter)"},
+    {"shares", DEVPLUG_CONFIG_INT, 0,
+     "shared mode: pods that may use the adapters at once (default 100)"},
     {"vendors", DEVPLUG_CONFIG_STRING_ARRAY, 0, "PCI vendor IDs in hex (default: any)"},
     {"devices", DEVPLUG_CONFIG_STRING_ARRAY, 0, "RDMA device names, e.g. mlx5_0 (default: any)"},
-    {"ifnames", DEVPLUG_CONFIG_STRING_ARRAY, 0, "adapters with one of these net interfaces (default: any)"},
+    {"ifnames", DEVPLUG_CONFIG_STRING_ARRAY, 0,
+     "adapters with one of these net interfaces (default: any)"},
     {"umad", DEVPLUG_CONFIG_BOOL, 0, "also hand out umad/issm nodes for subnet management tools"},
-    {"port_poll_ms", DEVPLUG_CONFIG_INT, 0, "InfiniBand port state poll in ms (default 1000; 0 off)"},
+    {"port_poll_ms", DEVPLUG_CONFIG_INT, 0,
+     "InfiniBand port state poll in ms (default 1000; 0 off)"},
     {nullptr, 0, 0, nullptr},
 };
 
@@ -413,6 +420,6 @@ const char* const kSubsystems[] = {"infiniband", "infiniband_verbs", "net", null
 
 }  // namespace
 
-DEVPLUG_CXX_MODULE(rdma_module, "rdma", "1.0.0", "RDMA adapters (InfiniBand, RoCE), shared or exclusive",
-                   kKeys, kSubsystems, Create,
-                   devplug::common::kHookUdev | devplug::common::kHookPreferred)
+DEVPLUG_CXX_MODULE(rdma_module, "rdma", "1.0.0",
+                   "RDMA adapters (InfiniBand, RoCE), shared or exclusive", kKeys, kSubsystems,
+                   Create, devplug::common::kHookUdev | devplug::common::kHookPreferred)

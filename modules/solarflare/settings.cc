@@ -19,12 +19,16 @@ std::optional<Settings> ParseSettings(Host& host) {
     ok = false;
   };
   const std::string mode = host.String("mode").value_or("shared");
-  if (mode != "shared" && mode != "nic") bad("mode", "must be \"shared\" or \"nic\", not \"" + mode + "\"");
+  if (mode != "shared" && mode != "nic")
+    bad("mode", "must be \"shared\" or \"nic\", not \"" + mode + "\"");
   s.nic_mode = mode == "nic";
   if (auto shares = host.Int("shares")) {
-    if (s.nic_mode) bad("shares", "applies to mode = \"shared\" only");
-    else if (*shares < 1 || *shares > 10000) bad("shares", "must be between 1 and 10000");
-    else s.shares = *shares;
+    if (s.nic_mode)
+      bad("shares", "applies to mode = \"shared\" only");
+    else if (*shares < 1 || *shares > 10000)
+      bad("shares", "must be between 1 and 10000");
+    else
+      s.shares = *shares;
   }
   auto names = [&](const char* key, std::vector<std::string>* into) {
     auto v = host.Strings(key);
@@ -42,16 +46,20 @@ std::optional<Settings> ParseSettings(Host& host) {
     if (vendors->empty()) bad("vendors", "is empty; leave it out for the default");
     for (const std::string& v : *vendors) {
       auto id = devplug::common::ParsePciId(v);
-      if (!id) bad("vendors", "\"" + v + "\" is not a 16-bit PCI vendor ID in hex, like \"1924\"");
-      else s.vendors.push_back(*id);
+      if (!id)
+        bad("vendors", "\"" + v + "\" is not a 16-bit PCI vendor ID in hex, like \"1924\"");
+      else
+        s.vendors.push_back(*id);
     }
   }
   if (auto addresses = host.Strings("addresses")) {
     if (addresses->empty()) bad("addresses", "is empty; leave it out to select any");
     for (const std::string& a : *addresses) {
       auto n = devplug::common::NormalizePciAddress(a);
-      if (!n) bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:3b:00.0\"");
-      else s.addresses.push_back(*n);
+      if (!n)
+        bad("addresses", "\"" + a + "\" is not a PCI address like \"0000:3b:00.0\"");
+      else
+        s.addresses.push_back(*n);
     }
   }
   s.require_nic = host.Bool("require_nic").value_or(true);
@@ -77,8 +85,10 @@ std::optional<Settings> ParseSettings(Host& host) {
   auto dir_key = [&](const char* key, std::string* into, bool allow_auto) {
     auto v = host.String(key);
     if (!v) return;
-    if (allow_auto && *v == "auto") into->clear();
-    else if (absolute(key, *v)) *into = *v;
+    if (allow_auto && *v == "auto")
+      into->clear();
+    else if (absolute(key, *v))
+      *into = *v;
   };
   dir_key("lib_dir", &s.lib_dir, true);
   dir_key("container_lib_dir", &s.container_lib_dir, false);
@@ -87,8 +97,10 @@ std::optional<Settings> ParseSettings(Host& host) {
   if (auto libs = host.Strings("libraries")) {
     s.libraries.clear();
     for (const std::string& l : *libs) {
-      if (l.empty() || l.find('/') != std::string::npos) bad("libraries", "\"" + l + "\" is not a file-name prefix");
-      else s.libraries.push_back(l);
+      if (l.empty() || l.find('/') != std::string::npos)
+        bad("libraries", "\"" + l + "\" is not a file-name prefix");
+      else
+        s.libraries.push_back(l);
     }
   }
   s.preload = host.Bool("preload").value_or(true);
@@ -102,20 +114,25 @@ std::optional<Settings> ParseSettings(Host& host) {
   ok = host.EnvTable("envs", &s.envs) && ok;
   for (const auto& [key, value] : s.envs) {
     if (key == "LD_PRELOAD" && s.preload)
-      bad("envs", "sets LD_PRELOAD, which preload = true sets; set preload = false to give your own");
+      bad("envs",
+          "sets LD_PRELOAD, which preload = true sets; set preload = false to give your own");
     if (key.rfind("SFC_RESOURCE_", 0) == 0 && s.nic_mode)
       bad("envs", "sets " + key + ", which nic mode sets");
   }
 
   if (auto cmd = host.String("attach_command")) {
-    if (!s.nic_mode) bad("attach_command", "applies to mode = \"nic\" only");
-    else if (absolute("attach_command", *cmd)) s.attach_command = *cmd;
+    if (!s.nic_mode)
+      bad("attach_command", "applies to mode = \"nic\" only");
+    else if (absolute("attach_command", *cmd))
+      s.attach_command = *cmd;
   }
   if (auto text = host.String("attach_timeout")) {
     if (!host.String("attach_command")) bad("attach_timeout", "applies only with attach_command");
     auto d = devplug::common::ParseDuration(*text, kMaxAttachTimeout);
-    if (auto* why = std::get_if<std::string>(&d)) bad("attach_timeout", *why);
-    else s.attach_timeout = std::get<milliseconds>(d);
+    if (auto* why = std::get_if<std::string>(&d))
+      bad("attach_timeout", *why);
+    else
+      s.attach_timeout = std::get<milliseconds>(d);
   }
   if (!s.attach_command.empty())
     if (std::string why = host.CheckWithinPrestart(s.attach_timeout); !why.empty())

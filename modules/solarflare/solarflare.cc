@@ -52,8 +52,8 @@ using devplug::common::Ids;
 using devplug::common::Instance;
 using devplug::common::ModuleError;
 using devplug::common::Recipe;
-using devplug::solarflare::Settings;
 using devplug::solarflare::kPreloadLib;
+using devplug::solarflare::Settings;
 using std::chrono::milliseconds;
 
 constexpr const char* kLibDirs[] = {"/usr/lib64", "/usr/lib/x86_64-linux-gnu",
@@ -70,9 +70,9 @@ struct Nic {
   int numa_node = -1;
   std::string enable_path;  // host path of sfc_resource/enable, "" without one
   bool onload_enabled = true;
-  bool carrier = true;      // read only with require_link
-  int links_up = 0;         // interfaces with carrier
-  std::string no_carrier;   // the interfaces without carrier
+  bool carrier = true;     // read only with require_link
+  int links_up = 0;        // interfaces with carrier
+  std::string no_carrier;  // the interfaces without carrier
 
   bool usable() const { return onload_enabled && carrier; }
   // A few words for the status: "Onload disabled", "no carrier on ens1f0".
@@ -95,7 +95,7 @@ struct Nic {
 
 // What the node offers, the same for every device.
 struct NodeState {
-  std::string problem;  // why nothing is usable; "" when the node is fine
+  std::string problem;             // why nothing is usable; "" when the node is fine
   std::vector<std::string> nodes;  // device nodes every container gets
   std::string lib_dir;             // resolved host dir, "" when none
   std::vector<std::string> libs;   // file names in lib_dir
@@ -114,7 +114,8 @@ std::string Join(const std::vector<std::string>& v, const char* sep = ",") {
 
 // Files (regular or symlinks) in `dir` whose names start with one of
 // `prefixes`, sorted.
-std::vector<std::string> Libraries(const std::string& dir, const std::vector<std::string>& prefixes) {
+std::vector<std::string> Libraries(const std::string& dir,
+                                   const std::vector<std::string>& prefixes) {
   std::vector<std::string> out;
   devplug::common::ForEachEntry(dir, [&](int dir_fd, const struct dirent& e) {
     const std::string_view name = e.d_name;
@@ -229,13 +230,13 @@ class Solarflare : public Instance {
   // interface (or lost messages) triggers a rescan, which reads the carrier
   // from sysfs. Started by the first scan, after create() has returned.
   void StartWatcher() {
-    const std::string why = watcher_.Start(
-        {[this](std::string_view ifname) {
-           std::lock_guard lock(mu_);
-           return watch_ifnames_.count(std::string(ifname)) > 0;
-         },
-         [this] { host().DevicesChanged(); }, {}},
-        milliseconds(0));
+    const std::string why = watcher_.Start({[this](std::string_view ifname) {
+                                              std::lock_guard lock(mu_);
+                                              return watch_ifnames_.count(std::string(ifname)) > 0;
+                                            },
+                                            [this] { host().DevicesChanged(); },
+                                            {}},
+                                           milliseconds(0));
     if (!why.empty()) host().Warn(why + ": carrier changes are seen at the next event or resync");
   }
 
@@ -247,12 +248,12 @@ class Solarflare : public Instance {
   // (kConcurrentSlowCalls), the link watcher on its own. The worker alone
   // writes nics_ (under mu_) and reads it freely; PreStart copies what it
   // needs under mu_ and runs the command without it.
-  std::vector<Nic> nics_;       // the last scan; written under mu_
-  std::string problem_;         // worker only: the last scan's node problem
-  bool first_scan_ = true;      // worker only
+  std::vector<Nic> nics_;   // the last scan; written under mu_
+  std::string problem_;     // worker only: the last scan's node problem
+  bool first_scan_ = true;  // worker only
 
-  std::mutex mu_;  // guards nics_ writes and what other threads read
-  std::set<std::string> watch_ifnames_;  // guarded by mu_
+  std::mutex mu_;                         // guards nics_ writes and what other threads read
+  std::set<std::string> watch_ifnames_;   // guarded by mu_
   devplug::common::LinkWatcher watcher_;  // last: stopped before the rest goes
 };
 
@@ -264,8 +265,10 @@ NodeState Solarflare::ScanNode() const {
   if (!devplug::common::Exists(root_.Path(kOnloadModule)))
     fail("onload driver not loaded (" + std::string(kOnloadModule) + " missing)");
   for (const std::string& path : s_.devices) {
-    if (devplug::common::IsCharDevice(root_.Path(path))) node.nodes.push_back(path);
-    else fail(path + " missing");
+    if (devplug::common::IsCharDevice(root_.Path(path)))
+      node.nodes.push_back(path);
+    else
+      fail(path + " missing");
   }
   for (const std::string& path : s_.optional_devices)
     if (devplug::common::IsCharDevice(root_.Path(path))) node.nodes.push_back(path);
@@ -358,8 +361,10 @@ std::vector<Nic> Solarflare::ScanNics() const {
     n.ifnames.push_back(ifname);
     if (s_.require_link) {
       // carrier reads EINVAL while the interface is administratively down.
-      if (dir->Read("carrier").value_or("0") == "1") n.links_up++;
-      else n.no_carrier += (n.no_carrier.empty() ? "" : ",") + ifname;
+      if (dir->Read("carrier").value_or("0") == "1")
+        n.links_up++;
+      else
+        n.no_carrier += (n.no_carrier.empty() ? "" : ",") + ifname;
     }
   }
   std::vector<Nic> out;
@@ -434,9 +439,9 @@ void Solarflare::PreStart(const Ids& ids) {
     }
     if (!p) continue;
     if (pod && (pod->pod_namespace != p->pod_namespace || pod->pod_name != p->pod_name))
-      throw ModuleError(EBUSY, id_list + ": held by " + pod->pod_namespace + "/" +
-                                   pod->pod_name + " and " + p->pod_namespace + "/" +
-                                   p->pod_name + "; not attaching");
+      throw ModuleError(EBUSY, id_list + ": held by " + pod->pod_namespace + "/" + pod->pod_name +
+                                   " and " + p->pod_namespace + "/" + p->pod_name +
+                                   "; not attaching");
     if (!pod) pod = std::move(p);
   }
   std::vector<std::string> env{
@@ -454,13 +459,15 @@ void Solarflare::PreStart(const Ids& ids) {
   } else {
     who = "an unknown pod";
     host().Warn(id_list + ": " +
-                (unknown_why.empty() ? "no pod holds it in the kubelet's PodResources (an init container?)"
-                                     : unknown_why) +
+                (unknown_why.empty()
+                     ? "no pod holds it in the kubelet's PodResources (an init container?)"
+                     : unknown_why) +
                 "; running " + s_.attach_command + " without DEVPLUG_POD_*");
   }
   const auto start = std::chrono::steady_clock::now();
   auto r = devplug::common::RunProgram({s_.attach_command}, env, s_.attach_timeout);
-  const auto took = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
   if (!r.ok())
     throw ModuleError(EIO, "attach " + id_list + " to " + who + ": " +
                                r.Describe(s_.attach_command, s_.attach_timeout));
@@ -478,31 +485,39 @@ std::unique_ptr<Instance> Create(Host& host) {
 
 const devplug_config_key kKeys[] = {
     {"mode", DEVPLUG_CONFIG_STRING, 0, "\"shared\" (default) or \"nic\" (one device per NIC)"},
-    {"shares", DEVPLUG_CONFIG_INT, 0, "shared mode: pods that may use Onload at once (default 100)"},
-    {"drivers", DEVPLUG_CONFIG_STRING_ARRAY, 0, "NIC drivers (default sfc, sfc_ef100, xilinx_efct)"},
+    {"shares", DEVPLUG_CONFIG_INT, 0,
+     "shared mode: pods that may use Onload at once (default 100)"},
+    {"drivers", DEVPLUG_CONFIG_STRING_ARRAY, 0,
+     "NIC drivers (default sfc, sfc_ef100, xilinx_efct)"},
     {"vendors", DEVPLUG_CONFIG_STRING_ARRAY, 0, "PCI vendor IDs in hex (default 1924, 10ee)"},
     {"ifnames", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only these interfaces (default: any)"},
     {"addresses", DEVPLUG_CONFIG_STRING_ARRAY, 0, "only these PCI functions (default: any)"},
-    {"require_nic", DEVPLUG_CONFIG_BOOL, 0, "no usable NIC makes the devices Unhealthy (default true)"},
+    {"require_nic", DEVPLUG_CONFIG_BOOL, 0,
+     "no usable NIC makes the devices Unhealthy (default true)"},
     {"require_link", DEVPLUG_CONFIG_BOOL, 0, "a NIC without carrier is not usable (default false)"},
     {"check_cplane", DEVPLUG_CONFIG_BOOL, 0, "the control-plane server must exist (default true)"},
     {"devices", DEVPLUG_CONFIG_STRING_ARRAY, 0, "nodes every container gets; each must exist"},
     {"optional_devices", DEVPLUG_CONFIG_STRING_ARRAY, 0, "nodes passed only when present"},
     {"lib_dir", DEVPLUG_CONFIG_STRING, 0, "host folder of libonload.so (default auto)"},
     {"libraries", DEVPLUG_CONFIG_STRING_ARRAY, 0, "file-name prefixes mounted read-only"},
-    {"container_lib_dir", DEVPLUG_CONFIG_STRING, 0, "where the libraries appear (default /opt/onload/usr/lib64)"},
+    {"container_lib_dir", DEVPLUG_CONFIG_STRING, 0,
+     "where the libraries appear (default /opt/onload/usr/lib64)"},
     {"preload", DEVPLUG_CONFIG_BOOL, 0, "set LD_PRELOAD to libonload.so (default true)"},
-    {"onload_script", DEVPLUG_CONFIG_BOOL, 0, "mount the onload wrapper script (needs preload = false)"},
+    {"onload_script", DEVPLUG_CONFIG_BOOL, 0,
+     "mount the onload wrapper script (needs preload = false)"},
     {"bin_dir", DEVPLUG_CONFIG_STRING, 0, "host folder of the onload script (default auto)"},
-    {"container_bin_dir", DEVPLUG_CONFIG_STRING, 0, "where the script appears (default /opt/onload/usr/bin)"},
-    {"envs", DEVPLUG_CONFIG_TABLE, 0, "environment variables for every container (EF_* profile values)"},
-    {"attach_command", DEVPLUG_CONFIG_STRING, 0, "nic mode: program run at PreStartContainer with the pod"},
+    {"container_bin_dir", DEVPLUG_CONFIG_STRING, 0,
+     "where the script appears (default /opt/onload/usr/bin)"},
+    {"envs", DEVPLUG_CONFIG_TABLE, 0,
+     "environment variables for every container (EF_* profile values)"},
+    {"attach_command", DEVPLUG_CONFIG_STRING, 0,
+     "nic mode: program run at PreStartContainer with the pod"},
     {"attach_timeout", DEVPLUG_CONFIG_STRING, 0, "longest attach_command may run (default 10s)"},
     {nullptr, 0, 0, nullptr},
 };
 
-const char* const kSubsystems[] = {"net", "pci", "module", "onload", "onload_epoll", "sfc_char",
-                                   nullptr};
+const char* const kSubsystems[] = {"net",          "pci",      "module", "onload",
+                                   "onload_epoll", "sfc_char", nullptr};
 
 }  // namespace
 

@@ -49,20 +49,28 @@ struct Seen {
 // What the status shows for an Unhealthy function: a few words.
 std::string Reason(const Seen& s) {
   switch (s.why) {
-    case Why::kNoGroup: return "no IOMMU group";
-    case Why::kNoGroupNode: return "/dev/vfio/" + std::to_string(s.group) + " missing";
-    case Why::kNoContainerNode: return std::string(kContainerNode) + " missing";
-    case Why::kNone: break;
+    case Why::kNoGroup:
+      return "no IOMMU group";
+    case Why::kNoGroupNode:
+      return "/dev/vfio/" + std::to_string(s.group) + " missing";
+    case Why::kNoContainerNode:
+      return std::string(kContainerNode) + " missing";
+    case Why::kNone:
+      break;
   }
   return "";
 }
 
 std::string Describe(const Seen& s) {
   switch (s.why) {
-    case Why::kNoGroup: return "has no IOMMU group (is the IOMMU enabled?)";
-    case Why::kNoGroupNode: return "/dev/vfio/" + std::to_string(s.group) + " is missing";
-    case Why::kNoContainerNode: return std::string(kContainerNode) + " is missing";
-    case Why::kNone: break;
+    case Why::kNoGroup:
+      return "has no IOMMU group (is the IOMMU enabled?)";
+    case Why::kNoGroupNode:
+      return "/dev/vfio/" + std::to_string(s.group) + " is missing";
+    case Why::kNoContainerNode:
+      return std::string(kContainerNode) + " is missing";
+    case Why::kNone:
+      break;
   }
   return "healthy";
 }
@@ -81,8 +89,8 @@ class Vfio : public Instance {
   void ListDevices(DeviceSink& sink) override {
     auto scan = bindings_.Scan(selector_);
     if (!scan.ok())
-      throw devplug::common::ModuleError(scan.error().code, "PCI scan failed: " +
-                                                                scan.error().ToString());
+      throw devplug::common::ModuleError(scan.error().code,
+                                         "PCI scan failed: " + scan.error().ToString());
     for (const auto& p : scan->problems) host().Debug("skipped during scan: " + p.ToString());
 
     // One listing of /dev/vfio answers every group's health.
@@ -173,19 +181,19 @@ class Vfio : public Instance {
     container_node_now_ = false;
     groups_.clear();
     noiommu_groups_.clear();
-    auto err = devplug::common::ForEachEntry(root_.Path("/dev/vfio"), [&](int dir,
-                                                                          const dirent& ent) {
-      if (!devplug::common::IsCharDeviceEntry(dir, ent)) return;
-      std::string_view v = ent.d_name;
-      if (v == "vfio") container_node_now_ = true;
-      std::vector<int>* into = &groups_;
-      if (v.rfind("noiommu-", 0) == 0) {
-        v.remove_prefix(8);
-        into = &noiommu_groups_;
-      }
-      if (auto g = devplug::common::ParseInt(v); g && *g >= 0 && *g <= INT32_MAX)
-        into->push_back(static_cast<int>(*g));
-    });
+    auto err =
+        devplug::common::ForEachEntry(root_.Path("/dev/vfio"), [&](int dir, const dirent& ent) {
+          if (!devplug::common::IsCharDeviceEntry(dir, ent)) return;
+          std::string_view v = ent.d_name;
+          if (v == "vfio") container_node_now_ = true;
+          std::vector<int>* into = &groups_;
+          if (v.rfind("noiommu-", 0) == 0) {
+            v.remove_prefix(8);
+            into = &noiommu_groups_;
+          }
+          if (auto g = devplug::common::ParseInt(v); g && *g >= 0 && *g <= INT32_MAX)
+            into->push_back(static_cast<int>(*g));
+        });
     if (err && err->code != ENOENT) throw devplug::common::ModuleError(err->code, err->ToString());
     std::sort(groups_.begin(), groups_.end());
     std::sort(noiommu_groups_.begin(), noiommu_groups_.end());
@@ -229,7 +237,8 @@ class Vfio : public Instance {
     constexpr size_t kNamed = 4;
     for (const auto& [what, addresses] : changes_) {
       std::string who;
-      for (size_t i = 0; i < addresses.size() && i < kNamed; i++) who += (i ? ", " : "") + addresses[i];
+      for (size_t i = 0; i < addresses.size() && i < kNamed; i++)
+        who += (i ? ", " : "") + addresses[i];
       if (addresses.size() > kNamed)
         who = std::to_string(addresses.size()) + " functions (" + who + ", ...)";
       const bool bad = what.rfind("Unhealthy", 0) == 0 || what.rfind("left", 0) == 0;
@@ -245,7 +254,7 @@ class Vfio : public Instance {
   devplug::common::DriverBindings bindings_;
   std::vector<int> groups_, noiommu_groups_;  // nodes in /dev/vfio, sorted
   bool container_node_now_ = false;
-  std::vector<Seen> seen_;  // the last scan, sorted by address
+  std::vector<Seen> seen_;                                   // the last scan, sorted by address
   std::map<std::string, std::vector<std::string>> changes_;  // what -> addresses
   bool first_scan_ = true;
   bool container_node_ = true;
@@ -258,7 +267,8 @@ bool ParseIds(Host& host, const char* key, const std::vector<std::string>& in,
   for (const std::string& s : in) {
     auto id = devplug::common::ParsePciId(s);
     if (!id) {
-      host.ConfigError(key, "\"" + s + "\" is not a 16-bit PCI ID in hex, like \"8086\" or \"0x1889\"");
+      host.ConfigError(key,
+                       "\"" + s + "\" is not a 16-bit PCI ID in hex, like \"8086\" or \"0x1889\"");
       return false;
     }
     out.push_back(*id);
@@ -278,8 +288,7 @@ std::unique_ptr<Instance> Create(Host& host) {
     }
   }
   std::string driver = host.String("driver").value_or("vfio-pci");
-  if (driver.empty() || driver == "." || driver == ".." ||
-      driver.find('/') != std::string::npos) {
+  if (driver.empty() || driver == "." || driver == ".." || driver.find('/') != std::string::npos) {
     host.ConfigError("driver", "must be a kernel driver name, like \"vfio-pci\"");
     ok = false;
   }

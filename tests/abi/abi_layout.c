@@ -49,15 +49,15 @@ PIN_OFFSET(devplug_host, config_string, 64);
 PIN_OFFSET(devplug_host, config_int, 72);
 PIN_OFFSET(devplug_host, config_bool, 80);
 PIN_OFFSET(devplug_host, config_string_array, 88);
-PIN_OFFSET(devplug_host, config_int_array, 96); /* minor 1 */
-PIN_OFFSET(devplug_host, pod_of, 104);          /* minor 2 */
-PIN_OFFSET(devplug_host, track_releases, 112);  /* minor 2 */
-PIN_OFFSET(devplug_host, config_value, 120);    /* minor 3 */
-PIN_OFFSET(devplug_host, config_member, 128);   /* minor 3 */
-PIN_OFFSET(devplug_host, watch_path, 136);      /* minor 3 */
+PIN_OFFSET(devplug_host, config_int_array, 96);     /* minor 1 */
+PIN_OFFSET(devplug_host, pod_of, 104);              /* minor 2 */
+PIN_OFFSET(devplug_host, track_releases, 112);      /* minor 2 */
+PIN_OFFSET(devplug_host, config_value, 120);        /* minor 3 */
+PIN_OFFSET(devplug_host, config_member, 128);       /* minor 3 */
+PIN_OFFSET(devplug_host, watch_path, 136);          /* minor 3 */
 PIN_OFFSET(devplug_host, prestart_timeout_ms, 144); /* minor 4 */
-PIN_OFFSET(devplug_host, resource_index, 152);  /* minor 4 */
-PIN_OFFSET(devplug_host, use_pre_start, 160);   /* minor 5 */
+PIN_OFFSET(devplug_host, resource_index, 152);      /* minor 4 */
+PIN_OFFSET(devplug_host, use_pre_start, 160);       /* minor 5 */
 
 PIN_SIZE(devplug_config_value, 48); /* minor 3 */
 PIN_OFFSET(devplug_config_value, type, 4);
@@ -101,7 +101,7 @@ PIN_OFFSET(devplug_module, on_udev_event, 80);
 PIN_OFFSET(devplug_module, allocate, 88);
 PIN_OFFSET(devplug_module, preferred_allocation, 96);
 PIN_OFFSET(devplug_module, pre_start, 104);
-PIN_OFFSET(devplug_module, on_release, 112); /* minor 2 */
+PIN_OFFSET(devplug_module, on_release, 112);  /* minor 2 */
 PIN_OFFSET(devplug_module, concurrency, 120); /* minor 7 */
 #endif
 

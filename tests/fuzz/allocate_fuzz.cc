@@ -90,8 +90,10 @@ void Expect(bool ok, const char* what, const grpc::Status& st) {
 
 std::string Id(FuzzedDataProvider& p) {
   switch (p.ConsumeIntegralInRange(0, 3)) {
-    case 0: return p.ConsumeRandomLengthString(80);
-    default: return "fake-" + std::to_string(p.ConsumeIntegralInRange(0, 9));
+    case 0:
+      return p.ConsumeRandomLengthString(80);
+    default:
+      return "fake-" + std::to_string(p.ConsumeIntegralInRange(0, 9));
   }
 }
 
@@ -140,8 +142,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     cr->set_allocation_size(want);
     v1beta1::PreferredAllocationResponse resp;
     const grpc::Status st = world->stub->GetPreferredAllocation(&ctx, req, &resp);
-    Expect(st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED,
-           "GetPreferredAllocation hung", st);
+    Expect(st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED, "GetPreferredAllocation hung",
+           st);
     if (!ProtobufAccepts(req)) {
       Expect(!st.ok(), "a request protobuf refuses was answered OK", st);
       return 0;

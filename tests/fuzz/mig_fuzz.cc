@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > (1u << 16)) return 0;
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   (void)devplug::nvidia::IsMigProfileName(in);
-  if (devplug::nvidia::ParseCapabilityMinor(in) && in.find("DeviceFileMinor:") == std::string_view::npos)
+  if (devplug::nvidia::ParseCapabilityMinor(in) &&
+      in.find("DeviceFileMinor:") == std::string_view::npos)
     std::abort();
   if (size >= 24) {
     unsigned g, c;

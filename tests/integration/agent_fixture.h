@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,7 +100,8 @@ class AgentTest : public ::testing::Test {
       sim_->Stop();
       EXPECT_TRUE(sim_->violations().empty()) << Violations();
     }
-    if (HasFailure() && agent_log_.empty() == false) std::fprintf(stderr, "agent log:\n%s", agent_log_.c_str());
+    if (HasFailure() && agent_log_.empty() == false)
+      std::fprintf(stderr, "agent log:\n%s", agent_log_.c_str());
   }
 
   std::string Violations() const {
@@ -126,8 +127,8 @@ class AgentTest : public ::testing::Test {
                      const std::string& extra = "") const {
     return "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
            testing::ModuleDir() + "\"\nhost_root = \"" + host_root() +
-           "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync +
-           "\"\ncontrol_socket = \"" + control_socket() + "\"\n" + extra + "\n" + resources;
+           "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync + "\"\ncontrol_socket = \"" +
+           control_socket() + "\"\n" + extra + "\n" + resources;
   }
   std::string control_socket() const { return dir_ / "control.sock"; }
 
@@ -166,7 +167,8 @@ class AgentTest : public ::testing::Test {
   // A sample's value from `devplugctl metrics` (`prefix` ends right before
   // the value); -1 when absent.
   double Metric(const std::string& prefix) {
-    auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+    auto m =
+        testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
     const size_t at = m.output.find(prefix);
     if (m.exit_code != 0 || at == std::string::npos) return -1;
     return std::strtod(m.output.c_str() + at + prefix.size(), nullptr);
@@ -175,7 +177,8 @@ class AgentTest : public ::testing::Test {
   // Polls `f` until it holds, up to kWait.
   template <class F>
   bool Eventually(F f) {
-    for (auto end = std::chrono::steady_clock::now() + kWait; std::chrono::steady_clock::now() < end;
+    for (auto end = std::chrono::steady_clock::now() + kWait;
+         std::chrono::steady_clock::now() < end;
          std::this_thread::sleep_for(std::chrono::milliseconds(50)))
       if (f()) return true;
     KeepLog();

@@ -122,8 +122,8 @@ TEST_F(AgentTest, PreferredAllocationAndPreStartFollowTheHooks) {
   ASSERT_TRUE(Registered(kMinimal));
 
   std::vector<std::string> ids;
-  grpc::Status st = sim_->GetPreferredAllocation(
-      kFull, {"fake-0", "fake-1", "fake-2", "fake-4"}, {"fake-4"}, 2, &ids);
+  grpc::Status st = sim_->GetPreferredAllocation(kFull, {"fake-0", "fake-1", "fake-2", "fake-4"},
+                                                 {"fake-4"}, 2, &ids);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(ids, (std::vector<std::string>{"fake-4", "fake-0"}));
 
@@ -199,7 +199,8 @@ TEST_F(AgentTest, CheckpointRenamesAndOtherFilesDoNotTriggerReRegistration) {
 TEST_F(AgentTest, SigtermStopsServingAndRemovesSockets) {
   for (int sig : {SIGTERM, SIGINT}) {
     StartSim();
-    StartAgent(Resource(kKvm, "kvm", "shares = 1") + Resource(kMinimal, FakeModule("fake_minimal")));
+    StartAgent(Resource(kKvm, "kvm", "shares = 1") +
+               Resource(kMinimal, FakeModule("fake_minimal")));
     ASSERT_TRUE(Registered(kKvm));
     ASSERT_TRUE(Registered(kMinimal));
     const std::string kvm_sock = plugin_dir() + "/devplug-devices.kubevirt.io_kvm.sock";
@@ -209,11 +210,13 @@ TEST_F(AgentTest, SigtermStopsServingAndRemovesSockets) {
     EXPECT_EQ(*rc, 0);
     EXPECT_FALSE(FileExists(kvm_sock));
     EXPECT_FALSE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
-    ASSERT_TRUE(sim_->WaitUntil([](const auto& rs) {
-      for (const auto& [n, r] : rs)
-        if (r.connected) return false;
-      return true;
-    }, kWait));
+    ASSERT_TRUE(sim_->WaitUntil(
+        [](const auto& rs) {
+          for (const auto& [n, r] : rs)
+            if (r.connected) return false;
+          return true;
+        },
+        kWait));
     EXPECT_TRUE(FileExists(plugin_dir() + "/kubelet.sock"));  // not ours to remove
     EXPECT_NE(agent_->Log().find("stopped"), std::string::npos);
     sim_->Stop();
@@ -230,11 +233,13 @@ TEST_F(AgentTest, DeviceNodeChangesReachTheKubeletOnResync) {
   ASSERT_TRUE(Registered(kKvm));
   EXPECT_EQ(sim_->resource(kKvm)->healthy(), 2u);
   auto healthy_is = [&](size_t n) {
-    return sim_->WaitUntil([&](const auto& rs) {
-      auto it = rs.find(kKvm);
-      return it != rs.end() && it->second.connected && it->second.devices.size() == 2 &&
-             it->second.healthy() == n;
-    }, kWait);
+    return sim_->WaitUntil(
+        [&](const auto& rs) {
+          auto it = rs.find(kKvm);
+          return it != rs.end() && it->second.connected && it->second.devices.size() == 2 &&
+                 it->second.healthy() == n;
+        },
+        kWait);
   };
   std::remove((host_root() + "/dev/kvm").c_str());
   ASSERT_TRUE(healthy_is(0));
@@ -256,10 +261,12 @@ TEST_F(AgentTest, BrokenModulesCostOnlyTheirOwnResource) {
   const std::string log = agent_->Log();
   EXPECT_NE(log.find("resource \"bad.example/missing\" left out: module /nonexistent/nothing.so: "
                      "cannot load"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("resource \"bad.example/noentry\" left out: module " +
                      FakeModule("fake_noentry") + ": no devplug_module_entry_v1 symbol"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("the fake hardware is on fire"), std::string::npos) << log;
   EXPECT_EQ(sim_->resource_names(), std::vector<std::string>{kMinimal});
   EXPECT_TRUE(agent_->Running());
@@ -273,7 +280,8 @@ TEST_F(AgentTest, RequiredResourceFailureStopsStartup) {
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 1);
   EXPECT_NE(agent_->Log().find("required resource \"bad.example/createfail\" failed"),
-            std::string::npos) << agent_->Log();
+            std::string::npos)
+      << agent_->Log();
   // Nothing is left behind.
   EXPECT_FALSE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
 }
@@ -294,15 +302,14 @@ TEST_F(AgentTest, SecondAgentDoesNotStealALiveSocket) {
 
 struct ConfigErrorCase {
   const char* name;
-  const char* resources;  // appended to a valid [agent] table
-  const char* expect;     // substring of the output, after the config path
+  const char* resources;       // appended to a valid [agent] table
+  const char* expect;          // substring of the output, after the config path
   const char* agent_key = "";  // one more [agent] key, on line 8
 };
 
 void PrintTo(const ConfigErrorCase& c, std::ostream* os) { *os << c.name; }
 
-class ConfigErrorTest : public AgentTest,
-                        public ::testing::WithParamInterface<ConfigErrorCase> {};
+class ConfigErrorTest : public AgentTest, public ::testing::WithParamInterface<ConfigErrorCase> {};
 
 TEST_P(ConfigErrorTest, ExitsWithStatus78AndNamesTheProblem) {
   std::string resources = GetParam().resources;
@@ -335,7 +342,8 @@ INSTANTIATE_TEST_SUITE_P(
                         "[[resource]]\nname = \"a.example/f\"\nmodule = \"@FAKE@\"\ncount = true\n",
                         ":12: resource[0].count: must be an integer"},
         ConfigErrorCase{"no_resources", "", ": no [[resource]] table"},
-        ConfigErrorCase{"duration_overflow", "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\n",
+        ConfigErrorCase{"duration_overflow",
+                        "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\n",
                         ":8: agent.start_timeout: \"3000000h\" is over the maximum of 10m",
                         "start_timeout = \"3000000h\""}),
     [](const ::testing::TestParamInfo<ConfigErrorCase>& info) { return info.param.name; });
@@ -378,7 +386,8 @@ TEST_F(AgentTest, CommandLineOverridesAreCheckedLikeTheFile) {
   testing::RunResult r =
       testing::RunDevplugd({"--config", config_path(), "--plugin-dir", "/" + std::string(89, 'p')});
   EXPECT_EQ(r.exit_code, 78) << r.output;
-  EXPECT_NE(r.output.find(config_path() + ":9: resource[0].socket: "
+  EXPECT_NE(r.output.find(config_path() +
+                          ":9: resource[0].socket: "
                           "\"devplug-devices.kubevirt.io_kvm.sock\": with plugin_dir the path is "
                           "127 bytes"),
             std::string::npos)
@@ -394,7 +403,8 @@ TEST(DevplugdCliTest, MissingConfigExits78) {
   testing::RunResult r = testing::RunDevplugd({"--config", "/nonexistent/devplug.toml"});
   EXPECT_EQ(r.exit_code, 78);
   EXPECT_NE(r.output.find("/nonexistent/devplug.toml: cannot open: No such file or directory"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
 }
 
 TEST(DevplugdCliTest, VersionHelpAndUsage) {

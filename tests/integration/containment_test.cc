@@ -36,9 +36,10 @@ TEST_F(ContainmentTest, SlowAllocateAnswersDeadlineExceeded) {
 // programming a device takes longer than an Allocate), which modules see.
 TEST_F(ContainmentTest, PreStartHasItsOwnDeadline) {
   StartSim();
-  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
-                 Resource(kFull, FakeModule("fake_full"), "prestart_delay_ms = 800\nlog_host = true"),
-             "0s", "call_timeout = \"300ms\"\nprestart_timeout = \"2500ms\"");
+  StartAgent(
+      Resource(kMinimal, FakeModule("fake_minimal")) +
+          Resource(kFull, FakeModule("fake_full"), "prestart_delay_ms = 800\nlog_host = true"),
+      "0s", "call_timeout = \"300ms\"\nprestart_timeout = \"2500ms\"");
   ASSERT_TRUE(Registered(kFull));
   EXPECT_TRUE(agent_->WaitForLog("prestart_timeout_ms=2500 resource_index=1", kWait))
       << agent_->Log();
@@ -91,8 +92,7 @@ TEST_F(ContainmentTest, HungCreateIsGivenUp) {
                  Resource(kMinimal, FakeModule("fake_minimal")),
              "0s", "start_timeout = \"500ms\"");
   ASSERT_TRUE(Registered(kMinimal));
-  ASSERT_TRUE(agent_->WaitForLog("did not finish create() and its first scan within 500 ms",
-                                 kWait))
+  ASSERT_TRUE(agent_->WaitForLog("did not finish create() and its first scan within 500 ms", kWait))
       << agent_->Log();
   EXPECT_EQ(sim_->resource_names(), std::vector<std::string>{kMinimal});
 }
@@ -104,8 +104,9 @@ TEST_F(ContainmentTest, HungCreateIsGivenUp) {
 TEST_F(ContainmentTest, FailedFirstScanLeavesTheResourceOutUntilAScanWorks) {
   const std::string not_ready = dir_ / "not-ready";
   WriteFile(not_ready, "");
-  const std::string res = Resource(kFull, FakeModule("fake_full"), "fail_while = \"" + not_ready + "\"") +
-                          Resource(kMinimal, FakeModule("fake_minimal"));
+  const std::string res =
+      Resource(kFull, FakeModule("fake_full"), "fail_while = \"" + not_ready + "\"") +
+      Resource(kMinimal, FakeModule("fake_minimal"));
   WriteFile(config_path(), Config(res));
   testing::RunResult check = testing::RunDevplugd({"--config", config_path(), "--check-config"});
   EXPECT_EQ(check.exit_code, 78) << check.output;

@@ -98,8 +98,7 @@ TEST_F(FpgaAgentTest, PodGetsItsPortProgrammedOnceAndScrubbedAfter) {
 // A refusal reaches the kubelet with the file and the reason, and the port
 // turns Unhealthy for failure_hold so the kubelet picks another.
 TEST_F(FpgaAgentTest, RefusedProgrammingReachesTheKubeletWithItsReason) {
-  std::filesystem::remove(host_root() + "/srv/intel.com/fpga/" + kInterface + "/" + kNlb3 +
-                          ".gbs");
+  std::filesystem::remove(host_root() + "/srv/intel.com/fpga/" + kInterface + "/" + kNlb3 + ".gbs");
   StartSim();
   StartAgent(Resources(), "0s", Agent());
   ASSERT_TRUE(Registered(kNlb3Res));
@@ -109,7 +108,8 @@ TEST_F(FpgaAgentTest, RefusedProgrammingReachesTheKubeletWithItsReason) {
   grpc::Status st = sim_->PreStartContainer(kNlb3Res, {"dfl-port.1"});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error_message().find(std::string(kNlb3) + ".gbs: No such file or directory"),
-            std::string::npos) << st.error_message();
+            std::string::npos)
+      << st.error_message();
   ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 1));
 }
 

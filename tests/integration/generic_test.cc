@@ -67,10 +67,11 @@ TEST_F(GenericAgentTest, KubevirtNetworkDevicesFollowRmAndMknodWithoutUevents) {
   ASSERT_TRUE(HealthyIs(kSerial, 1, 0));
 
   // The rescans were the watch's ("path"), none came from a resync.
-  auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  auto m =
+      testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
   ASSERT_EQ(m.exit_code, 0) << m.output;
-  EXPECT_NE(m.output.find("devplug_rescans_total{cause=\"resync\",resource=\"" +
-                          std::string(kTun) + "\"} 0"),
+  EXPECT_NE(m.output.find("devplug_rescans_total{cause=\"resync\",resource=\"" + std::string(kTun) +
+                          "\"} 0"),
             std::string::npos)
       << m.output;
   EXPECT_EQ(m.output.find("devplug_rescans_total{cause=\"path\",resource=\"" + std::string(kTun) +
@@ -91,9 +92,10 @@ TEST_F(GenericAgentTest, KubevirtNetworkDevicesFollowRmAndMknodWithoutUevents) {
 
 TEST_F(GenericAgentTest, AGenericConfigMistakeNamesTheNestedLine) {
   StartSim();
-  StartAgent(Resource(kTun, "generic",
-                      "paths = [\n  \"/dev/net/tun\",\n  { path = \"/dev/x\", type = \"pipe\" },\n]"),
-             "60s");
+  StartAgent(
+      Resource(kTun, "generic",
+               "paths = [\n  \"/dev/net/tun\",\n  { path = \"/dev/x\", type = \"pipe\" },\n]"),
+      "60s");
   // A module key mistake at start is fatal, like a TOML error.
   EXPECT_EQ(agent_->Wait(kWait), 78) << agent_->Log();
   const std::string log = agent_->Log();

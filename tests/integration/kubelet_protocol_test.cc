@@ -232,7 +232,8 @@ TEST_F(KubeletProtocolTest, HungModulesStopTogetherUnderOneDeadline) {
              "200ms", "start_timeout = \"3s\"");
   ASSERT_TRUE(Registered(kFull));
   const auto end = std::chrono::steady_clock::now() + kWait;
-  while (Count(agent_->Log(), "list_devices hangs now") < 2 && std::chrono::steady_clock::now() < end)
+  while (Count(agent_->Log(), "list_devices hangs now") < 2 &&
+         std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(20ms);
   ASSERT_EQ(Count(agent_->Log(), "list_devices hangs now"), 2u) << agent_->Log();
   const auto t0 = std::chrono::steady_clock::now();

@@ -27,9 +27,9 @@ class NvidiaAgentTest : public AgentTest {
     for (int i = 0; i < 4; i++) {
       char pci[16];
       std::snprintf(pci, sizeof(pci), "0000:%02x:00.0", 0x3b + i);
-      gpus_.push_back({"GPU-" + std::to_string(1000 + i) + "-aaaa-4000-8000-00000000000" +
-                           std::to_string(i),
-                       pci, static_cast<unsigned>(i), i / 2, "NVIDIA A100-SXM4-80GB"});
+      gpus_.push_back(
+          {"GPU-" + std::to_string(1000 + i) + "-aaaa-4000-8000-00000000000" + std::to_string(i),
+           pci, static_cast<unsigned>(i), i / 2, "NVIDIA A100-SXM4-80GB"});
     }
     // GPUs 0-1 and 2-3 are NVLink pairs.
     ASSERT_TRUE(fx_->Build(gpus_, {"nvlink 0 1 4", "nvlink 2 3 4"}));
@@ -59,9 +59,9 @@ TEST_F(NvidiaAgentTest, AllocatePreferredAllocationAndXid) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   std::vector<std::string> nodes;
   for (const auto& d : resp.devices()) nodes.push_back(d.host_path());
-  EXPECT_EQ(nodes, (std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                             "/dev/nvidia-uvm-tools", "/dev/nvidia3",
-                                             "/dev/nvidia1"}));
+  EXPECT_EQ(nodes,
+            (std::vector<std::string>{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                      "/dev/nvidia3", "/dev/nvidia1"}));
   EXPECT_EQ(resp.envs().at("NVIDIA_VISIBLE_DEVICES"), gpus_[3].uuid + "," + gpus_[1].uuid);
 
   std::vector<std::string> ids;
@@ -102,7 +102,7 @@ TEST_F(NvidiaAgentTest, MigNodeServesTwoProfilesAsTwoResources) {
   ASSERT_TRUE(Registered(kGpu));
   ASSERT_TRUE(HealthyIs(kSmall, 2, 2));
   ASSERT_TRUE(HealthyIs(kBig, 3, 3));
-  ASSERT_TRUE(HealthyIs(kGpu, 2, 2));  // GPUs 2 and 3, whole
+  ASSERT_TRUE(HealthyIs(kGpu, 2, 2));                                       // GPUs 2 and 3, whole
   EXPECT_EQ(sim_->resource(kBig)->devices[2].topology().nodes(0).id(), 0);  // GPU 1's node
 
   auto allocate = [&](const char* res, const std::string& id, Strings* nodes, Strings* mounts,
@@ -138,8 +138,8 @@ TEST_F(NvidiaAgentTest, MigNodeServesTwoProfilesAsTwoResources) {
   // (envvar) and the MIG ones (volume-mounts) are told to agree.
   EXPECT_EQ(fx_->Calls("init"), 1);
   EXPECT_EQ(fx_->Calls("eventsetcreate"), 1);
-  EXPECT_TRUE(agent_->WaitForLog("set device_list_strategy = \"volume-mounts\" or \"cdi\" on both",
-                                 kWait))
+  EXPECT_TRUE(
+      agent_->WaitForLog("set device_list_strategy = \"volume-mounts\" or \"cdi\" on both", kWait))
       << agent_->Log();
 
   // An XID contained to GPU 1's instance 2: only that 3g.40gb device.
@@ -156,9 +156,10 @@ TEST_F(NvidiaAgentTest, NodeWithoutToolkitGetsTheDriverMounted) {
   testing::WriteFile(host_root() + "/home/kubernetes/bin/nvidia/lib64/libcuda.so.1", "");
   testing::WriteFile(host_root() + "/home/kubernetes/bin/nvidia/bin/nvidia-smi", "");
   StartSim();
-  StartAgent(Resource(kGpu, "nvidia", Body(
-      "driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = \"/usr/local/nvidia\" }\n"
-      "envs = { LD_LIBRARY_PATH = \"/usr/local/nvidia/lib64\" }\n")));
+  StartAgent(Resource(kGpu, "nvidia",
+                      Body("driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = "
+                           "\"/usr/local/nvidia\" }\n"
+                           "envs = { LD_LIBRARY_PATH = \"/usr/local/nvidia/lib64\" }\n")));
   ASSERT_TRUE(Registered(kGpu));
   ASSERT_TRUE(HealthyIs(kGpu, 4, 4));
   v1beta1::ContainerAllocateResponse resp;

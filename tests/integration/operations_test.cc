@@ -41,9 +41,9 @@ TEST(InspectModuleTest, DescribesAModuleAndWhatItFinds) {
   WriteFile(root / "dev/kvm", "");  // not a character device: Unhealthy
   auto r = Inspect({testing::ModuleDir() + "/kvm.so", "--host-root", root.path(), "shares=3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* want : {"name: kvm", kAbiLine.c_str(), "optional hooks: on_udev_event",
-                           "udev subsystems: misc", "shares", "integer", "devices: 3 (0 healthy)",
-                           "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
+  for (const char* want :
+       {"name: kvm", kAbiLine.c_str(), "optional hooks: on_udev_event", "udev subsystems: misc",
+        "shares", "integer", "devices: 3 (0 healthy)", "kvm-2", "Unhealthy", "dev /dev/kvm (rw)"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
 }
 
@@ -129,9 +129,10 @@ TEST_F(OperationsTest, ResourcesThatWouldFightOverAnEnvKeyAreReported) {
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")) +
              Resource("fake.example/second", FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
-  ASSERT_TRUE(agent_->WaitForLog("resources \"fake.example/minimal\" and \"fake.example/second\" "
-                                 "can both set env FAKE_VISIBLE",
-                                 kWait))
+  ASSERT_TRUE(
+      agent_->WaitForLog("resources \"fake.example/minimal\" and \"fake.example/second\" "
+                         "can both set env FAKE_VISIBLE",
+                         kWait))
       << agent_->Log();
   // Both still serve: it is a warning for the operator, not a refusal.
   ASSERT_TRUE(Registered("fake.example/second"));
@@ -144,9 +145,8 @@ TEST_F(OperationsTest, FirstDeviceListOverTheKubeletsLimitLeavesTheResourceOut) 
   StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 200000") +
              Resource(kMinimal, FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
-  ASSERT_TRUE(agent_->WaitForLog("resource \"fake.example/full\" left out: resource \"" +
-                                     std::string(kFull) + "\"",
-                                 kWait))
+  ASSERT_TRUE(agent_->WaitForLog(
+      "resource \"fake.example/full\" left out: resource \"" + std::string(kFull) + "\"", kWait))
       << agent_->Log();
   EXPECT_NE(agent_->Log().find("over the kubelet's 4 MiB message limit"), std::string::npos)
       << agent_->Log();
@@ -166,9 +166,10 @@ TEST_F(OperationsTest, LaterDeviceListOverTheLimitIsHeldBackEverywhere) {
   ASSERT_TRUE(Registered(kFull));
   ASSERT_TRUE(HealthyIs(kFull, 2, 2));
   WriteFile(count, "200000");
-  ASSERT_TRUE(agent_->WaitForLog("over the kubelet's 4 MiB message limit; not sending it; keeping "
-                                 "the previous device list",
-                                 90s))
+  ASSERT_TRUE(
+      agent_->WaitForLog("over the kubelet's 4 MiB message limit; not sending it; keeping "
+                         "the previous device list",
+                         90s))
       << agent_->Log();
   v1beta1::ContainerAllocateResponse resp;
   grpc::Status st = sim_->Allocate(kFull, {"fake-1"}, &resp);
@@ -193,9 +194,9 @@ testing::RunResult Ctl(const std::vector<std::string>& args) {
 TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   StartSim();
   const std::string fire = "bad.example/createfail";
-  StartAgent(Resource(kFull, FakeModule("fake_full"),
-                      "count = 2\nnuma = 1\nunhealthy = [\"fake-1\"]") +
-             Resource(fire, FakeModule("fake_createfail")));
+  StartAgent(
+      Resource(kFull, FakeModule("fake_full"), "count = 2\nnuma = 1\nunhealthy = [\"fake-1\"]") +
+      Resource(fire, FakeModule("fake_createfail")));
   ASSERT_TRUE(HealthyIs(kFull, 2, 1));
   const std::string sock = control_socket();
   struct stat st;
@@ -258,9 +259,9 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   // The text form: a table within 100 columns, the error under its row.
   r = Ctl({"status", "--socket", sock, "--devices"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  for (const char* want : {"RESOURCE", "fake.example/full", "fake 0.0.1", "stream", "1/2",
-                           "left out", "last error: ", "the fake hardware is on fire", "fake-1",
-                           "Unhealthy", "listed unhealthy"})
+  for (const char* want :
+       {"RESOURCE", "fake.example/full", "fake 0.0.1", "stream", "1/2", "left out",
+        "last error: ", "the fake hardware is on fire", "fake-1", "Unhealthy", "listed unhealthy"})
     EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
@@ -275,8 +276,7 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   EXPECT_NE(r.output.find("no resource \"nope.example/none\""), std::string::npos) << r.output;
   r = Ctl({"status", "--socket", dir_ / "nothing.sock"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("cannot reach devplugd at " + (dir_ / "nothing.sock")),
-            std::string::npos)
+  EXPECT_NE(r.output.find("cannot reach devplugd at " + (dir_ / "nothing.sock")), std::string::npos)
       << r.output;
   // A stray request gets an error, and the socket keeps answering.
   auto raw = ops::ControlRequest(sock, "hello", 5s);
@@ -351,7 +351,8 @@ TEST_F(OperationsTest, MetricsCountWhatHappened) {
   }
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const std::string& want : std::vector<std::string>{
-           "devplug_build_info{abi=\"1." + std::to_string(DEVPLUG_MODULE_ABI_MINOR) + "\",version=\"",
+           "devplug_build_info{abi=\"1." + std::to_string(DEVPLUG_MODULE_ABI_MINOR) +
+               "\",version=\"",
            "devplug_resource_registered{" + res + "} 1",
            "devplug_registrations_total{" + res + "} 1",
            "devplug_devices{health=\"Healthy\"," + res + "} 4",
@@ -396,9 +397,8 @@ TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
   TempDir etc;
   fs::copy_file(src / "devplug.toml", etc / "devplug.toml");
   auto check = [&] {
-    return testing::RunDevplugd({"--config", etc / "devplug.toml", "--check-config",
-                                 "--module-dir", testing::ModuleDir(), "--plugin-dir",
-                                 etc / "plugins"});
+    return testing::RunDevplugd({"--config", etc / "devplug.toml", "--check-config", "--module-dir",
+                                 testing::ModuleDir(), "--plugin-dir", etc / "plugins"});
   };
   auto base = check();
   EXPECT_EQ(base.exit_code, 0) << base.output;
@@ -413,8 +413,8 @@ TEST(ShippedConfigTest, DefaultConfigAndExamplesCheckOut) {
       if (line.starts_with("[")) in_agent = line == "[agent]";
       if (in_agent && line.starts_with("# ") && line.find(" = ") != std::string::npos &&
           line.find(' ', 2) == line.find(" = ")) {
-        line = line.substr(2, line.find("   #") == std::string::npos ? std::string::npos
-                                                                      : line.find("   #") - 2);
+        line = line.substr(
+            2, line.find("   #") == std::string::npos ? std::string::npos : line.find("   #") - 2);
         uncommented++;
       }
       text += line + "\n";

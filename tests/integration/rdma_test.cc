@@ -21,16 +21,36 @@ class RdmaAgentTest : public AgentTest {
     AgentTest::SetUp();
     if (!testing::IsRoot()) GTEST_SKIP() << "RDMA fixtures need mknod (root)";
     fx_ = std::make_unique<SysfsFixture>(host_root());
-    fx_->AddPci({.address = "0000:3b:00.0", .vendor = 0x15b3, .device = 0x101b,
-                 .class_code = 0x020700, .driver = "mlx5_core", .numa_node = 0, .iommu_group = 1,
-                 .parent = {}, .net = {}});
-    fx_->AddPci({.address = "0000:af:00.0", .vendor = 0x15b3, .device = 0x101b,
-                 .class_code = 0x020700, .driver = "mlx5_core", .numa_node = 1, .iommu_group = 2,
-                 .parent = {}, .net = {}});
-    ASSERT_TRUE(fx_->AddRdma({.ibdev = "mlx5_0", .pci = "0000:3b:00.0", .port_states = {4},
-                              .link_layer = "InfiniBand", .uverbs = 0, .first_umad = 0}));
-    ASSERT_TRUE(fx_->AddRdma({.ibdev = "mlx5_1", .pci = "0000:af:00.0", .port_states = {4},
-                              .link_layer = "InfiniBand", .uverbs = 1, .first_umad = 1}));
+    fx_->AddPci({.address = "0000:3b:00.0",
+                 .vendor = 0x15b3,
+                 .device = 0x101b,
+                 .class_code = 0x020700,
+                 .driver = "mlx5_core",
+                 .numa_node = 0,
+                 .iommu_group = 1,
+                 .parent = {},
+                 .net = {}});
+    fx_->AddPci({.address = "0000:af:00.0",
+                 .vendor = 0x15b3,
+                 .device = 0x101b,
+                 .class_code = 0x020700,
+                 .driver = "mlx5_core",
+                 .numa_node = 1,
+                 .iommu_group = 2,
+                 .parent = {},
+                 .net = {}});
+    ASSERT_TRUE(fx_->AddRdma({.ibdev = "mlx5_0",
+                              .pci = "0000:3b:00.0",
+                              .port_states = {4},
+                              .link_layer = "InfiniBand",
+                              .uverbs = 0,
+                              .first_umad = 0}));
+    ASSERT_TRUE(fx_->AddRdma({.ibdev = "mlx5_1",
+                              .pci = "0000:af:00.0",
+                              .port_states = {4},
+                              .link_layer = "InfiniBand",
+                              .uverbs = 1,
+                              .first_umad = 1}));
     ASSERT_TRUE(fx_->AddRdmaCm());
   }
 

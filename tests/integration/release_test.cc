@@ -28,8 +28,8 @@ class ReleaseTest : public AgentTest {
 
   // [agent] keys: fast polls for tests (real defaults: 5s, 10s, 60s, 120s).
   std::string Agent(const std::string& settle = "1s", const std::string& poll = "200ms") const {
-    return "pod_resources_socket = \"" + sim_pod_resources_ + "\"\npod_resources_poll = \"" +
-           poll + "\"\nrelease_grace = \"500ms\"\nkubelet_settle = \"" + settle +
+    return "pod_resources_socket = \"" + sim_pod_resources_ + "\"\npod_resources_poll = \"" + poll +
+           "\"\nrelease_grace = \"500ms\"\nkubelet_settle = \"" + settle +
            "\"\nunseen_timeout = \"3s\"";
   }
   void Rewrite(const std::string& resources, const std::string& agent) {
@@ -184,7 +184,8 @@ TEST_F(ReleaseTest, AfterAnAgentRestartTheFirstListIsTheTruth) {
   ASSERT_TRUE(Registered(kRel));
   Give("fake-0", "a");
   ASSERT_EQ(agent_->Stop(SIGTERM, kWait), std::optional<int>(0));
-  agent_ = std::make_unique<testing::AgentProcess>(std::vector<std::string>{"--config", config_path()});
+  agent_ =
+      std::make_unique<testing::AgentProcess>(std::vector<std::string>{"--config", config_path()});
   ASSERT_TRUE(Registered(kRel, 2));
   std::this_thread::sleep_for(1s);  // its first List has been made
   EXPECT_TRUE(Lines("release").empty());
@@ -219,8 +220,8 @@ TEST_F(ReleaseTest, PodOfNeverNamesThePreviousHolderFromAnOlderList) {
   Give("fake-0", "a");
   sim_->DeletePod("ns", "a");
   Give("fake-0", "b");
-  EXPECT_EQ(Lines("holder"), (std::vector<std::string>{"holder fake-0 ns/a/main",
-                                                       "holder fake-0 ns/b/main"}));
+  EXPECT_EQ(Lines("holder"),
+            (std::vector<std::string>{"holder fake-0 ns/a/main", "holder fake-0 ns/b/main"}));
 }
 
 // A kubelet before 1.34 lists a finished pod's devices until the pod is
@@ -233,9 +234,9 @@ TEST_F(ReleaseTest, PodOfOfADeviceListedUnderTwoPodsIsAmbiguous) {
   Give("fake-0", "a");
   // Pod a finished but is still listed; pod b gets fake-0.
   Give("fake-0", "b");
-  EXPECT_EQ(Lines("holder"), (std::vector<std::string>{
-                                 "holder fake-0 ns/a/main",
-                                 "holder fake-0 none " + std::to_string(-ENOTUNIQ)}));
+  EXPECT_EQ(Lines("holder"),
+            (std::vector<std::string>{"holder fake-0 ns/a/main",
+                                      "holder fake-0 none " + std::to_string(-ENOTUNIQ)}));
   // Once the kubelet drops pod a, the answer is b.
   sim_->DeletePod("ns", "a");
   ASSERT_TRUE(sim_->PreStartContainer(kRel, {"fake-0"}).ok());
@@ -251,8 +252,7 @@ TEST_F(ReleaseTest, TheCliSimulatorListsThePodBeforePreStart) {
       {testing::DevplugctlPath(), "simulate-kubelet", "--dir", plugin_dir(), "--pod-resources",
        sim_pod_resources_, "--allocate", "1", "--duration", "3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("PreStartContainer fake.example/release [fake-0]: OK"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("PreStartContainer fake.example/release [fake-0]: OK"), std::string::npos)
       << r.output;
   EXPECT_EQ(Lines("holder"),
             std::vector<std::string>{"holder fake-0 devplug-sim/fake-example-release/main"});
@@ -268,7 +268,8 @@ TEST_F(ReleaseTest, AFailedReleaseIsRetriedAndTheReasonShows) {
   Give("fake-0", "a");
   WriteFile(fail, "");
   sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
+  ASSERT_TRUE(
+      agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
       << agent_->Log();
   ASSERT_TRUE(HealthyIs(kRel, 2, 1));
   std::remove(fail.c_str());
@@ -288,7 +289,8 @@ TEST_F(ReleaseTest, AReloadKeepsAFailedReleaseAndReleasesItLater) {
   Give("fake-0", "a");
   WriteFile(fail, "");
   sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
+  ASSERT_TRUE(
+      agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
       << agent_->Log();
   Rewrite(Module("release_fail = \"" + fail + "\"\nnuma = 0"), Agent());
   ASSERT_TRUE(Reload()) << agent_->Log();
@@ -350,9 +352,10 @@ TEST_F(ReleaseTest, PodResourcesPollOffAndOnByReload) {
   Rewrite(module, Agent("1s", "0s"));
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(HealthyIs(kRel, 2, 2)) << "still held back with tracking off";
-  EXPECT_TRUE(agent_->WaitForLog("release tracking is off (pod_resources_poll = \"0s\"); "
-                                 "not released: fake-0",
-                                 kWait))
+  EXPECT_TRUE(
+      agent_->WaitForLog("release tracking is off (pod_resources_poll = \"0s\"); "
+                         "not released: fake-0",
+                         kWait))
       << agent_->Log();
   EXPECT_EQ(sim_->resource(kRel)->registrations, 1u) << "an unchanged resource was restarted";
 
@@ -415,10 +418,10 @@ TEST_F(ReleaseTest, AllocateIsAnsweredWhileAReleaseRunsApart) {
   const std::string block = dir_ / "block";
   WriteFile(block, "");
   StartSim();
-  StartAgent(Resource(kRel, FakeModule("fake_release_apart"),
-                      "count = 3\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block +
-                          "\""),
-             "0s", Agent() + "\ncall_timeout = \"2s\"");
+  StartAgent(
+      Resource(kRel, FakeModule("fake_release_apart"),
+               "count = 3\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
+      "0s", Agent() + "\ncall_timeout = \"2s\"");
   ASSERT_TRUE(Registered(kRel));
   Give("fake-0", "a");
   sim_->DeletePod("ns", "a");

@@ -47,8 +47,8 @@ TEST_F(ReloadTest, AnUnchangedConfigurationTouchesNothing) {
   ASSERT_TRUE(HealthyIs(kFull, 2, 2));
   Rewrite("# the same, in another order\n" + minimal + full);
   ASSERT_TRUE(Reload()) << agent_->Log();
-  EXPECT_TRUE(agent_->WaitForLog(
-      "reloaded: 2 unchanged; added: none; changed: none; removed: none", kWait))
+  EXPECT_TRUE(
+      agent_->WaitForLog("reloaded: 2 unchanged; added: none; changed: none; removed: none", kWait))
       << agent_->Log();
   EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
   EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
@@ -75,9 +75,9 @@ TEST_F(ReloadTest, AddedRemovedAndChangedResourcesAndOnlyThose) {
   Rewrite(kept + Resource(changed, FakeModule("fake_full"), "count = 3") +
           Resource(added, FakeModule("fake_full"), "count = 1"));
   ASSERT_TRUE(Reload()) << agent_->Log();
-  EXPECT_TRUE(agent_->WaitForLog("reloaded: 1 unchanged; added: " + added + "; changed: " +
-                                     changed + "; removed: " + kMinimal,
-                                 kWait))
+  EXPECT_TRUE(agent_->WaitForLog(
+      "reloaded: 1 unchanged; added: " + added + "; changed: " + changed + "; removed: " + kMinimal,
+      kWait))
       << agent_->Log();
   // Changed: its old stream ended, it registered again with its new list.
   ASSERT_TRUE(Registered(changed, 2));
@@ -87,21 +87,19 @@ TEST_F(ReloadTest, AddedRemovedAndChangedResourcesAndOnlyThose) {
   ASSERT_TRUE(Registered(added));
   EXPECT_TRUE(HealthyIs(added, 1, 1));
   // Removed: its stream ended and its socket is gone.
-  EXPECT_TRUE(sim_->WaitUntil(
-      [&](const auto& rs) { return !rs.at(kMinimal).connected; }, kWait));
+  EXPECT_TRUE(sim_->WaitUntil([&](const auto& rs) { return !rs.at(kMinimal).connected; }, kWait));
   EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 1ul));
   EXPECT_FALSE(FileExists(removed_socket));
   // Kept: not touched.
   EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
   EXPECT_TRUE(HealthyIs(kFull, 2, 2));
   // Its series are gone from the metrics; the others are there.
-  auto metrics = testing::RunProcess(
-      {testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  auto metrics =
+      testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
   ASSERT_EQ(metrics.exit_code, 0) << metrics.output;
   EXPECT_EQ(metrics.output.find("resource=\"" + std::string(kMinimal) + "\""), std::string::npos)
       << metrics.output;
-  EXPECT_NE(metrics.output.find("resource=\"" + added + "\""), std::string::npos)
-      << metrics.output;
+  EXPECT_NE(metrics.output.find("resource=\"" + added + "\""), std::string::npos) << metrics.output;
   EXPECT_NE(metrics.output.find("devplug_reloads_total{result=\"ok\"} 1"), std::string::npos)
       << metrics.output;
 }
@@ -130,13 +128,10 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
        [&] { WriteFile(dropin, "[[resource]]\nname = \"fake.example/broken\"\n"); },
        dropin + ":1: resource[1].module: missing"},
       {"a module that cannot be created",
-       [&] {
-         Rewrite(full + Resource("fake.example/fire", FakeModule("fake_createfail")));
-       },
+       [&] { Rewrite(full + Resource("fake.example/fire", FakeModule("fake_createfail"))); },
        "the fake hardware is on fire"},
       {"a module file that does not exist",
-       [&] { Rewrite(full + Resource("fake.example/gone", dir_ / "gone.so")); },
-       "cannot load"},
+       [&] { Rewrite(full + Resource("fake.example/gone", dir_ / "gone.so")); }, "cannot load"},
       {"a key that needs a restart",
        [&] {
          std::string text = Config(full);
@@ -145,8 +140,7 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
        },
        config_path() + ":2: agent.plugin_dir: changed from \"" + plugin_dir() + "\" to \"" +
            (dir_ / "elsewhere") + "\": needs a restart"},
-      {"a bad value of a key that applies at once",
-       [&] { Rewrite(full, "call_timeout = \"2h\""); },
+      {"a bad value of a key that applies at once", [&] { Rewrite(full, "call_timeout = \"2h\""); },
        config_path() + ":8: agent.call_timeout:"},
   };
   for (const Case& c : cases) {
@@ -155,8 +149,7 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
     c.write();
     ASSERT_FALSE(Reload()) << agent_->Log();
     EXPECT_TRUE(notify.WaitFor(c.error, kWait)) << notify.all();
-    EXPECT_NE(notify.all().find("RELOADING=1\nMONOTONIC_USEC="), std::string::npos)
-        << notify.all();
+    EXPECT_NE(notify.all().find("RELOADING=1\nMONOTONIC_USEC="), std::string::npos) << notify.all();
     EXPECT_NE(notify.all().find("STATUS=registered 1/1 resources; reload failed (old "
                                 "configuration kept): "),
               std::string::npos)
@@ -178,8 +171,8 @@ TEST_F(ReloadTest, AnyMistakeKeepsTheOldConfigurationRunning) {
   auto status = Status({"--json"});
   EXPECT_NE(status.output.find("\"reload_error\": null"), std::string::npos) << status.output;
   EXPECT_TRUE(notify.WaitFor("STATUS=registered 1/1 resources\n", kWait)) << notify.all();
-  auto metrics = testing::RunProcess(
-      {testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  auto metrics =
+      testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
   EXPECT_NE(metrics.output.find("devplug_reloads_total{result=\"failed\"} 5"), std::string::npos)
       << metrics.output;
 }
@@ -213,9 +206,10 @@ TEST_F(ReloadTest, APrestartTimeoutChangeRecreatesOnlyResourcesWithPreStart) {
   ASSERT_TRUE(Reload()) << agent_->Log();
   Rewrite(fpga, "prestart_timeout = \"15s\"");
   ASSERT_FALSE(Reload());
-  EXPECT_TRUE(agent_->WaitForLog("program_timeout: \"18s\" must be shorter than the agent's "
-                                 "prestart_timeout (15s)",
-                                 kWait))
+  EXPECT_TRUE(
+      agent_->WaitForLog("program_timeout: \"18s\" must be shorter than the agent's "
+                         "prestart_timeout (15s)",
+                         kWait))
       << agent_->Log();
   EXPECT_EQ(Seen(kFull).first, 2u);
 }
@@ -225,9 +219,9 @@ TEST_F(ReloadTest, AHungCreateFailsTheReloadAtItsDeadline) {
   const std::string full = Resource(kFull, FakeModule("fake_full"), "count = 2");
   StartAgent(full, "0s", "start_timeout = \"1s\"");
   ASSERT_TRUE(Registered(kFull));
-  WriteFile(config_path(),
-            Config(full + Resource("fake.example/hung", FakeModule("fake_full"), "hang_create = true"),
-                   "0s", "start_timeout = \"1s\""));
+  WriteFile(config_path(), Config(full + Resource("fake.example/hung", FakeModule("fake_full"),
+                                                  "hang_create = true"),
+                                  "0s", "start_timeout = \"1s\""));
   // One reload at a time: a SIGHUP while one is under way is ignored.
   ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
   ASSERT_TRUE(agent_->WaitForLog("SIGHUP: reloading the configuration", kWait));
@@ -383,21 +377,20 @@ TEST_F(ReloadTest, MetricsShowOneSeriesPerResourceAcrossAReload) {
   StartSim();
   StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"));
   ASSERT_TRUE(Registered(kFull));
-  ASSERT_TRUE(Eventually([&] {
-    return Metric("devplug_registrations_total{resource=\"fake.example/full\"} ") == 1;
-  }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Metric("devplug_registrations_total{resource=\"fake.example/full\"} ") == 1; }));
   Rewrite(Resource(kFull, FakeModule("fake_full"), "count = 1\ncreate_delay_ms = 2000"));
   ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
   ASSERT_TRUE(agent_->WaitForLog("SIGHUP: reloading the configuration", kWait));
   std::this_thread::sleep_for(500ms);  // the new instance is being created
-  auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  auto m =
+      testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
   EXPECT_EQ(Count(m.output, "devplug_resource_registered{resource=\"fake.example/full\"}"), 1u)
       << m.output;
   ASSERT_TRUE(agent_->WaitForLog("reloaded: ", kWait)) << agent_->Log();
   ASSERT_TRUE(Registered(kFull, 2));
-  EXPECT_TRUE(Eventually([&] {
-    return Metric("devplug_registrations_total{resource=\"fake.example/full\"} ") == 2;
-  }));
+  EXPECT_TRUE(Eventually(
+      [&] { return Metric("devplug_registrations_total{resource=\"fake.example/full\"} ") == 2; }));
 }
 
 }  // namespace

@@ -32,26 +32,30 @@ class SolarflareAgentTest : public AgentTest {
     ASSERT_TRUE(fx_.Install());
     fx_.AddNic({.address = kA, .ifname = "ens1f0np0", .numa_node = 0, .onload_index = 0});
     fx_.AddNic({.address = kB, .ifname = "ens5f0np0", .numa_node = 1, .onload_index = 1});
-    fx_.AddNic({.address = "0000:af:00.0", .ifname = "eno1", .driver = "ice", .vendor = 0x8086,
-                .device = 0x1592, .numa_node = 1, .onload_index = -1});
+    fx_.AddNic({.address = "0000:af:00.0",
+                .ifname = "eno1",
+                .driver = "ice",
+                .vendor = 0x8086,
+                .device = 0x1592,
+                .numa_node = 1,
+                .onload_index = -1});
     attach_ = dir_ / "attach.sh";
     seen_ = dir_ / "attach.env";
-    testing::WriteFile(attach_, "#!/bin/sh\nenv | grep ^DEVPLUG_ | sort > " + seen_ +
-                                    "\n[ \"$DEVPLUG_POD_NAME\" = blocked ] && "
-                                    "{ echo 'ip: cannot move ens5f0np0 into the pod' >&2; exit 1; }\n"
-                                    "exit 0\n");
+    testing::WriteFile(attach_,
+                       "#!/bin/sh\nenv | grep ^DEVPLUG_ | sort > " + seen_ +
+                           "\n[ \"$DEVPLUG_POD_NAME\" = blocked ] && "
+                           "{ echo 'ip: cannot move ens5f0np0 into the pod' >&2; exit 1; }\n"
+                           "exit 0\n");
     chmod(attach_.c_str(), 0755);
   }
-  std::string Agent() const {
-    return "pod_resources_socket = \"" + sim_pod_resources_ + "\"";
-  }
+  std::string Agent() const { return "pod_resources_socket = \"" + sim_pod_resources_ + "\""; }
   // nic mode with the attach command, both NICs Healthy.
   void StartNicMode() {
     StartSim();
-    StartAgent(Resource(kNic, "solarflare",
-                        "mode = \"nic\"\nattach_command = \"" + attach_ +
-                            "\"\nattach_timeout = \"5s\""),
-               "0s", Agent());
+    StartAgent(
+        Resource(kNic, "solarflare",
+                 "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"5s\""),
+        "0s", Agent());
     ASSERT_TRUE(Registered(kNic));
     ASSERT_TRUE(HealthyIs(kNic, 2, 2));
   }
@@ -122,7 +126,8 @@ TEST_F(SolarflareAgentTest, NicModeAttachCommandLearnsThePod) {
                            "DEVPLUG_CONTAINER=engine\n", "DEVPLUG_DEVICE_IDS=0000:3b:00.0\n",
                            "DEVPLUG_IFNAMES=ens1f0np0\n", "DEVPLUG_RESOURCE=amd.com/onload-nic\n"})
     EXPECT_NE(env.find(want), std::string::npos) << want << " in\n" << env;
-  EXPECT_TRUE(agent_->WaitForLog("attached 0000:3b:00.0 (ens1f0np0) to trading/matcher-0/engine", kWait))
+  EXPECT_TRUE(
+      agent_->WaitForLog("attached 0000:3b:00.0 (ens1f0np0) to trading/matcher-0/engine", kWait))
       << agent_->Log();
 
   // The command refuses: the container start fails with its stderr line.
@@ -161,9 +166,10 @@ TEST_F(SolarflareAgentTest, NicModeNeverAttachesOnAnAmbiguousHolder) {
 
 TEST_F(SolarflareAgentTest, AnAttachTimeoutLongerThanPrestartTimeoutIsAConfigError) {
   StartSim();
-  StartAgent(Resource(kNic, "solarflare",
-                      "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"20s\""),
-             "0s", "prestart_timeout = \"15s\"");
+  StartAgent(
+      Resource(kNic, "solarflare",
+               "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"20s\""),
+      "0s", "prestart_timeout = \"15s\"");
   EXPECT_EQ(agent_->Wait(kWait), std::optional<int>(78)) << agent_->Log();
   EXPECT_NE(agent_->Log().find("devplug.toml:14: resource[0].attach_timeout: \"20s\" must be "
                                "shorter than the agent's prestart_timeout (15s)"),

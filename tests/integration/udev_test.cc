@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
-#include "onload_fixture.h"
 #include "gpu_fixture.h"
+#include "onload_fixture.h"
 #include "sysfs_fixture.h"
 #include "udevd.h"
 
@@ -102,7 +102,8 @@ TEST_F(UdevTest, MiscNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
   // Health changes are new snapshots on the same stream.
   EXPECT_EQ(sim_->resource(kKvm)->registrations, 1u);
   // The metrics counted the events, the watch's rescans and the flips.
-  auto m = testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
+  auto m =
+      testing::RunProcess({testing::DevplugctlPath(), "metrics", "--socket", control_socket()});
   ASSERT_EQ(m.exit_code, 0) << m.output;
   EXPECT_NE(m.output.find("devplug_uevents_total{subsystem=\"misc\"} "), std::string::npos)
       << m.output;
@@ -112,8 +113,7 @@ TEST_F(UdevTest, MiscNodeRemovedAndRestoredFlipsHealthOnRealMiscEvents) {
                           "\",to=\"Unhealthy\"} 3"),
             std::string::npos)
       << m.output;
-  EXPECT_GE(Metric("devplug_rescans_total{cause=\"path\",resource=\"" + std::string(kKvm) +
-                   "\"} "),
+  EXPECT_GE(Metric("devplug_rescans_total{cause=\"path\",resource=\"" + std::string(kKvm) + "\"} "),
             2.0)
       << m.output;
 }
@@ -219,9 +219,15 @@ TEST_F(UdevTest, VfioUnbindAndBindWithARealPciEvent) {
   testing::SysfsFixture fx(host_root());
   ASSERT_TRUE(fx.AddVfioContainer());
   for (int k = 0; k < 2; k++) {
-    fx.AddPci({.address = "0000:3b:02." + std::to_string(k), .vendor = 0x8086, .device = 0x1889,
-               .class_code = 0x020000, .driver = "vfio-pci", .numa_node = 0,
-               .iommu_group = 30 + k, .parent = {}, .net = {}});
+    fx.AddPci({.address = "0000:3b:02." + std::to_string(k),
+               .vendor = 0x8086,
+               .device = 0x1889,
+               .class_code = 0x020000,
+               .driver = "vfio-pci",
+               .numa_node = 0,
+               .iommu_group = 30 + k,
+               .parent = {},
+               .net = {}});
     ASSERT_TRUE(fx.AddVfioGroup(30 + k));
   }
   constexpr char kVf[] = "intel.com/vf";
@@ -257,11 +263,21 @@ TEST_F(UdevTest, RdmaRoceLinkChangeThroughRtnetlink) {
     GTEST_SKIP() << "cannot create veth pairs here";
   Sh("ip link set " + a + " up && ip link set " + b + " up");
   testing::SysfsFixture fx(host_root());
-  fx.AddPci({.address = "0000:af:00.0", .vendor = 0x8086, .device = 0x1592,
-             .class_code = 0x020000, .driver = "ice", .numa_node = 1, .iommu_group = 5,
-             .parent = {}, .net = {a}});
-  ASSERT_TRUE(fx.AddRdma({.ibdev = "irdma0", .pci = "0000:af:00.0", .port_states = {4},
-                          .link_layer = "Ethernet", .uverbs = 0, .first_umad = 0}));
+  fx.AddPci({.address = "0000:af:00.0",
+             .vendor = 0x8086,
+             .device = 0x1592,
+             .class_code = 0x020000,
+             .driver = "ice",
+             .numa_node = 1,
+             .iommu_group = 5,
+             .parent = {},
+             .net = {a}});
+  ASSERT_TRUE(fx.AddRdma({.ibdev = "irdma0",
+                          .pci = "0000:af:00.0",
+                          .port_states = {4},
+                          .link_layer = "Ethernet",
+                          .uverbs = 0,
+                          .first_umad = 0}));
   constexpr char kRoce[] = "rdma.example/roce";
   StartSim();
   StartAgent(Resource(kRoce, "rdma", "mode = \"exclusive\"\nport_poll_ms = 0"), "0s",
@@ -296,7 +312,8 @@ TEST_F(UdevTest, SolarflareOnloadUnloadAndLoadOnRealEvents) {
   StartAgent(Resource(kOnload, "solarflare", "shares = 2"), "0s", "udev_source = \"kernel\"");
   ASSERT_TRUE(Registered(kOnload));
   ASSERT_TRUE(HealthyIs(kOnload, 2, 2));
-  const double scans = Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ");
+  const double scans =
+      Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ");
   const std::string a = "dps" + std::to_string(getpid() % 100000), b = a + "p";
   if (Sh("ip link add " + a + " type veth peer name " + b) == 0) {
     Sh("ip link del " + a);
@@ -304,9 +321,11 @@ TEST_F(UdevTest, SolarflareOnloadUnloadAndLoadOnRealEvents) {
     // the net events before it have been looked at too.
     ASSERT_TRUE(Trigger(uevent));
     ASSERT_TRUE(Eventually([&] {
-      return Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ") >= scans + 1;
+      return Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} ") >=
+             scans + 1;
     }));
-    EXPECT_EQ(Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} "), scans + 1);
+    EXPECT_EQ(Metric("devplug_rescans_total{cause=\"event\",resource=\"amd.com/onload\"} "),
+              scans + 1);
   }
   fx.Unload();
   ASSERT_TRUE(Trigger(uevent));
@@ -359,9 +378,9 @@ TEST_F(UdevTest, NvidiaXidRecoversOnARealPciEvent) {
   ASSERT_TRUE(gpu.Build({{uuid, address, 0, -1, "NVIDIA L4"}}));
   constexpr char kGpu[] = "nvidia.com/gpu";
   StartSim();
-  StartAgent(Resource(kGpu, "nvidia",
-                      "nvml_library = \"" + testing::FakeModuleDir() + "/fake_nvml.so\""),
-             "0s", "udev_source = \"kernel\"");
+  StartAgent(
+      Resource(kGpu, "nvidia", "nvml_library = \"" + testing::FakeModuleDir() + "/fake_nvml.so\""),
+      "0s", "udev_source = \"kernel\"");
   ASSERT_TRUE(Registered(kGpu));
   ASSERT_TRUE(HealthyIs(kGpu, 1, 1));
   gpu.Xid(0, 48);  // double-bit ECC error
@@ -377,8 +396,8 @@ TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
   StartSim();
   StartAgent(Resource(kKvm, "kvm", "shares = 1"), "0s", "udev_source = \"auto\"");
   ASSERT_TRUE(Registered(kKvm));
-  EXPECT_TRUE(agent_->WaitForLog("listening for kernel events on subsystems misc (udev_source auto)",
-                                 kWait))
+  EXPECT_TRUE(agent_->WaitForLog(
+      "listening for kernel events on subsystems misc (udev_source auto)", kWait))
       << agent_->Log();
 }
 

@@ -26,13 +26,22 @@ class VfioAgentTest : public AgentTest {
     ASSERT_TRUE(fx.AddVfioContainer());
     for (int node = 0; node < 2; node++) {
       const std::string bus = node == 0 ? "0000:3b" : "0000:af";
-      PciSpec pf{.address = bus + ":00.0", .device = 0x1592, .driver = "ice", .numa_node = node,
-                 .iommu_group = 90 + node, .parent = {}, .net = {}};
+      PciSpec pf{.address = bus + ":00.0",
+                 .device = 0x1592,
+                 .driver = "ice",
+                 .numa_node = node,
+                 .iommu_group = 90 + node,
+                 .parent = {},
+                 .net = {}};
       std::vector<PciSpec> vfs;
       for (int k = 0; k < 4; k++) {
         const int group = 10 * (node + 1) + k;
-        vfs.push_back({.address = bus + ":02." + std::to_string(k), .driver = "vfio-pci",
-                       .numa_node = node, .iommu_group = group, .parent = {}, .net = {}});
+        vfs.push_back({.address = bus + ":02." + std::to_string(k),
+                       .driver = "vfio-pci",
+                       .numa_node = node,
+                       .iommu_group = group,
+                       .parent = {},
+                       .net = {}});
         if (!(node == 1 && k == 3)) {
           ASSERT_TRUE(fx.AddVfioGroup(group));
         }
@@ -91,8 +100,9 @@ TEST_F(VfioAgentTest, BadVendorIsAConfigErrorWithFileLineAndKey) {
   WriteFile(config_path(), Config(Resource(kVf, "vfio", "vendor = \"intel\"")));
   auto r = testing::RunDevplugd({"--config", config_path(), "--check-config"});
   EXPECT_EQ(r.exit_code, 78) << r.output;
-  EXPECT_NE(r.output.find(config_path() + ":12: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(config_path() + ":12: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
+      std::string::npos)
       << r.output;
 }
 

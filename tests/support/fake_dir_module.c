@@ -35,8 +35,8 @@ static int dir_create(const struct devplug_host *host, struct devplug_instance *
   inst->host = host;
   inst->prefix = "";
   host->config_string(host, "prefix", &inst->prefix);
-  snprintf(inst->dir, sizeof(inst->dir), "%s%s", strcmp(host->host_root, "/") ? host->host_root : "",
-           dir);
+  snprintf(inst->dir, sizeof(inst->dir), "%s%s",
+           strcmp(host->host_root, "/") ? host->host_root : "", dir);
   *ret = inst;
   return 0;
 }

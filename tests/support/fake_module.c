@@ -163,7 +163,8 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
     host->track_releases(host, 0);
   int32_t late_config_error = 0;
   host->config_bool(host, "late_config_error", &late_config_error);
-  if (late_config_error) host->config_error(host, "count", "is reported bad, yet create() succeeds");
+  if (late_config_error)
+    host->config_error(host, "count", "is reported bad, yet create() succeeds");
   int32_t hang_create = 0;
   host->config_bool(host, "hang_create", &hang_create);
   if (hang_create) hang();
@@ -256,8 +257,8 @@ static int fake_allocate(struct devplug_instance *inst, const char *const *ids, 
 
 /* Must-include first, then the rest in order, up to size. */
 static int fake_preferred(struct devplug_instance *inst, const char *const *available,
-                          size_t n_available, const char *const *must, size_t n_must,
-                          int32_t size, struct devplug_id_sink *ret) {
+                          size_t n_available, const char *const *must, size_t n_must, int32_t size,
+                          struct devplug_id_sink *ret) {
   (void)inst;
   int32_t taken = 0;
   for (size_t i = 0; i < n_must && taken < size; i++, taken++) ret->add_id(ret, must[i]);
@@ -291,8 +292,8 @@ static int fake_pre_start(struct devplug_instance *inst, const char *const *ids,
       char line[512];
       int rc = inst->host->pod_of(inst->host, ids[i], &pod);
       if (rc == 0)
-        snprintf(line, sizeof(line), "holder %s %s/%s/%s", ids[i], pod.pod_namespace,
-                 pod.pod_name, pod.container);
+        snprintf(line, sizeof(line), "holder %s %s/%s/%s", ids[i], pod.pod_namespace, pod.pod_name,
+                 pod.container);
       else
         snprintf(line, sizeof(line), "holder %s none %d", ids[i], rc);
       append_line(inst->release_log, line);

@@ -46,8 +46,16 @@
 #define NO_INSTANCE 0xFFFFFFFFu
 
 typedef int nvmlReturn_t;
-enum { OK = 0, UNINIT = 1, INVALID = 2, NOT_SUPPORTED = 3, NOT_FOUND = 6, SMALL = 7,
-       TIMEOUT = 10, LOST = 15 };
+enum {
+  OK = 0,
+  UNINIT = 1,
+  INVALID = 2,
+  NOT_SUPPORTED = 3,
+  NOT_FOUND = 6,
+  SMALL = 7,
+  TIMEOUT = 10,
+  LOST = 15
+};
 
 typedef struct {
   char busIdLegacy[16];
@@ -62,7 +70,7 @@ struct fake_gpu {
   char name[96];
   int lost;
   unsigned long long mem_mib;
-  int links[MAX_GPUS];    /* NVLinks to each other GPU */
+  int links[MAX_GPUS]; /* NVLinks to each other GPU */
   int ancestor[MAX_GPUS];
   unsigned mig_mode;
 };
@@ -82,12 +90,12 @@ static unsigned n_migs;
 static int initialized;
 
 /* Every entry point runs under the library's one lock. */
-#define LOCKED(call)                   \
-  do {                                 \
-    pthread_mutex_lock(&lock);         \
-    nvmlReturn_t rc_ = (call);         \
-    pthread_mutex_unlock(&lock);       \
-    return rc_;                        \
+#define LOCKED(call)             \
+  do {                           \
+    pthread_mutex_lock(&lock);   \
+    nvmlReturn_t rc_ = (call);   \
+    pthread_mutex_unlock(&lock); \
+    return rc_;                  \
   } while (0)
 
 static const char *dir(void) {
@@ -142,7 +150,7 @@ static void read_mig(void) {
 
 static nvmlReturn_t init(void) {
   note_call("init");
-  if (initialized) {  /* nested: a reference only */
+  if (initialized) { /* nested: a reference only */
     initialized++;
     return OK;
   }
@@ -153,7 +161,7 @@ static nvmlReturn_t init(void) {
   n_migs = 0;
   memset(gpus, 0, sizeof(gpus));
   if (f == NULL) {
-    initialized++;  /* no GPUs */
+    initialized++; /* no GPUs */
     return OK;
   }
   int fail = 0;
@@ -204,13 +212,20 @@ EXPORT nvmlReturn_t nvmlShutdown(void) { LOCKED(shutdown_()); }
 
 EXPORT const char *nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
-    case OK: return "Success";
-    case UNINIT: return "Uninitialized";
-    case LOST: return "GPU is lost";
-    case TIMEOUT: return "Timeout";
-    case NOT_SUPPORTED: return "Not Supported";
-    case NOT_FOUND: return "Not Found";
-    default: return "Unknown Error";
+    case OK:
+      return "Success";
+    case UNINIT:
+      return "Uninitialized";
+    case LOST:
+      return "GPU is lost";
+    case TIMEOUT:
+      return "Timeout";
+    case NOT_SUPPORTED:
+      return "Not Supported";
+    case NOT_FOUND:
+      return "Not Found";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -349,9 +364,8 @@ typedef struct {
 } nvmlMemory_t;
 
 typedef struct {
-  unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount,
-      sharedEncoderCount, sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount,
-      computeInstanceSliceCount;
+  unsigned int multiprocessorCount, sharedCopyEngineCount, sharedDecoderCount, sharedEncoderCount,
+      sharedJpegCount, sharedOfaCount, gpuInstanceSliceCount, computeInstanceSliceCount;
   unsigned long long memorySizeMB;
 } nvmlDeviceAttributes_t;
 
@@ -459,7 +473,7 @@ typedef struct {
 } nvmlEventData_t;
 
 struct fake_set {
-  long offset;                 /* bytes of the events file already delivered */
+  long offset; /* bytes of the events file already delivered */
   unsigned long long mask[MAX_GPUS];
 };
 
@@ -506,7 +520,7 @@ static nvmlReturn_t set_wait(struct fake_set *s, nvmlEventData_t *data, unsigned
     if (f) {
       fseek(f, s->offset, SEEK_SET);
       while (fgets(line, sizeof(line), f)) {
-        if (line[strlen(line) - 1] != '\n') break;  /* partly written */
+        if (line[strlen(line) - 1] != '\n') break; /* partly written */
         s->offset = ftell(f);
         int i, n;
         unsigned long long code, type;

@@ -36,8 +36,8 @@ inline constexpr char kIdleAfu[] = "a1b2c3d4e5f60718293a4b5c6d7e8f90";
 inline constexpr char kInterface[] = "ce48969398f05f33946d560708be108a";
 
 struct FpgaPortSpec {
-  int n = 0;        // dfl-port.<n>
-  int id = 0;       // the port's index on its card (the PR port_id)
+  int n = 0;   // dfl-port.<n>
+  int id = 0;  // the port's index on its card (the PR port_id)
   std::string afu = kNlb0;
 };
 
@@ -51,8 +51,8 @@ struct FpgaCardSpec {
   std::string pf = "0000:5e:00.0";
   std::string bridge = "0000:5d:00.0";
   int numa_node = 0;
-  int region = 0;       // the PF's base region; region + 1 is the FME's
-  int fme = 0;          // dfl-fme.<fme>
+  int region = 0;  // the PF's base region; region + 1 is the FME's
+  int fme = 0;     // dfl-fme.<fme>
   std::string interface_id = kInterface;
   bool dashed_interface = false;  // some kernels print the compat_id with dashes
   std::vector<FpgaPortSpec> ports = {FpgaPortSpec{}};
@@ -80,8 +80,10 @@ class FpgaFixture {
     const PciSpec pf = function(card.pf, 0x0b30);
     std::vector<PciSpec> vfs;
     for (const FpgaVfSpec& v : card.vfs) vfs.push_back(function(v.address, 0x0b31));
-    if (vfs.empty()) pci_.AddPci(pf);
-    else pci_.AddSriov(pf, vfs);
+    if (vfs.empty())
+      pci_.AddPci(pf);
+    else
+      pci_.AddSriov(pf, vfs);
     const std::string pf_dir = Rel(pci_.DevicePath(card.pf));
     const std::string iface = card.dashed_interface ? Dashed(card.interface_id) : card.interface_id;
     if (card.legacy) {
@@ -93,8 +95,8 @@ class FpgaFixture {
       MakeCharDevice(root_ + "/dev/" + fme, 241, static_cast<unsigned>(card.fme));
       for (const FpgaPortSpec& p : card.ports) AddPort(dev, "intel-fpga-port.", p, 242);
       for (const FpgaVfSpec& v : card.vfs) {
-        const std::string vdev = Rel(pci_.DevicePath(v.address)) + "/fpga/intel-fpga-dev." +
-                                 std::to_string(v.region);
+        const std::string vdev =
+            Rel(pci_.DevicePath(v.address)) + "/fpga/intel-fpga-dev." + std::to_string(v.region);
         Link("sys/class/fpga/intel-fpga-dev." + std::to_string(v.region), vdev);
         AddPort(vdev, "intel-fpga-port.", v.port, 242);
       }
@@ -164,7 +166,8 @@ class FpgaFixture {
         Dashed(meta_interface.empty() ? interface_id : meta_interface) +
         "\", \"clock-frequency-high\": " + clock + ", \"clock-frequency-low\": " + clock +
         ", \"power\": 25, \"accelerator-clusters\": [{\"name\": \"nlb\", \"total-contexts\": 1, "
-        "\"accelerator-type-uuid\": \"" + Dashed(afu) + "\"}]}}";
+        "\"accelerator-type-uuid\": \"" +
+        Dashed(afu) + "\"}]}}";
     std::string file;
     auto put = [&](uint64_t v, int n) {
       for (int i = 0; i < n; ++i) file += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -187,25 +190,31 @@ class FpgaFixture {
   // port 0. `exit_code` != 0 makes it fail after printing an error.
   std::string AddFpgaconf(int exit_code = 0, int sleep_s = 0) {
     const std::string path = root_ + "/opt/opae/bin/fpgaconf";
-    WriteFile(path,
-              "#!/bin/sh\n"
-              "echo \"$@\" >> '" + root_ + "/fpgaconf.log'\n" +
-              (sleep_s ? "sleep " + std::to_string(sleep_s) + "\n" : std::string()) +
-              (exit_code ? "echo 'fpgaconf: error: PR failed' >&2\nexit " +
-                               std::to_string(exit_code) + "\n"
-                         : std::string()) +
-              "seg=0x0000\n"
-              "while [ $# -gt 1 ]; do case \"$1\" in\n"
-              "  -B) bus=$2; shift 2;; -D) dev=$2; shift 2;; -F) fn=$2; shift 2;;\n"
-              "  --segment) seg=$2; shift 2;; *) shift;; esac; done\n"
-              "gbs=$1\n"
-              "addr=$(printf '%04x:%02x:%02x.%x' $seg $bus $dev $fn)\n"
-              "afu=$(basename \"$gbs\" .gbs)\n"
-              "for d in '" + root_ + "'/sys/bus/pci/devices/$addr/fpga_region/region*/dfl-port.* "
-              "'" + root_ + "'/sys/bus/pci/devices/$addr/fpga/intel-fpga-dev.*/intel-fpga-port.*; do\n"
-              "  [ -f \"$d/id\" ] && [ \"$(cat $d/id)\" = 0 ] && echo $afu > $d/afu_id && exit 0\n"
-              "done\n"
-              "echo 'fpgaconf: no such card' >&2; exit 1\n");
+    WriteFile(
+        path,
+        "#!/bin/sh\n"
+        "echo \"$@\" >> '" +
+            root_ + "/fpgaconf.log'\n" +
+            (sleep_s ? "sleep " + std::to_string(sleep_s) + "\n" : std::string()) +
+            (exit_code
+                 ? "echo 'fpgaconf: error: PR failed' >&2\nexit " + std::to_string(exit_code) + "\n"
+                 : std::string()) +
+            "seg=0x0000\n"
+            "while [ $# -gt 1 ]; do case \"$1\" in\n"
+            "  -B) bus=$2; shift 2;; -D) dev=$2; shift 2;; -F) fn=$2; shift 2;;\n"
+            "  --segment) seg=$2; shift 2;; *) shift;; esac; done\n"
+            "gbs=$1\n"
+            "addr=$(printf '%04x:%02x:%02x.%x' $seg $bus $dev $fn)\n"
+            "afu=$(basename \"$gbs\" .gbs)\n"
+            "for d in '" +
+            root_ +
+            "'/sys/bus/pci/devices/$addr/fpga_region/region*/dfl-port.* "
+            "'" +
+            root_ +
+            "'/sys/bus/pci/devices/$addr/fpga/intel-fpga-dev.*/intel-fpga-port.*; do\n"
+            "  [ -f \"$d/id\" ] && [ \"$(cat $d/id)\" = 0 ] && echo $afu > $d/afu_id && exit 0\n"
+            "done\n"
+            "echo 'fpgaconf: no such card' >&2; exit 1\n");
     chmod(path.c_str(), 0755);
     return path;
   }
@@ -229,15 +238,17 @@ class FpgaFixture {
     WriteFile(Abs(dir + "/power_state"), "0x0\n");
     WriteFile(Abs(dir + "/errors/errors"), "0x0\n");
     WriteFile(Abs(dir + "/dev"), std::to_string(major) + ":" + std::to_string(p.n) + "\n");
-    WriteFile(Abs(dir + "/uevent"), std::string("DRIVER=") +
-                                        (prefix[0] == 'd' ? "dfl-port" : "intel-fpga-port") + "\n");
+    WriteFile(Abs(dir + "/uevent"),
+              std::string("DRIVER=") + (prefix[0] == 'd' ? "dfl-port" : "intel-fpga-port") + "\n");
     Link("sys/bus/platform/devices/" + name, dir);
     MakeCharDevice(root_ + "/dev/" + name, major, static_cast<unsigned>(p.n));
   }
   void Flag(const std::string& node, bool on) {
     std::error_code ec;
-    if (on) WriteFile(root_ + "/dev/" + node, "");
-    else std::filesystem::remove(root_ + "/dev/" + node, ec);
+    if (on)
+      WriteFile(root_ + "/dev/" + node, "");
+    else
+      std::filesystem::remove(root_ + "/dev/" + node, ec);
   }
   std::string Rel(const std::string& abs) const {
     return std::filesystem::path(abs).lexically_relative(root_).string();

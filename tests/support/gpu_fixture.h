@@ -62,9 +62,15 @@ class GpuFixture {
               MakeCharDevice(root_ + "/dev/nvidia-uvm", 510, 0) &&
               MakeCharDevice(root_ + "/dev/nvidia-uvm-tools", 510, 1);
     for (const FakeGpu& g : gpus) {
-      fx_.AddPci({.address = g.pci, .vendor = 0x10de, .device = 0x20b0, .class_code = 0x030200,
-                  .driver = "nvidia", .numa_node = g.numa_node, .iommu_group = -1,
-                  .parent = {}, .net = {}});
+      fx_.AddPci({.address = g.pci,
+                  .vendor = 0x10de,
+                  .device = 0x20b0,
+                  .class_code = 0x030200,
+                  .driver = "nvidia",
+                  .numa_node = g.numa_node,
+                  .iommu_group = -1,
+                  .parent = {},
+                  .net = {}});
       ok = MakeCharDevice(root_ + "/dev/nvidia" + std::to_string(g.minor), 195, g.minor) && ok;
       WriteInformation(g);
     }
@@ -87,7 +93,8 @@ class GpuFixture {
       script += "gpu " + g.uuid + " " + std::to_string(g.minor) + " " + bus + " " + model + "\n";
     }
     for (size_t i = 0; i < gpus.size(); i++)
-      if (gpus[i].mib) script += "mem " + std::to_string(i) + " " + std::to_string(gpus[i].mib) + "\n";
+      if (gpus[i].mib)
+        script += "mem " + std::to_string(i) + " " + std::to_string(gpus[i].mib) + "\n";
     for (const std::string& l : extra) script += l + "\n";
     WriteFile(nvml_dir_ + "/gpus", script);
   }
@@ -96,19 +103,21 @@ class GpuFixture {
     WriteFile(root_ + "/proc/driver/nvidia/gpus/" + g.pci + "/information",
               "Model: \t\t " + g.model + "\nIRQ:   \t\t 42\nGPU UUID: \t " + g.uuid +
                   "\nVideo BIOS: \t 92.00.25.00.08\nBus Type: \t PCIe\nDMA Size: \t 47 bits\n"
-                  "DMA Mask: \t 0x7fffffffffff\nBus Location: \t " + g.pci +
-                  "\nDevice Minor: \t " + std::to_string(g.minor) + "\nGPU Excluded:\t No\n");
+                  "DMA Mask: \t 0x7fffffffffff\nBus Location: \t " +
+                  g.pci + "\nDevice Minor: \t " + std::to_string(g.minor) +
+                  "\nGPU Excluded:\t No\n");
   }
 
   // Appends "xid <index> <code>" for the fake NVML's event sets.
   void Xid(int index, int code) {
-    std::ofstream(nvml_dir_ + "/events", std::ios::app)
-        << "xid " << index << " " << code << "\n" << std::flush;
+    std::ofstream(nvml_dir_ + "/events", std::ios::app) << "xid " << index << " " << code << "\n"
+                                                        << std::flush;
   }
   // The same, naming one MIG instance of the GPU.
   void Xid(int index, int code, unsigned gi, unsigned ci) {
     std::ofstream(nvml_dir_ + "/events", std::ios::app)
-        << "xid " << index << " " << code << " " << gi << " " << ci << "\n" << std::flush;
+        << "xid " << index << " " << code << " " << gi << " " << ci << "\n"
+        << std::flush;
   }
   void MigChangeEvent(int index) {
     std::ofstream(nvml_dir_ + "/events", std::ios::app) << "migchange " << index << "\n"
@@ -134,13 +143,14 @@ class GpuFixture {
                 std::to_string(m.ci) + " " + std::to_string(m.gi_slices) + " " +
                 std::to_string(m.ci_slices) + " " + std::to_string(m.mib) + "\n";
       const unsigned minor = gpus.at(static_cast<size_t>(m.gpu)).minor;
-      const std::string gi_dir = caps + "/gpu" + std::to_string(minor) + "/mig/gi" +
-                                 std::to_string(m.gi);
+      const std::string gi_dir =
+          caps + "/gpu" + std::to_string(minor) + "/mig/gi" + std::to_string(m.gi);
       const unsigned gi_cap = CapMinor(minor, m.gi, ~0u), ci_cap = CapMinor(minor, m.gi, m.ci);
       WriteFile(gi_dir + "/access", Access(gi_cap));
       WriteFile(gi_dir + "/ci" + std::to_string(m.ci) + "/access", Access(ci_cap));
       for (unsigned cap : {gi_cap, ci_cap})
-        ok = (std::filesystem::exists(CapNode(cap)) || MakeCharDevice(CapNode(cap), 508, cap)) && ok;
+        ok =
+            (std::filesystem::exists(CapNode(cap)) || MakeCharDevice(CapNode(cap), 508, cap)) && ok;
     }
     WriteFile(nvml_dir_ + "/mig", script);
     return ok;
@@ -168,7 +178,8 @@ class GpuFixture {
 
  private:
   static std::string Access(unsigned minor) {
-    return "DeviceFileMinor: " + std::to_string(minor) + "\nDeviceFileMode: 292\nDeviceFileModify: 1\n";
+    return "DeviceFileMinor: " + std::to_string(minor) +
+           "\nDeviceFileMode: 292\nDeviceFileModify: 1\n";
   }
   unsigned CapMinor(unsigned minor, unsigned gi, unsigned ci) {
     auto [it, fresh] = caps_.try_emplace(std::make_tuple(minor, gi, ci), next_cap_);

@@ -30,13 +30,13 @@
 namespace devplug::testing {
 
 struct NicSpec {
-  std::string address;           // "0000:3b:00.0"
-  std::string ifname;            // "ens1f0np0"
+  std::string address;  // "0000:3b:00.0"
+  std::string ifname;   // "ens1f0np0"
   std::string driver = "sfc";
-  uint16_t vendor = 0x1924;      // Solarflare
-  uint16_t device = 0x0b03;      // SFC9250
+  uint16_t vendor = 0x1924;  // Solarflare
+  uint16_t device = 0x0b03;  // SFC9250
   int numa_node = 0;
-  int onload_index = 0;          // N of sfc.onload.<N>; -1: no sfc_resource binding
+  int onload_index = 0;  // N of sfc.onload.<N>; -1: no sfc_resource binding
   bool onload_enabled = true;
   bool carrier = true;
 };
@@ -55,11 +55,15 @@ class OnloadFixture {
     std::filesystem::create_directories(root_ + "/usr/lib64");
     for (const char* lib : {"libonload", "libonload_ext"}) {
       const std::string base = std::string(lib) + ".so";
-      WriteFile(root_ + "/usr/lib64/" + base + ".1.0.0", "\x7f" "ELF");
+      WriteFile(root_ + "/usr/lib64/" + base + ".1.0.0",
+                "\x7f"
+                "ELF");
       Symlink(base + ".1.0.0", "usr/lib64/" + base + ".1");
       Symlink(base + ".1", "usr/lib64/" + base);
     }
-    WriteFile(root_ + "/usr/lib64/libciul.so.1", "\x7f" "ELF");
+    WriteFile(root_ + "/usr/lib64/libciul.so.1",
+              "\x7f"
+              "ELF");
     WriteFile(root_ + "/usr/lib64/libonload_ext.a", "!<arch>\n");
     WriteExec("usr/bin/onload", "#!/bin/sh\nexec \"$@\"\n");
     return Load() && MakeCharDevice(root_ + "/dev/sfc_char", 244, 0) &&
@@ -85,9 +89,15 @@ class OnloadFixture {
   }
 
   void AddNic(const NicSpec& n) {
-    pci_.AddPci({.address = n.address, .vendor = n.vendor, .device = n.device,
-                 .class_code = 0x020000, .driver = n.driver, .numa_node = n.numa_node,
-                 .iommu_group = -1, .parent = {}, .net = {n.ifname}});
+    pci_.AddPci({.address = n.address,
+                 .vendor = n.vendor,
+                 .device = n.device,
+                 .class_code = 0x020000,
+                 .driver = n.driver,
+                 .numa_node = n.numa_node,
+                 .iommu_group = -1,
+                 .parent = {},
+                 .net = {n.ifname}});
     const std::string dev = Rel(pci_.DevicePath(n.address));
     AddInterface(dev + "/net/" + n.ifname, n.ifname, n.carrier);
     pci_.Link(dev + "/net/" + n.ifname + "/device", dev);
@@ -112,9 +122,9 @@ class OnloadFixture {
     pci_.RemovePci(address);
   }
   void SetEnable(const std::string& address, int index, bool on) {
-    WriteFile(pci_.DevicePath(address) + "/sfc.onload." + std::to_string(index) +
-                  "/sfc_resource/enable",
-              on ? "1\n" : "0\n");
+    WriteFile(
+        pci_.DevicePath(address) + "/sfc.onload." + std::to_string(index) + "/sfc_resource/enable",
+        on ? "1\n" : "0\n");
   }
   void SetCarrier(const std::string& ifname, bool up) {
     WriteFile(root_ + "/sys/class/net/" + ifname + "/carrier", up ? "1\n" : "0\n");

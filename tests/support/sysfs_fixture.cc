@@ -135,12 +135,18 @@ void SysfsFixture::RemoveVfioGroup(int group) {
 namespace {
 const char* PortStateName(int state) {
   switch (state) {
-    case 1: return "DOWN";
-    case 2: return "INIT";
-    case 3: return "ARMED";
-    case 4: return "ACTIVE";
-    case 5: return "ACTIVE_DEFER";
-    default: return "NOP";
+    case 1:
+      return "DOWN";
+    case 2:
+      return "INIT";
+    case 3:
+      return "ARMED";
+    case 4:
+      return "ACTIVE";
+    case 5:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
   }
 }
 }  // namespace
@@ -173,7 +179,8 @@ bool SysfsFixture::AddRdma(const RdmaSpec& spec) {
       WriteFile(root_ + "/" + dir + "/port", std::to_string(p + 1) + "\n");
       Link("sys/class/infiniband_mad/" + name, dir);
       ok = MakeCharDevice(root_ + "/dev/infiniband/" + name, 231,
-                          static_cast<unsigned>((kind[0] == 'i' ? 64 : 0) + j)) && ok;
+                          static_cast<unsigned>((kind[0] == 'i' ? 64 : 0) + j)) &&
+           ok;
     }
   }
   return ok;
@@ -203,6 +210,8 @@ void SysfsFixture::RemoveRdma(const RdmaSpec& spec) {
   }
 }
 
-bool SysfsFixture::AddRdmaCm() { return MakeCharDevice(root_ + "/dev/infiniband/rdma_cm", 10, 122); }
+bool SysfsFixture::AddRdmaCm() {
+  return MakeCharDevice(root_ + "/dev/infiniband/rdma_cm", 10, 122);
+}
 
 }  // namespace devplug::testing

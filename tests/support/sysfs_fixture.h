@@ -12,13 +12,13 @@
 namespace devplug::testing {
 
 struct PciSpec {
-  std::string address;          // "0000:3b:00.0"
+  std::string address;  // "0000:3b:00.0"
   uint16_t vendor = 0x8086;
   uint16_t device = 0x1889;
   uint32_t class_code = 0x020000;
-  std::string driver;           // "" = unbound
-  int numa_node = -1;           // written as the kernel does ("-1" too)
-  int iommu_group = -1;         // -1 = no iommu_group link
+  std::string driver;    // "" = unbound
+  int numa_node = -1;    // written as the kernel does ("-1" too)
+  int iommu_group = -1;  // -1 = no iommu_group link
   // The bridge the function sits behind ("0000:3a:00.0"); empty puts it
   // directly under its root bus (sys/devices/pci<dom>:<bus>/<addr>).
   std::string parent;
@@ -35,12 +35,12 @@ struct PciSpec {
 //   dev/infiniband/uverbs<k> (231:192+k), umad<j> (231:j), issm<j> (231:64+j)
 // The PCI function itself must have been added with AddPci first.
 struct RdmaSpec {
-  std::string ibdev;            // "mlx5_0"
-  std::string pci;              // "0000:3b:00.0"
-  std::vector<int> port_states;  // per port, 1-based: 4 = ACTIVE, 1 = DOWN
+  std::string ibdev;                      // "mlx5_0"
+  std::string pci;                        // "0000:3b:00.0"
+  std::vector<int> port_states;           // per port, 1-based: 4 = ACTIVE, 1 = DOWN
   std::string link_layer = "InfiniBand";  // or "Ethernet" (RoCE)
-  int uverbs = 0;               // k of uverbs<k>
-  int first_umad = 0;           // j of the first port's umad<j>/issm<j>
+  int uverbs = 0;                         // k of uverbs<k>
+  int first_umad = 0;                     // j of the first port's umad<j>/issm<j>
 };
 
 class SysfsFixture {

@@ -68,7 +68,7 @@ TEST(CommonIdsTest, PciAddresses) {
   EXPECT_EQ(NormalizePciAddress("ffffffff:00:00.0"), "ffffffff:00:00.0");
   EXPECT_EQ(NormalizePciAddress("100000000:00:00.0"), std::nullopt);
   EXPECT_TRUE(IsPciAddress("10000:e1:00.0"));
-  EXPECT_FALSE(IsPciAddress("010000:e1:00.0"));  // the kernel prints no such zero
+  EXPECT_FALSE(IsPciAddress("010000:e1:00.0"));                  // the kernel prints no such zero
   EXPECT_EQ(NormalizePciAddress("0000:3b:20.0"), std::nullopt);  // slot > 0x1f
   EXPECT_EQ(NormalizePciAddress("0000:3b:02.8"), std::nullopt);  // function > 7
   EXPECT_EQ(NormalizePciAddress("0000-3b:02.1"), std::nullopt);
@@ -77,7 +77,8 @@ TEST(CommonIdsTest, PciAddresses) {
 }
 
 TEST(CommonEnvTest, KubeVirtsRule) {
-  EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "intel.com/qat_vf"), "PCI_RESOURCE_INTEL_COM_QAT_VF");
+  EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "intel.com/qat_vf"),
+            "PCI_RESOURCE_INTEL_COM_QAT_VF");
   EXPECT_EQ(EnvNameForResource("PCI_RESOURCE", "nvidia.com/GA102GL_A10"),
             "PCI_RESOURCE_NVIDIA_COM_GA102GL_A10");
   // Only '.' and '/' change: the consumer computes the same name.
@@ -138,26 +139,50 @@ TEST(CommonFsTest, AttributesAreTrimmedAndErrorsAreValues) {
 // sorts after virtfn9 by index, not by name), a network function, an
 // unbound function and one without IOMMU group or NUMA node.
 void BuildMixedTree(SysfsFixture& fx) {
-  PciSpec pf{.address = "0000:3b:00.0", .vendor = 0x8086, .device = 0x1592, .driver = "ice",
-             .numa_node = 0, .iommu_group = 40, .parent = "0000:3a:00.0", .net = {"ens1f0"}};
+  PciSpec pf{.address = "0000:3b:00.0",
+             .vendor = 0x8086,
+             .device = 0x1592,
+             .driver = "ice",
+             .numa_node = 0,
+             .iommu_group = 40,
+             .parent = "0000:3a:00.0",
+             .net = {"ens1f0"}};
   std::vector<PciSpec> vfs;
   for (int k = 0; k < 12; k++) {
     char addr[16];
     std::snprintf(addr, sizeof(addr), "0000:3b:%02x.%d", 1 + k / 8, k % 8);
-    vfs.push_back(PciSpec{.address = addr, .vendor = 0x8086, .device = 0x1889,
-                          .driver = k < 10 ? "vfio-pci" : "iavf", .numa_node = 0,
+    vfs.push_back(PciSpec{.address = addr,
+                          .vendor = 0x8086,
+                          .device = 0x1889,
+                          .driver = k < 10 ? "vfio-pci" : "iavf",
+                          .numa_node = 0,
                           .iommu_group = 100 + k});
   }
   fx.AddSriov(pf, vfs);
-  fx.AddPci({.address = "0000:af:00.0", .vendor = 0x15b3, .device = 0x1017,
-             .driver = "mlx5_core", .numa_node = 1, .iommu_group = 200, .net = {"ens8f0"}});
-  fx.AddPci({.address = "0000:af:00.1", .vendor = 0x15b3, .device = 0x1017, .numa_node = 1,
+  fx.AddPci({.address = "0000:af:00.0",
+             .vendor = 0x15b3,
+             .device = 0x1017,
+             .driver = "mlx5_core",
+             .numa_node = 1,
+             .iommu_group = 200,
+             .net = {"ens8f0"}});
+  fx.AddPci({.address = "0000:af:00.1",
+             .vendor = 0x15b3,
+             .device = 0x1017,
+             .numa_node = 1,
              .iommu_group = 200});  // unbound
-  fx.AddPci({.address = "0000:00:1f.0", .vendor = 0x8086, .device = 0xa1c1,
+  fx.AddPci({.address = "0000:00:1f.0",
+             .vendor = 0x8086,
+             .device = 0xa1c1,
              .class_code = 0x060100});  // no group, numa -1
   // An NVMe drive behind Intel VMD: PCI domain 10000, a 13-character address.
-  fx.AddPci({.address = "10000:e1:00.0", .vendor = 0x8086, .device = 0x0a54,
-             .class_code = 0x010802, .driver = "nvme", .numa_node = 0, .iommu_group = 30,
+  fx.AddPci({.address = "10000:e1:00.0",
+             .vendor = 0x8086,
+             .device = 0x0a54,
+             .class_code = 0x010802,
+             .driver = "nvme",
+             .numa_node = 0,
+             .iommu_group = 30,
              .parent = "10000:e0:06.0"});
 }
 
@@ -351,8 +376,8 @@ TEST(CommonPciTest, EnumeratesThisMachinesRealPciBus) {
     const std::string numa = attr("numa_node");
     f.numa_node = numa.empty() ? -1 : std::max(-1, std::stoi(numa));
     std::error_code ec;
-    auto group = std::filesystem::read_symlink(std::string(udev_device_get_syspath(d)) +
-                                                   "/iommu_group", ec);
+    auto group =
+        std::filesystem::read_symlink(std::string(udev_device_get_syspath(d)) + "/iommu_group", ec);
     f.iommu_group = ec ? -1 : std::stoi(group.filename().string());
     expected[f.address] = f;
     udev_device_unref(d);
@@ -428,7 +453,6 @@ TEST(CommonPreferredTest, LargeRequestFillsOneNode) {
   for (const auto& p : av) node[p.id] = p.numa_node;
   for (const auto& id : out) EXPECT_EQ(node[id], 0) << id;  // exactly one node's worth
 }
-
 
 // RunProgram: the helper programs modules run (attach and release commands,
 // vendor tools): exit status, separate stderr, environment, time limit.

@@ -1,8 +1,8 @@
 // Threads hammering the agent's own concurrent pieces, for ThreadSanitizer
 // (scripts/test runs these in a TSan build) as much as for the asserts.
 #include <atomic>
-#include <optional>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -50,8 +50,8 @@ TEST(TimersTest, ConcurrentScheduleAndCancel) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 500; ++i) {
-        const uint64_t id =
-            timers.Schedule(Timers::Clock::now() + std::chrono::microseconds(i % 50), [&] { ++fired; });
+        const uint64_t id = timers.Schedule(
+            Timers::Clock::now() + std::chrono::microseconds(i % 50), [&] { ++fired; });
         if (i % 2) timers.Cancel(id);
       }
     });
@@ -79,15 +79,19 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
   std::atomic<int> answers{0}, refused{0};
   auto count = [&](const Status& st) {
     ++answers;
-    if (st.code() == StatusCode::kUnavailable) ++refused;
-    else EXPECT_TRUE(st.ok()) << st.message();
+    if (st.code() == StatusCode::kUnavailable)
+      ++refused;
+    else
+      EXPECT_TRUE(st.ok()) << st.message();
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 200; ++i) {
         switch ((t + i) % 4) {
-          case 0: (*inst)->RequestRescan(); break;
+          case 0:
+            (*inst)->RequestRescan();
+            break;
           case 1: {
             udev::Event e;
             e.action = "change";
@@ -100,10 +104,9 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
                               [&](StatusOr<modules::Recipe> r) { count(r.status()); });
             break;
           default:
-            (*inst)->PreferredAllocation({"fake-1", "fake-2"}, {}, 1,
-                                         [&](StatusOr<std::vector<std::string>> r) {
-                                           count(r.status());
-                                         });
+            (*inst)->PreferredAllocation(
+                {"fake-1", "fake-2"}, {}, 1,
+                [&](StatusOr<std::vector<std::string>> r) { count(r.status()); });
         }
         (void)(*inst)->devices()->size();
       }
@@ -113,7 +116,7 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
   EXPECT_TRUE((*inst)->Stop(10s));
   EXPECT_EQ(answers.load(), 400);  // every call answered before the worker stopped
   EXPECT_LT(refused.load(), 400 - modules::ModuleInstance::kMaxQueuedCalls + 1);
-  EXPECT_EQ(changes.load(), 1);    // the list never changed after the first scan
+  EXPECT_EQ(changes.load(), 1);  // the list never changed after the first scan
 }
 
 }  // namespace
@@ -142,8 +145,9 @@ TEST(ModuleInstanceConcurrencyTest, CallsBehindABusyModuleAreBoundedAndSkippedOn
   // refused, and then at once, on this thread.
   std::vector<Status> refused;
   for (int i = 0; i <= modules::ModuleInstance::kMaxQueuedCalls; ++i)
-    (*inst)->Allocate({"fake-1"}, [&](StatusOr<modules::Recipe> r) { refused.push_back(r.status()); },
-                      [] { return false; });
+    (*inst)->Allocate(
+        {"fake-1"}, [&](StatusOr<modules::Recipe> r) { refused.push_back(r.status()); },
+        [] { return false; });
   // One refused, or two if the first call had not left the queue yet.
   ASSERT_GE(refused.size(), 1u);
   ASSERT_LE(refused.size(), 2u);

@@ -9,10 +9,10 @@ namespace devplug::config {
 namespace {
 
 using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
 using kubelet::CheckResourceName;
 using kubelet::CheckSocketName;
 using kubelet::DefaultSocketName;
-using devplug::testing::WriteFile;
 
 LoadOptions Opts() {
   LoadOptions o;
@@ -119,7 +119,8 @@ TEST_P(ConfigErrorTest, NamesFileLineAndKey) {
   auto cfg = LoadString(GetParam().toml, "/etc/devplug/devplug.toml", Opts());
   ASSERT_FALSE(cfg.ok());
   EXPECT_NE(cfg.status().message().find(GetParam().expect), std::string::npos)
-      << "error was:\n" << cfg.status().message();
+      << "error was:\n"
+      << cfg.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -135,8 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "devplug.toml:2: agent.log_level: must be a string, not an integer"},
         BadCase{"relative_dir", "[agent]\nplugin_dir = \"var/lib\"\n",
                 "devplug.toml:2: agent.plugin_dir: must be an absolute path"},
-        BadCase{"bad_duration", "[agent]\nresync_interval = \"10\"\n",
-                "devplug.toml:2: agent.resync_interval: \"10\": a number needs a unit (ms, s, m or h)"},
+        BadCase{
+            "bad_duration", "[agent]\nresync_interval = \"10\"\n",
+            "devplug.toml:2: agent.resync_interval: \"10\": a number needs a unit (ms, s, m or h)"},
         // Seen in review: an overflowing value was accepted as a negative one.
         BadCase{"resync_overflow", "[agent]\nresync_interval = \"10000000000000h\"\n",
                 "devplug.toml:2: agent.resync_interval: \"10000000000000h\" is over the maximum "
@@ -182,19 +184,22 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"socket_path",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"../x.sock\"\n",
                 "devplug.toml:4: resource[0].socket: \"../x.sock\": must be a bare file name"},
-        BadCase{"socket_space",
-                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"my dev.sock\"\n",
-                "devplug.toml:4: resource[0].socket: \"my dev.sock\": may only hold the "
-                "characters A-Z a-z 0-9 . _ -"},
+        BadCase{
+            "socket_space",
+            "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"my dev.sock\"\n",
+            "devplug.toml:4: resource[0].socket: \"my dev.sock\": may only hold the "
+            "characters A-Z a-z 0-9 . _ -"},
         BadCase{"socket_newline",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"a\\nb.sock\"\n",
                 "resource[0].socket: \"a\nb.sock\": may only hold the characters"},
-        BadCase{"socket_kubelet",
-                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"kubelet.sock\"\n",
-                "resource[0].socket: \"kubelet.sock\": is a name the kubelet uses itself"},
+        BadCase{
+            "socket_kubelet",
+            "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = \"kubelet.sock\"\n",
+            "resource[0].socket: \"kubelet.sock\": is a name the kubelet uses itself"},
         BadCase{"socket_too_long",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nsocket = "
-                "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.sock\"\n",
+                "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa."
+                "sock\"\n",
                 "a Unix socket path holds at most 107"},
         BadCase{"required_type",
                 "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nrequired = \"yes\"\n",
@@ -212,9 +217,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(ConfigTest, ReportsEveryProblemAtOnce) {
-  auto cfg = LoadString(
-      "[agent]\nlog_level = \"loud\"\nudev_source = 4\n[[resource]]\nname = \"x\"\n", "f.toml",
-      Opts());
+  auto cfg =
+      LoadString("[agent]\nlog_level = \"loud\"\nudev_source = 4\n[[resource]]\nname = \"x\"\n",
+                 "f.toml", Opts());
   ASSERT_FALSE(cfg.ok());
   const std::string& m = cfg.status().message();
   EXPECT_NE(m.find("f.toml:2: agent.log_level"), std::string::npos) << m;
@@ -248,7 +253,8 @@ TEST(ConfigTest, ResourceNamesFollowTheKubeletRules) {
       {"example.com/g pu", false},
   };
   for (const Case& c : cases)
-    EXPECT_EQ(CheckResourceName(c.name).empty(), c.valid) << c.name << ": " << CheckResourceName(c.name);
+    EXPECT_EQ(CheckResourceName(c.name).empty(), c.valid)
+        << c.name << ": " << CheckResourceName(c.name);
   // Name part: at most 63 characters; prefix: "requests." + prefix <= 253.
   EXPECT_TRUE(CheckResourceName("example.com/" + std::string(63, 'a')).empty());
   EXPECT_FALSE(CheckResourceName("example.com/" + std::string(64, 'a')).empty());
@@ -273,9 +279,9 @@ TEST(ConfigTest, DurationsNeedUnitsAndStayUnderTheirMaximum) {
     EXPECT_FALSE(ParseDuration(bad, day).ok()) << bad;
   // Past the maximum, and values that would overflow int64 milliseconds on
   // the way (each part, or their sum), all say the maximum.
-  for (const char* big : {"24h1ms", "25h", "86400001ms", "10000000000000h",
-                          "99999999999999999999999999ms", "9223372036854775807s",
-                          "12h12h1ms", "5000000h5000000h"}) {
+  for (const char* big :
+       {"24h1ms", "25h", "86400001ms", "10000000000000h", "99999999999999999999999999ms",
+        "9223372036854775807s", "12h12h1ms", "5000000h5000000h"}) {
     auto d = ParseDuration(big, day);
     ASSERT_FALSE(d.ok()) << big;
     EXPECT_NE(d.status().message().find("over the maximum of 24h"), std::string::npos)
@@ -334,9 +340,11 @@ TEST(ConfigTest, DropInsAddResourcesInLexicalOrder) {
   WriteFile(dir / "devplug.toml",
             "[agent]\nplugin_dir = \"/tmp/p\"\n[[resource]]\nname = \"a.example/main\"\nmodule = "
             "\"kvm\"\n");
-  WriteFile(dir / "conf.d/20-second.toml", "[[resource]]\nname = \"a.example/two\"\nmodule = \"kvm\"\n");
-  WriteFile(dir / "conf.d/10-first.toml",
-            "[agent]\nlog_level = \"warn\"\n[[resource]]\nname = \"a.example/one\"\nmodule = \"kvm\"\n");
+  WriteFile(dir / "conf.d/20-second.toml",
+            "[[resource]]\nname = \"a.example/two\"\nmodule = \"kvm\"\n");
+  WriteFile(
+      dir / "conf.d/10-first.toml",
+      "[agent]\nlog_level = \"warn\"\n[[resource]]\nname = \"a.example/one\"\nmodule = \"kvm\"\n");
   WriteFile(dir / "conf.d/README", "not toml");
   WriteFile(dir / "conf.d/.hidden.toml", "garbage [[[");
   auto cfg = LoadFile(dir / "devplug.toml", Opts());
@@ -358,8 +366,8 @@ TEST(ConfigTest, DuplicateAcrossDropInNamesBothFiles) {
   auto cfg = LoadFile(dir / "devplug.toml", Opts());
   ASSERT_FALSE(cfg.ok());
   EXPECT_NE(cfg.status().message().find(dir / "conf.d/50-dup.toml:2: resource[1].name: duplicate "
-                                               "resource name \"a.example/x\" (first defined at " +
-                                               dir / "devplug.toml:1)"),
+                                              "resource name \"a.example/x\" (first defined at " +
+                                        dir / "devplug.toml:1)"),
             std::string::npos)
       << cfg.status().message();
 }

@@ -33,9 +33,9 @@ Recipe Node(const std::string& host, const std::string& container) {
 }
 
 TEST(ConflictsTest, SameEnvKeyInTwoResourcesIsReported) {
-  auto w = FindRecipeConflicts({{"nvidia.com/gpu", List({Env("NVIDIA_VISIBLE_DEVICES", "GPU-a")})},
-                                {"example.com/gpu-shared",
-                                 List({Env("NVIDIA_VISIBLE_DEVICES", "GPU-b")})}});
+  auto w = FindRecipeConflicts(
+      {{"nvidia.com/gpu", List({Env("NVIDIA_VISIBLE_DEVICES", "GPU-a")})},
+       {"example.com/gpu-shared", List({Env("NVIDIA_VISIBLE_DEVICES", "GPU-b")})}});
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("resources \"nvidia.com/gpu\" and \"example.com/gpu-shared\" can both set "
                       "env NVIDIA_VISIBLE_DEVICES"),
@@ -56,16 +56,17 @@ TEST(ConflictsTest, IdenticalSharedNodesAreFineDifferentOnesAreNot) {
 }
 
 TEST(ConflictsTest, PerDeviceValuesOfOneKeyConflictEvenIfOneValueMatches) {
-  auto w = FindRecipeConflicts(
-      {{"a.example/x", List({Env("IDS", "1"), Env("IDS", "2")})}, {"a.example/y", List({Env("IDS", "1")})}});
+  auto w = FindRecipeConflicts({{"a.example/x", List({Env("IDS", "1"), Env("IDS", "2")})},
+                                {"a.example/y", List({Env("IDS", "1")})}});
   EXPECT_EQ(w.size(), 1u);
 }
 
 TEST(ConflictsTest, DisjointResourcesAreQuiet) {
-  EXPECT_TRUE(FindRecipeConflicts({{"a.example/x", List({Env("X_IDS", "1"), Node("/dev/x", "/dev/x")})},
-                                   {"a.example/y", List({Env("Y_IDS", "1"), Node("/dev/y", "/dev/y")})},
-                                   {"a.example/z", nullptr}})
-                  .empty());
+  EXPECT_TRUE(
+      FindRecipeConflicts({{"a.example/x", List({Env("X_IDS", "1"), Node("/dev/x", "/dev/x")})},
+                           {"a.example/y", List({Env("Y_IDS", "1"), Node("/dev/y", "/dev/y")})},
+                           {"a.example/z", nullptr}})
+          .empty());
 }
 
 }  // namespace

@@ -43,8 +43,10 @@ std::string Gbs(const std::string& meta, const std::string& bits = "BITS") {
 }
 std::string Meta(const std::string& clock = "0", const std::string& afu = kNlb3) {
   return R"({"afu-image": {"interface-uuid": "CE489693-98F0-5F33-946D-560708BE108A",
-    "clock-frequency-high": )" + clock + R"(, "clock-frequency-low": 0,
-    "accelerator-clusters": [{"name": "nlb3", "accelerator-type-uuid": ")" + afu + R"("}]}})";
+    "clock-frequency-high": )" +
+         clock + R"(, "clock-frequency-low": 0,
+    "accelerator-clusters": [{"name": "nlb3", "accelerator-type-uuid": ")" +
+         afu + R"("}]}})";
 }
 std::string Error(const std::variant<GbsInfo, std::string>& r) {
   const auto* e = std::get_if<std::string>(&r);
@@ -66,9 +68,13 @@ TEST(FpgaGbsTest, ParsesHeaderMetadataAndBitstreamPlace) {
 }
 
 TEST(FpgaGbsTest, UserClocksAreNumbersAboveZeroOrAuto) {
-  for (const auto& [clock, wanted] : std::vector<std::pair<std::string, bool>>{
-           {"0", false}, {"312.5", true}, {"\"auto\"", true}, {"\"auto-312\"", true},
-           {"null", false}, {"\"\"", false}}) {
+  for (const auto& [clock, wanted] :
+       std::vector<std::pair<std::string, bool>>{{"0", false},
+                                                 {"312.5", true},
+                                                 {"\"auto\"", true},
+                                                 {"\"auto-312\"", true},
+                                                 {"null", false},
+                                                 {"\"\"", false}}) {
     const std::string file = Gbs(Meta(clock));
     auto r = ParseGbs(file, file.size());
     ASSERT_EQ(Error(r), "") << clock;
@@ -276,8 +282,8 @@ TEST(FpgaIoctlTest, FailuresSayWhere) {
   g_cap = &cap;
   cap.result = -EIO;
   std::string why = ProgramByIoctl(kCapture, Driver::kDfl, "/dev/dfl-fme.3", 1, "b");
-  EXPECT_NE(why.find("port 1 through /dev/dfl-fme.3 failed: Input/output error"),
-            std::string::npos) << why;
+  EXPECT_NE(why.find("port 1 through /dev/dfl-fme.3 failed: Input/output error"), std::string::npos)
+      << why;
   EXPECT_NE(why.find("PR error"), std::string::npos);
   EXPECT_TRUE(cap.closed);
   cap = {};

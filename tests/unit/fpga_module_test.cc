@@ -53,8 +53,7 @@ class FpgaModuleTest : public ::testing::Test {
     fx_.AddCard(c);
   }
   StatusOr<std::unique_ptr<ModuleInstance>> Open(const std::string& body,
-                                                 const std::string& name = kRes,
-                                                 size_t index = 0) {
+                                                 const std::string& name = kRes, size_t index = 0) {
     return harness::OpenFile(FixtureModule(), name, dir_.path(), body, index);
   }
   std::string Region(const std::string& extra = "") const {
@@ -191,8 +190,8 @@ TEST_F(FpgaModuleTest, UnreadableInterfaceKeepsThePortListed) {
   OneCard();
   auto inst = Open(Region());
   ASSERT_TRUE(inst.ok());
-  const std::string compat = std::filesystem::canonical(dir_.path() +
-                                                        "/sys/class/fpga_region/region1/compat_id");
+  const std::string compat =
+      std::filesystem::canonical(dir_.path() + "/sys/class/fpga_region/region1/compat_id");
   std::filesystem::rename(compat, compat + ".gone");
   harness::Rescan(**inst);
   auto list = (*inst)->devices();
@@ -225,9 +224,9 @@ TEST_F(FpgaModuleTest, AllocateGivesPortNodesAndFunctionAddresses) {
                                        std::string("0000:5e:00.1,0000:5e:00.0")));
   inst->reset();
   // region-devel adds the FME, once; env = false drops the variable.
-  auto devel = Open("mode = \"region-devel\"\nenv = false\nafu_id = \"" + std::string(kNlb3) +
-                        "\"\n",
-                    "x.io/my-dev.el");
+  auto devel =
+      Open("mode = \"region-devel\"\nenv = false\nafu_id = \"" + std::string(kNlb3) + "\"\n",
+           "x.io/my-dev.el");
   ASSERT_TRUE(devel.ok());
   r = harness::Allocate(**devel, {"dfl-port.0", "dfl-port.1"});
   ASSERT_TRUE(r.ok());
@@ -316,13 +315,14 @@ TEST_F(FpgaModuleTest, PreStartUsesTheIoctlForOtherSlots) {
                                  std::string(kNlb3));
   // Told to use fpgaconf, such a port is refused with the reason.
   inst->reset();
-  auto forced = Open(Region("fpgaconf = \"" + tool + "\"\nprogram_with = \"fpgaconf\"\n"),
-                     "x.io/forced");
+  auto forced =
+      Open(Region("fpgaconf = \"" + tool + "\"\nprogram_with = \"fpgaconf\"\n"), "x.io/forced");
   ASSERT_TRUE(forced.ok());
   st = harness::PreStart(**forced, {"dfl-port.1"});
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("fpgaconf programs slot 0 only, and dfl-port.1 is port 1"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
 }
 
 TEST_F(FpgaModuleTest, PreStartRefusalsNameTheFileAndWhy) {
@@ -336,11 +336,13 @@ TEST_F(FpgaModuleTest, PreStartRefusalsNameTheFileAndWhy) {
   fx_.AddGbs(kInterface, kNlb3, "0", "", "00000000000000000000000000000001");
   st = harness::PreStart(**inst, {"dfl-port.0"});
   EXPECT_NE(st.message().find(gbs + ": made for interface 00000000000000000000000000000001"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   fx_.AddGbs(kInterface, kNlb0, "0", kNlb3);  // a file named nlb3 that holds nlb0
   st = harness::PreStart(**inst, {"dfl-port.0"});
   EXPECT_NE(st.message().find(gbs + ": holds accelerator " + std::string(kNlb0) + ", not " + kNlb3),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   devplug::testing::WriteFile(gbs, "not a bitstream at all, not at all");
   st = harness::PreStart(**inst, {"dfl-port.0"});
   EXPECT_NE(st.message().find(gbs + ": not a GBS file"), std::string::npos) << st.message();
@@ -377,7 +379,8 @@ TEST_F(FpgaModuleTest, FailedProgrammingHoldsThePort) {
   Status st = harness::PreStart(**inst, {"dfl-port.0"});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("exited with status 3: fpgaconf: error: PR failed"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   harness::Rescan(**inst);
   const DeviceListPtr list = (*inst)->devices();  // keeps *d alive
   const Device* d = Find(*list, "dfl-port.0");
@@ -385,7 +388,8 @@ TEST_F(FpgaModuleTest, FailedProgrammingHoldsThePort) {
   EXPECT_NE(d->health_reason.find("programming failed: "), std::string::npos) << d->health_reason;
   // The module's own timer brings it back, no resync needed.
   const auto end = std::chrono::steady_clock::now() + 20s;
-  while (!Find(*(*inst)->devices(), "dfl-port.0")->healthy && std::chrono::steady_clock::now() < end)
+  while (!Find(*(*inst)->devices(), "dfl-port.0")->healthy &&
+         std::chrono::steady_clock::now() < end)
     std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(Find(*(*inst)->devices(), "dfl-port.0")->healthy);
   // The PR ioctl failing (EIO from the card) is held the same way.
@@ -406,9 +410,10 @@ TEST_F(FpgaModuleTest, ProgrammingThatDoesNotTakeFailsAndSlowToolsAreKilled) {
   auto inst = Open(Region("fpgaconf = \"" + liar + "\"\n"));
   ASSERT_TRUE(inst.ok());
   Status st = harness::PreStart(**inst, {"dfl-port.0"});
-  EXPECT_NE(st.message().find("dfl-port.0 holds accelerator " + std::string(kNlb0) + ", not " +
-                              kNlb3),
-            std::string::npos) << st.message();
+  EXPECT_NE(
+      st.message().find("dfl-port.0 holds accelerator " + std::string(kNlb0) + ", not " + kNlb3),
+      std::string::npos)
+      << st.message();
   inst->reset();
   const std::string slow = fx_.AddFpgaconf(0, /*sleep_s=*/30);
   auto timed = Open(Region("fpgaconf = \"" + slow + "\"\nprogram_timeout = \"300ms\"\n"), "x.io/t");
@@ -558,9 +563,10 @@ TEST_F(FpgaModuleTest, ReleaseWaitsWhilePortIsOpenThenResetsAndScrubs) {
   const std::string cmd = dir_.path() + "/bin/scrub";
   devplug::testing::WriteFile(cmd, "#!/bin/sh\nenv | grep ^DEVPLUG_ | sort > '" + log + "'\n");
   chmod(cmd.c_str(), 0755);
-  auto inst = Open(Region("program_with = \"ioctl\"\nrelease_actions = [\"command\", "
-                          "\"program-idle\", \"clear-errors\", \"reset\"]\nidle_afu_id = \"" +
-                          std::string(kIdleAfu) + "\"\nrelease_command = \"" + cmd + "\"\n"));
+  auto inst =
+      Open(Region("program_with = \"ioctl\"\nrelease_actions = [\"command\", "
+                  "\"program-idle\", \"clear-errors\", \"reset\"]\nidle_afu_id = \"" +
+                  std::string(kIdleAfu) + "\"\nrelease_command = \"" + cmd + "\"\n"));
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   ASSERT_TRUE((*inst)->tracks_releases());
   fx_.SetAfu("dfl-port.2", kNlb3);
@@ -583,13 +589,17 @@ TEST_F(FpgaModuleTest, ReleaseWaitsWhilePortIsOpenThenResetsAndScrubs) {
   struct stat after {};
   stat(errors.c_str(), &after);
   EXPECT_NE(before.st_mtim.tv_nsec + before.st_mtim.tv_sec * 1000000000L,
-            after.st_mtim.tv_nsec + after.st_mtim.tv_sec * 1000000000L) << "errors not written";
+            after.st_mtim.tv_nsec + after.st_mtim.tv_sec * 1000000000L)
+      << "errors not written";
   EXPECT_EQ(fx_.Afu("dfl-port.2"), kIdleAfu);
   EXPECT_EQ(devplug::testing::ReadFile(log),
-            "DEVPLUG_AFU_ID=" + std::string(kIdleAfu) + "\nDEVPLUG_DEVICE_ID=dfl-port.2\n"
-            "DEVPLUG_FME_DEV=/dev/dfl-fme.0\nDEVPLUG_INTERFACE_ID=" + kInterface +
-            "\nDEVPLUG_PCI_ADDRESS=0000:5e:00.1\nDEVPLUG_PORT_DEV=/dev/dfl-port.2\n"
-            "DEVPLUG_RESOURCE=" + kRes + "\n");
+            "DEVPLUG_AFU_ID=" + std::string(kIdleAfu) +
+                "\nDEVPLUG_DEVICE_ID=dfl-port.2\n"
+                "DEVPLUG_FME_DEV=/dev/dfl-fme.0\nDEVPLUG_INTERFACE_ID=" +
+                kInterface +
+                "\nDEVPLUG_PCI_ADDRESS=0000:5e:00.1\nDEVPLUG_PORT_DEV=/dev/dfl-port.2\n"
+                "DEVPLUG_RESOURCE=" +
+                kRes + "\n");
 }
 
 TEST_F(FpgaModuleTest, ReleaseFailuresSayWhy) {
@@ -602,7 +612,8 @@ TEST_F(FpgaModuleTest, ReleaseFailuresSayWhy) {
   auto [rc, why] = harness::Release(**inst, {"dfl-port.0"});
   EXPECT_LT(rc, 0);
   EXPECT_NE(why.find("dfl-port.0: command: " + cmd + " exited with status 4: scrub: card wedged"),
-            std::string::npos) << why;
+            std::string::npos)
+      << why;
   fx_.RemoveNode("dfl-port.1");
   std::tie(rc, why) = harness::Release(**inst, {"dfl-port.1"});
   EXPECT_NE(why.find("in-use probe: /dev/dfl-port.1: No such file"), std::string::npos) << why;

@@ -117,8 +117,9 @@ TEST_F(GenericTest, SymlinksAreFollowedForTheTypeButNamedAsLinks) {
   auto inst = Generic(root_.path(), "paths = [\"/dev/serial/by-id/*\"]\n");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   DeviceListPtr list = (*inst)->devices();
-  ASSERT_EQ(Ids(*list),
-            (std::vector<std::string>{"serial_by-id_usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0"}));
+  ASSERT_EQ(
+      Ids(*list),
+      (std::vector<std::string>{"serial_by-id_usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0"}));
   EXPECT_EQ(list->front().recipe.device_nodes[0].host_path,
             "/dev/serial/by-id/usb-FTDI_FT232R_USB_UART_A50285BI-if00-port0");
 }
@@ -309,7 +310,8 @@ usb_env = true
 
 TEST_F(GenericTest, UsbBySerialWithAllNodes) {
   UsbFixture usb(root_);
-  auto inst = Generic(root_.path(), R"(usb = [{ vendor = "0403", product = "6001", serial = "A50285BI" }]
+  auto inst =
+      Generic(root_.path(), R"(usb = [{ vendor = "0403", product = "6001", serial = "A50285BI" }]
 usb_nodes = "all"
 )");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
@@ -320,7 +322,8 @@ usb_nodes = "all"
   EXPECT_EQ(r->device_nodes[0].host_path, "/dev/bus/usb/001/004");
   EXPECT_EQ(r->device_nodes[1].host_path, "/dev/ttyUSB0");
 
-  auto other = Generic(root_.path(), "usb = [{ vendor = \"0403\", product = \"6001\", serial = \"X\" }]\n");
+  auto other =
+      Generic(root_.path(), "usb = [{ vendor = \"0403\", product = \"6001\", serial = \"X\" }]\n");
   ASSERT_TRUE(other.ok());
   EXPECT_TRUE((*other)->devices()->empty());
 }
@@ -338,7 +341,8 @@ TEST_F(GenericTest, BadKeysNameFileLineAndKey) {
        "module.toml:6: resource[0].paths[1].type: must be \"device\" or \"mount\""},
       {"paths = [\n  { path = \"/dev/b\", mode = 1 },\n]\n",
        "module.toml:5: resource[0].paths[0].mode: unknown key"},
-      {"paths = [{ container_path = \"/x\" }]\n", "module.toml:4: resource[0].paths[0]: has no path"},
+      {"paths = [{ container_path = \"/x\" }]\n",
+       "module.toml:4: resource[0].paths[0]: has no path"},
       {"paths = [3]\n", "module.toml:4: resource[0].paths[0]: must be a path (string) or a table"},
       {"paths = [\"/dev/a\"]\npermissions = \"rwx\"\n",
        "module.toml:5: resource[0].permissions: must be made of r, w and m"},
@@ -346,8 +350,10 @@ TEST_F(GenericTest, BadKeysNameFileLineAndKey) {
       {"usb = [{ vendor = \"04031\", product = \"6001\" }]\n",
        "module.toml:4: resource[0].usb[0].vendor: \"04031\" is not a 16-bit ID in hex"},
       {"usb = [{ vendor = \"0403\" }]\n", "module.toml:4: resource[0].usb[0].product: missing"},
-      {"paths = [\"/dev/a\"]\nenvs = { A = 1 }\n", "module.toml:5: resource[0].envs.A: must be a string"},
-      {"paths = [\"/dev/a\"]\nenvs = [\"A=1\"]\n", "module.toml:5: resource[0].envs: must be a table"},
+      {"paths = [\"/dev/a\"]\nenvs = { A = 1 }\n",
+       "module.toml:5: resource[0].envs.A: must be a string"},
+      {"paths = [\"/dev/a\"]\nenvs = [\"A=1\"]\n",
+       "module.toml:5: resource[0].envs: must be a table"},
       {"paths = \"/dev/a\"\n", "module.toml:4: resource[0].paths: must be an array"},
       {"paths = [\"/dev/a\"]\npreferred = \"random\"\n",
        "module.toml:5: resource[0].preferred: must be \"spread\" or \"pack\""},
@@ -357,8 +363,8 @@ TEST_F(GenericTest, BadKeysNameFileLineAndKey) {
   for (const Case& c : cases) {
     auto inst = Generic(root_.path(), c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << c.body << "\n" << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << c.body << "\n"
+                                                                        << inst.status().message();
   }
 }
 

@@ -108,8 +108,7 @@ TEST(KvmModuleTest, BadKeysNameFileLineAndKey) {
   for (const Case& c : cases) {
     auto inst = Kvm(root.path(), c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << inst.status().message();
   }
 }
 

@@ -17,9 +17,9 @@ using devplug::testing::ModuleDir;
 std::string Fake(const std::string& name) { return FakeModuleDir() + "/" + name + ".so"; }
 
 config::ResourceConfig Resource(const std::string& toml_body) {
-  auto cfg = config::LoadString("[[resource]]\nname = \"fake.example/dev\"\nmodule = \"fake\"\n" +
-                                    toml_body,
-                                "test.toml", {});
+  auto cfg = config::LoadString(
+      "[[resource]]\nname = \"fake.example/dev\"\nmodule = \"fake\"\n" + toml_body, "test.toml",
+      {});
   EXPECT_TRUE(cfg.ok()) << cfg.status().message();
   return cfg->resources.at(0);
 }
@@ -78,11 +78,14 @@ TEST(LoaderTest, ModuleKeysAreCheckedAgainstTheDeclaredSchema) {
   auto st = (*m)->CheckKeys(Resource("count = \"3\"\ncolour = \"red\"\nunhealthy = [1, 2]\n"), 0);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("test.toml:4: resource[0].count: must be an integer"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("test.toml:5: resource[0].colour: unknown key for module \"fake\""),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("test.toml:6: resource[0].unhealthy: must be an array of strings"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
 }
 
 TEST(ModuleInstanceTest, CreateFailureCarriesTheModulesReason) {
@@ -91,7 +94,8 @@ TEST(ModuleInstanceTest, CreateFailureCarriesTheModulesReason) {
   auto inst = ModuleInstance::Create(*m, Resource(""), {});
   ASSERT_FALSE(inst.ok());
   EXPECT_NE(inst.status().message().find("create failed: the fake hardware is on fire"),
-            std::string::npos) << inst.status().message();
+            std::string::npos)
+      << inst.status().message();
 }
 
 TEST(ModuleInstanceTest, ConfigErrorFromModuleNamesFileLineAndKey) {
@@ -99,7 +103,8 @@ TEST(ModuleInstanceTest, ConfigErrorFromModuleNamesFileLineAndKey) {
   ASSERT_TRUE(m.ok());
   auto inst = ModuleInstance::Create(*m, Resource("\ncount = -5\n"), {});
   ASSERT_FALSE(inst.ok());
-  EXPECT_EQ(inst.status().message(), "test.toml:5: resource[0].count: must be between 0 and 1000000");
+  EXPECT_EQ(inst.status().message(),
+            "test.toml:5: resource[0].count: must be between 0 and 1000000");
 }
 
 TEST(ModuleInstanceTest, InvalidIdsAreDroppedAndTheRestKept) {
@@ -118,7 +123,9 @@ TEST(ModuleInstanceTest, AllocateChecksIdsThenUsesTheHook) {
   auto m = LoadedModule::Load(Fake("fake_full"));
   ASSERT_TRUE(m.ok());
   auto inst = ModuleInstance::Create(
-      *m, Resource("count = 3\nunhealthy = [\"fake-2\"]\nenv_prefix = \"X\"\ndefault_for = \"fake-1\"\n"),
+      *m,
+      Resource(
+          "count = 3\nunhealthy = [\"fake-2\"]\nenv_prefix = \"X\"\ndefault_for = \"fake-1\"\n"),
       {});
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   auto run = [&](std::vector<std::string> ids) {

@@ -25,12 +25,10 @@ inline constexpr char kFile[] = "module.toml";
 inline StatusOr<std::unique_ptr<ModuleInstance>> OpenFile(const std::string& path,
                                                           const std::string& resource,
                                                           const std::string& host_root,
-                                                          const std::string& body,
-                                                          size_t index = 0,
+                                                          const std::string& body, size_t index = 0,
                                                           ModuleInstance::Options o = {}) {
-  auto cfg = config::LoadString("[[resource]]\nname = \"" + resource + "\"\nmodule = \"" + path +
-                                    "\"\n" + body,
-                                kFile, {});
+  auto cfg = config::LoadString(
+      "[[resource]]\nname = \"" + resource + "\"\nmodule = \"" + path + "\"\n" + body, kFile, {});
   if (!cfg.ok()) return cfg.status();
   auto m = LoadedModule::Load(path);
   if (!m.ok()) return m.status();
@@ -71,8 +69,9 @@ inline StatusOr<std::vector<std::string>> Prefer(ModuleInstance& inst,
                                                  std::vector<std::string> available,
                                                  std::vector<std::string> must, int32_t size) {
   std::promise<StatusOr<std::vector<std::string>>> p;
-  inst.PreferredAllocation(std::move(available), std::move(must), size,
-                           [&](StatusOr<std::vector<std::string>> r) { p.set_value(std::move(r)); });
+  inst.PreferredAllocation(
+      std::move(available), std::move(must), size,
+      [&](StatusOr<std::vector<std::string>> r) { p.set_value(std::move(r)); });
   return p.get_future().get();
 }
 
@@ -80,7 +79,8 @@ inline StatusOr<std::vector<std::string>> Prefer(ModuleInstance& inst,
 // that always runs there: PreStart may run on a lane of its own).
 inline void Settle(ModuleInstance& inst) {
   std::promise<void> done;
-  inst.PreferredAllocation({}, {}, 0, [&](StatusOr<std::vector<std::string>>) { done.set_value(); });
+  inst.PreferredAllocation({}, {}, 0,
+                           [&](StatusOr<std::vector<std::string>>) { done.set_value(); });
   done.get_future().get();
 }
 

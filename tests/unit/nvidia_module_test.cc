@@ -49,16 +49,17 @@ class NvidiaModuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!devplug::testing::IsRoot()) GTEST_SKIP() << "GPU fixtures need mknod (root)";
-    gpus_ = {{kA, "0000:3b:00.0", 0, 0}, {kB, "0000:5e:00.0", 1, 0},
-             {kC, "0000:af:00.0", 2, 1}, {kD, "0000:d8:00.0", 3, 1}};
+    gpus_ = {{kA, "0000:3b:00.0", 0, 0},
+             {kB, "0000:5e:00.0", 1, 0},
+             {kC, "0000:af:00.0", 2, 1},
+             {kD, "0000:d8:00.0", 3, 1}};
   }
 
   bool Build(const Strings& extra = {}) { return fx_.Build(gpus_, extra); }
 
   StatusOr<std::unique_ptr<ModuleInstance>> Open(const std::string& body,
                                                  const std::string& lib = FakeNvml()) {
-    return harness::Open("nvidia", kName, root_.path(),
-                         "nvml_library = \"" + lib + "\"\n" + body);
+    return harness::Open("nvidia", kName, root_.path(), "nvml_library = \"" + lib + "\"\n" + body);
   }
 
   // Polls until the device's health is `healthy` (events arrive on the
@@ -167,8 +168,11 @@ TEST_F(NvidiaModuleTest, OtherVendorsPciEventsAreNotTheModulesBusiness) {
     ev.syspath = fx_.sysfs().DevicePath(address).substr(root_.path().size());
     (*inst)->OnUdevEvents({ev});
   };
-  fx_.sysfs().AddPci({.address = "0000:3b:02.0", .vendor = 0x8086, .device = 0x1889,
-                      .driver = "iavf", .numa_node = 0});
+  fx_.sysfs().AddPci({.address = "0000:3b:02.0",
+                      .vendor = 0x8086,
+                      .device = 0x1889,
+                      .driver = "iavf",
+                      .numa_node = 0});
   uint64_t scans = (*inst)->scans();
   event("add", "0000:3b:02.0");
   event("bind", "0000:3b:02.0");
@@ -176,8 +180,11 @@ TEST_F(NvidiaModuleTest, OtherVendorsPciEventsAreNotTheModulesBusiness) {
   harness::Rescan(**inst);  // one scan of our own, queued after the events
   EXPECT_EQ((*inst)->scans(), scans + 1) << "an Intel VF made the module rescan";
   // A new NVIDIA function may be a new GPU: that one is looked at.
-  fx_.sysfs().AddPci({.address = "0000:86:00.0", .vendor = 0x10de, .device = 0x20b0,
-                      .driver = "nvidia", .numa_node = 1});
+  fx_.sysfs().AddPci({.address = "0000:86:00.0",
+                      .vendor = 0x10de,
+                      .device = 0x20b0,
+                      .driver = "nvidia",
+                      .numa_node = 1});
   scans = (*inst)->scans();
   event("add", "0000:86:00.0");
   harness::Rescan(**inst);
@@ -321,19 +328,24 @@ TEST_F(NvidiaModuleTest, BadKeysNameFileLineAndKey) {
     std::string body;
     std::string error;
   } cases[] = {
-      {"discovery = \"magic\"\n", "module.toml:5: resource[0].discovery: must be \"auto\", \"nvml\" or \"procfs\""},
+      {"discovery = \"magic\"\n",
+       "module.toml:5: resource[0].discovery: must be \"auto\", \"nvml\" or \"procfs\""},
       {"shares = 0\n", "module.toml:5: resource[0].shares: must be between 1 and 1000"},
-      {"ignored_xids = [\"13\"]\n", "module.toml:5: resource[0].ignored_xids: must be an array of integers"},
+      {"ignored_xids = [\"13\"]\n",
+       "module.toml:5: resource[0].ignored_xids: must be an array of integers"},
       {"ignored_xids = [13, 0]\n", "module.toml:5: resource[0].ignored_xids: 0 is not an XID"},
       {"cdi = 1\n", "module.toml:5: resource[0].cdi: must be a boolean"},
-      {"mig = \"mixed\"\n", "module.toml:5: resource[0].mig: must be \"none\" (whole GPUs) or \"only\""},
-      {"mig_profile = \"1g.10gb\"\n", "module.toml:5: resource[0].mig_profile: needs mig = \"only\""},
+      {"mig = \"mixed\"\n",
+       "module.toml:5: resource[0].mig: must be \"none\" (whole GPUs) or \"only\""},
+      {"mig_profile = \"1g.10gb\"\n",
+       "module.toml:5: resource[0].mig_profile: needs mig = \"only\""},
       {"mig = \"only\"\nmig_profile = \"1g\"\n",
        "module.toml:6: resource[0].mig_profile: \"1g\" is not a MIG profile name"},
       {"discovery = \"procfs\"\nmig = \"only\"\n",
        "module.toml:6: resource[0].mig: \"only\" needs NVML"},
       {"device_list_strategy = \"env\"\n",
-       "module.toml:5: resource[0].device_list_strategy: must be \"envvar\", \"volume-mounts\" or \"cdi\""},
+       "module.toml:5: resource[0].device_list_strategy: must be \"envvar\", \"volume-mounts\" or "
+       "\"cdi\""},
       {"driver_mount = { host = \"/home/kubernetes/bin/nvidia\" }\n",
        "module.toml:5: resource[0].driver_mount: has no container path"},
       {"driver_mount = { host = \"lib\", container = \"/usr/local/nvidia\" }\n",
@@ -348,8 +360,8 @@ TEST_F(NvidiaModuleTest, BadKeysNameFileLineAndKey) {
   for (const Case& c : cases) {
     auto inst = Open(c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << c.body << "\n" << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << c.body << "\n"
+                                                                        << inst.status().message();
   }
 }
 
@@ -403,9 +415,9 @@ class NvidiaMigTest : public NvidiaModuleTest {
       g.model = "NVIDIA H100 80GB HBM3";
       g.mib = devplug::testing::kH100Mib;
     }
-    migs_ = {devplug::testing::Mig1g10gb(0, kM[0], 9), devplug::testing::Mig1g10gb(0, kM[1], 10),
+    migs_ = {devplug::testing::Mig1g10gb(0, kM[0], 9),  devplug::testing::Mig1g10gb(0, kM[1], 10),
              devplug::testing::Mig1g10gb(0, kM[2], 11), devplug::testing::Mig3g40gb(0, kM[3], 2),
-             devplug::testing::Mig3g40gb(1, kM[4], 1), devplug::testing::Mig3g40gb(1, kM[5], 2)};
+             devplug::testing::Mig3g40gb(1, kM[4], 1),  devplug::testing::Mig3g40gb(1, kM[5], 2)};
     ASSERT_TRUE(Build());
     ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs_));
   }
@@ -446,9 +458,8 @@ TEST_F(NvidiaMigTest, MigDevicesByProfileWithTheirCapabilityNodes) {
   EXPECT_EQ(Ids(*(*all)->devices(), true), (Strings{kM[0], kM[1], kM[2], kM[3], kM[4], kM[5]}));
   auto big = Open("mig = \"only\"\nmig_profile = \"3g.40gb\"\nshares = 2\n");
   ASSERT_TRUE(big.ok()) << big.status().message();
-  EXPECT_EQ(Ids(*(*big)->devices(), true),
-            (Strings{kM[3] + "::0", kM[3] + "::1", kM[4] + "::0", kM[4] + "::1", kM[5] + "::0",
-                     kM[5] + "::1"}));
+  EXPECT_EQ(Ids(*(*big)->devices(), true), (Strings{kM[3] + "::0", kM[3] + "::1", kM[4] + "::0",
+                                                    kM[4] + "::1", kM[5] + "::0", kM[5] + "::1"}));
   auto whole = Open("");
   ASSERT_TRUE(whole.ok()) << whole.status().message();
   EXPECT_EQ(Ids(*(*whole)->devices(), true), (Strings{kC, kD}));
@@ -503,8 +514,8 @@ TEST_F(NvidiaMigTest, ReconfigurationIsPickedUp) {
   // GPU 0's 3g.40gb becomes three more 1g.10gb: MIG-config-change event.
   std::vector<FakeMig> migs(migs_.begin(), migs_.begin() + 3);
   for (unsigned gi = 3; gi < 6; gi++)
-    migs.push_back(devplug::testing::Mig1g10gb(0, "MIG-10000000-0000-4000-8000-00000000000" +
-                                                      std::to_string(gi), gi));
+    migs.push_back(devplug::testing::Mig1g10gb(
+        0, "MIG-10000000-0000-4000-8000-00000000000" + std::to_string(gi), gi));
   migs.push_back(migs_[4]);
   migs.push_back(migs_[5]);
   ASSERT_TRUE(fx_.Mig(gpus_, {0, 1}, migs));
@@ -565,7 +576,8 @@ TEST_F(NvidiaModuleTest, DriverMountExtraMountsAndEnvs) {
   devplug::testing::WriteFile(root_.path() + "/home/kubernetes/bin/nvidia/lib64/libcuda.so.1", "");
   devplug::testing::WriteFile(root_.path() + "/etc/vulkan/icd.d/nvidia_icd.json", "{}");
   auto inst = Open(
-      "driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = \"/usr/local/nvidia\" }\n"
+      "driver_mount = { host = \"/home/kubernetes/bin/nvidia\", container = \"/usr/local/nvidia\" "
+      "}\n"
       "extra_mounts = [{ host = \"/etc/vulkan/icd.d\", container = \"/etc/vulkan/icd.d\" },\n"
       "  { host = \"/opt/absent\", container = \"/opt/absent\" }]\n"
       "envs = { LD_LIBRARY_PATH = \"/usr/local/nvidia/lib64\" }\n");

@@ -40,7 +40,7 @@ TEST(PathWatchTest, ReportsTheNamedEntryOnly) {
   ASSERT_EQ((*w)->Add(a, dir / "tun"), 0);
   ASSERT_EQ((*w)->Add(b, dir / "vhost-net"), 0);
   ASSERT_EQ((*w)->Add(b, dir / "vhost-net"), 0);  // twice counts once
-  EXPECT_EQ((*w)->watched_dirs(), 1u);              // one directory, one watch
+  EXPECT_EQ((*w)->watched_dirs(), 1u);            // one directory, one watch
 
   WriteFile(dir / "other", "");
   EXPECT_TRUE(Quiet(**w));

@@ -34,12 +34,25 @@ class RdmaModuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!devplug::testing::IsRoot()) GTEST_SKIP() << "RDMA fixtures need mknod (root)";
-    fx_.AddPci({.address = "0000:3b:00.0", .vendor = 0x15b3, .device = 0x1017,
-                .driver = "mlx5_core", .numa_node = 0, .iommu_group = 10});
-    fx_.AddPci({.address = "0000:af:00.0", .vendor = 0x8086, .device = 0x1592, .driver = "ice",
-                .numa_node = 1, .iommu_group = 20, .net = {"ens2f0"}});
-    fx_.AddPci({.address = "0000:d8:00.0", .vendor = 0x15b3, .device = 0x1017,
-                .driver = "mlx5_core", .numa_node = 1, .iommu_group = 30});
+    fx_.AddPci({.address = "0000:3b:00.0",
+                .vendor = 0x15b3,
+                .device = 0x1017,
+                .driver = "mlx5_core",
+                .numa_node = 0,
+                .iommu_group = 10});
+    fx_.AddPci({.address = "0000:af:00.0",
+                .vendor = 0x8086,
+                .device = 0x1592,
+                .driver = "ice",
+                .numa_node = 1,
+                .iommu_group = 20,
+                .net = {"ens2f0"}});
+    fx_.AddPci({.address = "0000:d8:00.0",
+                .vendor = 0x15b3,
+                .device = 0x1017,
+                .driver = "mlx5_core",
+                .numa_node = 1,
+                .iommu_group = 30});
     ASSERT_TRUE(fx_.AddRdma(mlx5_0_));
     ASSERT_TRUE(fx_.AddRdma(irdma0_));
     ASSERT_TRUE(fx_.AddRdma(mlx5_1_));
@@ -54,12 +67,16 @@ class RdmaModuleTest : public ::testing::Test {
 
   TempDir root_;
   SysfsFixture fx_{root_.path()};
-  RdmaSpec mlx5_0_{.ibdev = "mlx5_0", .pci = "0000:3b:00.0", .port_states = {4}, .uverbs = 0,
-                   .first_umad = 0};
-  RdmaSpec irdma0_{.ibdev = "irdma0", .pci = "0000:af:00.0", .port_states = {4},
-                   .link_layer = "Ethernet", .uverbs = 1, .first_umad = 1};
-  RdmaSpec mlx5_1_{.ibdev = "mlx5_1", .pci = "0000:d8:00.0", .port_states = {1}, .uverbs = 2,
-                   .first_umad = 2};
+  RdmaSpec mlx5_0_{
+      .ibdev = "mlx5_0", .pci = "0000:3b:00.0", .port_states = {4}, .uverbs = 0, .first_umad = 0};
+  RdmaSpec irdma0_{.ibdev = "irdma0",
+                   .pci = "0000:af:00.0",
+                   .port_states = {4},
+                   .link_layer = "Ethernet",
+                   .uverbs = 1,
+                   .first_umad = 1};
+  RdmaSpec mlx5_1_{
+      .ibdev = "mlx5_1", .pci = "0000:d8:00.0", .port_states = {1}, .uverbs = 2, .first_umad = 2};
 };
 
 TEST_F(RdmaModuleTest, ExclusiveOneIdPerAdapterWithHealthAndNuma) {
@@ -194,18 +211,20 @@ TEST_F(RdmaModuleTest, PreferredAllocationPacksByNuma) {
 }
 
 TEST_F(RdmaModuleTest, PortPollNoticesAChangeWithoutAnyEvent) {
-  auto inst = harness::Open("rdma", kName, root_.path(),
-                            "mode = \"exclusive\"\nport_poll_ms = 20\n");
+  auto inst =
+      harness::Open("rdma", kName, root_.path(), "mode = \"exclusive\"\nport_poll_ms = 20\n");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   const uint64_t scans = (*inst)->scans();
   fx_.SetPortState("mlx5_0", 1, 1);
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (Find(*(*inst)->devices(), "mlx5_0")->healthy && std::chrono::steady_clock::now() < deadline)
+  while (Find(*(*inst)->devices(), "mlx5_0")->healthy &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   EXPECT_FALSE(Find(*(*inst)->devices(), "mlx5_0")->healthy);
   EXPECT_GT((*inst)->scans(), scans);
   fx_.SetPortState("mlx5_0", 1, 4);
-  while (!Find(*(*inst)->devices(), "mlx5_0")->healthy && std::chrono::steady_clock::now() < deadline)
+  while (!Find(*(*inst)->devices(), "mlx5_0")->healthy &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(Find(*(*inst)->devices(), "mlx5_0")->healthy);
 }
@@ -215,20 +234,24 @@ TEST_F(RdmaModuleTest, BadKeysNameFileLineAndKey) {
     std::string body;
     std::string error;
   } cases[] = {
-      {"mode = \"private\"\n", "module.toml:4: resource[0].mode: must be \"shared\" or \"exclusive\""},
-      {"mode = \"exclusive\"\nshares = 4\n", "module.toml:5: resource[0].shares: applies to mode = \"shared\" only"},
+      {"mode = \"private\"\n",
+       "module.toml:4: resource[0].mode: must be \"shared\" or \"exclusive\""},
+      {"mode = \"exclusive\"\nshares = 4\n",
+       "module.toml:5: resource[0].shares: applies to mode = \"shared\" only"},
       {"shares = 0\n", "module.toml:4: resource[0].shares: must be between 1 and 10000"},
-      {"vendors = [\"mellanox\"]\n", "module.toml:4: resource[0].vendors: \"mellanox\" is not a 16-bit PCI vendor ID"},
+      {"vendors = [\"mellanox\"]\n",
+       "module.toml:4: resource[0].vendors: \"mellanox\" is not a 16-bit PCI vendor ID"},
       {"devices = []\n", "module.toml:4: resource[0].devices: is empty"},
-      {"ifnames = [\"../eth0\"]\n", "module.toml:4: resource[0].ifnames: \"../eth0\" is not a device or interface name"},
+      {"ifnames = [\"../eth0\"]\n",
+       "module.toml:4: resource[0].ifnames: \"../eth0\" is not a device or interface name"},
       {"port_poll_ms = -5\n", "module.toml:4: resource[0].port_poll_ms: must be between 0 (off)"},
       {"umad = \"yes\"\n", "module.toml:4: resource[0].umad: must be a boolean"},
   };
   for (const Case& c : cases) {
     auto inst = harness::Open("rdma", kName, root_.path(), c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << c.body << "\n" << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << c.body << "\n"
+                                                                        << inst.status().message();
   }
 }
 

@@ -16,13 +16,15 @@ Device Dev(const std::string& id, Recipe r) {
 
 TEST(RecipeTest, MergeDeduplicatesAndJoins) {
   Recipe a;
-  a.device_nodes = {{"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"}, {"/dev/vfio/12", "/dev/vfio/12", "rw"}};
+  a.device_nodes = {{"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"},
+                    {"/dev/vfio/12", "/dev/vfio/12", "rw"}};
   a.mounts = {{"/opt/lib", "/lib/x", true}};
   a.envs = {{"PCI_RESOURCE_X", "0000:3b:00.0"}};
   a.annotations = {{"k", "1"}};
   a.cdi_devices = {"v.example/c=a"};
   Recipe b;
-  b.device_nodes = {{"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"}, {"/dev/vfio/13", "/dev/vfio/13", "rw"}};
+  b.device_nodes = {{"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"},
+                    {"/dev/vfio/13", "/dev/vfio/13", "rw"}};
   b.mounts = {{"/other", "/lib/x", false}};
   b.envs = {{"PCI_RESOURCE_X", "0000:3b:00.1"}, {"PCI_RESOURCE_X", "0000:3b:00.0"}};
   b.annotations = {{"k", "2"}};

@@ -57,7 +57,8 @@ class FakeEnv : public Registrar::Env {
 
 class RegistrarTest : public ::testing::Test {
  protected:
-  RegistrarTest() : reg_({"example.com/dev", "dev.sock", "/p/dev.sock", "/p/kubelet.sock"}, &env_) {}
+  RegistrarTest()
+      : reg_({"example.com/dev", "dev.sock", "/p/dev.sock", "/p/kubelet.sock"}, &env_) {}
 
   // Advances the fake clock and runs what is due.
   void Advance(std::chrono::milliseconds d) {
@@ -131,7 +132,7 @@ TEST_F(RegistrarTest, FailedRegisterRetriesOnTheSameServerWithBackoff) {
     waits.push_back(ToNextDeadline());
   }
   EXPECT_EQ(waits, (std::vector<std::chrono::milliseconds>{500ms, 1000ms, 2000ms, 4000ms, 8000ms,
-                                                            16000ms, 30000ms, 30000ms}));
+                                                           16000ms, 30000ms, 30000ms}));
   EXPECT_EQ(env_.serves, 1);  // the server stayed up; only Register was retried
   EXPECT_EQ(reg_.failures(), 8u);
   EXPECT_EQ(reg_.last_error(), "Register failed: UNAVAILABLE: no kubelet");

@@ -15,8 +15,8 @@ using Ids = std::vector<std::string>;
 const Holder kPod{"ns", "pod-a", "main"};
 
 Clock::time_point T(double seconds) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(seconds)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
 }
 
 ReleaseTiming Timing() {
@@ -43,9 +43,7 @@ class ReleaseCoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(coord_.in_flight());
     return coord_.OnList(OkStatus(), Snapshot("gpu", gpu, at), Tracked(), T(at));
   }
-  std::vector<ReleaseCoordinator::Tracked> Tracked() {
-    return {{"gpu", &gpu_}, {"fpga", &fpga_}};
-  }
+  std::vector<ReleaseCoordinator::Tracked> Tracked() { return {{"gpu", &gpu_}, {"fpga", &fpga_}}; }
 
   ReleaseCoordinator coord_;
   ReleaseTracker gpu_, fpga_;

@@ -13,9 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include "devplug/common/pci.h"
 #include "module_harness.h"
 #include "onload_fixture.h"
-#include "devplug/common/pci.h"
 #include "test_util.h"
 
 namespace devplug::modules {
@@ -35,7 +35,8 @@ constexpr char kA[] = "0000:3b:00.0", kB[] = "0000:3b:00.1", kX3[] = "0000:5e:00
 
 Strings Nodes(const Recipe& r) {
   Strings out;
-  for (const auto& n : r.device_nodes) out.push_back(n.host_path + ">" + n.container_path + ":" + n.permissions);
+  for (const auto& n : r.device_nodes)
+    out.push_back(n.host_path + ">" + n.container_path + ":" + n.permissions);
   return out;
 }
 
@@ -57,10 +58,20 @@ class SolarflareModuleTest : public ::testing::Test {
     ASSERT_TRUE(fx_.Install());
     fx_.AddNic({.address = kA, .ifname = "ens1f0np0", .numa_node = 0, .onload_index = 0});
     fx_.AddNic({.address = kB, .ifname = "ens1f1np1", .numa_node = 0, .onload_index = 1});
-    fx_.AddNic({.address = kX3, .ifname = "ens2", .driver = "xilinx_efct", .vendor = 0x10ee,
-                .device = 0x5084, .numa_node = 1, .onload_index = 2});
-    fx_.AddNic({.address = kIntel, .ifname = "ens3f0", .driver = "ice", .vendor = 0x8086,
-                .device = 0x1592, .numa_node = 1, .onload_index = -1});
+    fx_.AddNic({.address = kX3,
+                .ifname = "ens2",
+                .driver = "xilinx_efct",
+                .vendor = 0x10ee,
+                .device = 0x5084,
+                .numa_node = 1,
+                .onload_index = 2});
+    fx_.AddNic({.address = kIntel,
+                .ifname = "ens3f0",
+                .driver = "ice",
+                .vendor = 0x8086,
+                .device = 0x1592,
+                .numa_node = 1,
+                .onload_index = -1});
     fx_.AddVirtual("veth1a2b3c");
   }
 
@@ -89,21 +100,23 @@ TEST_F(SolarflareModuleTest, SharedGivesEveryPodTheNodesLibrariesAndPreload) {
   // The NICs sit on nodes 0 and 1: the kubelet hears both (ABI 1.6).
   EXPECT_EQ(list->front().Nodes(), (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(list->front().numa_node, 0);
-  EXPECT_FALSE(inst->runs_pre_start());    // no attach_command: no PreStartContainer
+  EXPECT_FALSE(inst->runs_pre_start());  // no attach_command: no PreStartContainer
 
   auto r = harness::Allocate(*inst, {"onload-2"});
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(Nodes(*r), (Strings{"/dev/onload>/dev/onload:rw", "/dev/onload_epoll>/dev/onload_epoll:rw",
-                                "/dev/sfc_char>/dev/sfc_char:rw"}));
+  EXPECT_EQ(Nodes(*r),
+            (Strings{"/dev/onload>/dev/onload:rw", "/dev/onload_epoll>/dev/onload_epoll:rw",
+                     "/dev/sfc_char>/dev/sfc_char:rw"}));
   // Every file of the two libraries, links included, each by its own name;
   // libciul and the static archive stay out.
   const std::string c = "/opt/onload/usr/lib64/";
-  EXPECT_EQ(Mounts(*r), (Strings{"/usr/lib64/libonload.so>" + c + "libonload.so:ro",
-                                 "/usr/lib64/libonload.so.1>" + c + "libonload.so.1:ro",
-                                 "/usr/lib64/libonload.so.1.0.0>" + c + "libonload.so.1.0.0:ro",
-                                 "/usr/lib64/libonload_ext.so>" + c + "libonload_ext.so:ro",
-                                 "/usr/lib64/libonload_ext.so.1>" + c + "libonload_ext.so.1:ro",
-                                 "/usr/lib64/libonload_ext.so.1.0.0>" + c + "libonload_ext.so.1.0.0:ro"}));
+  EXPECT_EQ(Mounts(*r),
+            (Strings{"/usr/lib64/libonload.so>" + c + "libonload.so:ro",
+                     "/usr/lib64/libonload.so.1>" + c + "libonload.so.1:ro",
+                     "/usr/lib64/libonload.so.1.0.0>" + c + "libonload.so.1.0.0:ro",
+                     "/usr/lib64/libonload_ext.so>" + c + "libonload_ext.so:ro",
+                     "/usr/lib64/libonload_ext.so.1>" + c + "libonload_ext.so.1:ro",
+                     "/usr/lib64/libonload_ext.so.1.0.0>" + c + "libonload_ext.so.1.0.0:ro"}));
   EXPECT_EQ(Envs(*r), (std::map<std::string, std::string>{{"LD_PRELOAD", c + "libonload.so"}}));
 
   // One NUMA node when every selected NIC is on it.
@@ -209,7 +222,8 @@ TEST_F(SolarflareModuleTest, NodeChecks) {
   EXPECT_EQ(Reason(*inst, "onload-0"), "control-plane server /sbin/onload_cp_server missing");
   fx_.SetCplanePath("/opt/onload/sbin/onload_cp_server");
   harness::Rescan(*inst);
-  EXPECT_EQ(Reason(*inst, "onload-0"), "control-plane server /opt/onload/sbin/onload_cp_server missing");
+  EXPECT_EQ(Reason(*inst, "onload-0"),
+            "control-plane server /opt/onload/sbin/onload_cp_server missing");
   devplug::testing::WriteFile(root_ / "opt/onload/sbin/onload_cp_server", "");
   harness::Rescan(*inst);
   EXPECT_EQ(Reason(*inst, "onload-0"), "");
@@ -271,18 +285,22 @@ TEST_F(SolarflareModuleTest, LibrariesScriptAndEnvs) {
   std::filesystem::remove_all(root_ / "usr/lib64");
   devplug::testing::WriteFile(root_ / "usr/lib/x86_64-linux-gnu/libonload.so", "");
   devplug::testing::WriteFile(root_ / "opt/onload/usr/lib64/libonload.so", "");
-  auto inst = Open("shares = 1\nenvs = {EF_POLL_USEC = \"100000\", EF_TCP_FASTSTART_INIT = \"0\"}\n");
+  auto inst =
+      Open("shares = 1\nenvs = {EF_POLL_USEC = \"100000\", EF_TCP_FASTSTART_INIT = \"0\"}\n");
   ASSERT_TRUE(inst);
   auto r = harness::Allocate(*inst, {"onload-0"});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Mounts(*r), Strings{"/usr/lib/x86_64-linux-gnu/libonload.so>/opt/onload/usr/lib64/libonload.so:ro"});
+  EXPECT_EQ(
+      Mounts(*r),
+      Strings{"/usr/lib/x86_64-linux-gnu/libonload.so>/opt/onload/usr/lib64/libonload.so:ro"});
   EXPECT_EQ(Envs(*r), (std::map<std::string, std::string>{
                           {"EF_POLL_USEC", "100000"},
                           {"EF_TCP_FASTSTART_INIT", "0"},
                           {"LD_PRELOAD", "/opt/onload/usr/lib64/libonload.so"}}));
 
   // A configured folder and container folder.
-  auto fixed = Open("shares = 1\nlib_dir = \"/opt/onload/usr/lib64\"\ncontainer_lib_dir = \"/onload\"\n");
+  auto fixed =
+      Open("shares = 1\nlib_dir = \"/opt/onload/usr/lib64\"\ncontainer_lib_dir = \"/onload\"\n");
   ASSERT_TRUE(fixed);
   r = harness::Allocate(*fixed, {"onload-0"});
   ASSERT_TRUE(r.ok());
@@ -293,8 +311,9 @@ TEST_F(SolarflareModuleTest, LibrariesScriptAndEnvs) {
   std::filesystem::remove(root_ / "usr/lib/x86_64-linux-gnu/libonload.so");
   std::filesystem::remove(root_ / "opt/onload/usr/lib64/libonload.so");
   harness::Rescan(*inst);
-  EXPECT_EQ(Reason(*inst, "onload-0"),
-            "libonload.so not found in /usr/lib64, /usr/lib/x86_64-linux-gnu, /opt/onload/usr/lib64");
+  EXPECT_EQ(
+      Reason(*inst, "onload-0"),
+      "libonload.so not found in /usr/lib64, /usr/lib/x86_64-linux-gnu, /opt/onload/usr/lib64");
 
   // The wrapper script instead of LD_PRELOAD.
   auto script = Open("shares = 1\npreload = false\nonload_script = true\n");
@@ -305,7 +324,8 @@ TEST_F(SolarflareModuleTest, LibrariesScriptAndEnvs) {
   EXPECT_TRUE(Envs(*r).empty());
   std::filesystem::remove(root_ / "usr/bin/onload");
   harness::Rescan(*script);
-  EXPECT_EQ(Reason(*script, "onload-0"), "the onload script is not in /usr/bin, /opt/onload/usr/bin");
+  EXPECT_EQ(Reason(*script, "onload-0"),
+            "the onload script is not in /usr/bin, /opt/onload/usr/bin");
   devplug::testing::WriteFile(root_ / "opt/onload/usr/bin/onload", "#!/bin/sh\n");
   harness::Rescan(*script);
   EXPECT_EQ(Mounts(*harness::Allocate(*script, {"onload-0"})),
@@ -321,11 +341,15 @@ class SolarflareAttachTest : public SolarflareModuleTest {
     if (IsSkipped()) return;
     out_ = root_.path() + "/attach.env";
     cmd_ = root_.path() + "/attach.sh";
-    devplug::testing::WriteFile(cmd_, "#!/bin/sh\nenv | grep ^DEVPLUG_ | sort > " + out_ +
-                                          "\n"
-                                          "[ -e " + root_.path() + "/fail ] && { echo 'moving' ; "
-                                          "echo 'ip: netns kube-7 not found' >&2; echo done; exit 2; }\n"
-                                          "[ -e " + root_.path() + "/hang ] && sleep 30\nexit 0\n");
+    devplug::testing::WriteFile(cmd_,
+                                "#!/bin/sh\nenv | grep ^DEVPLUG_ | sort > " + out_ +
+                                    "\n"
+                                    "[ -e " +
+                                    root_.path() +
+                                    "/fail ] && { echo 'moving' ; "
+                                    "echo 'ip: netns kube-7 not found' >&2; echo done; exit 2; }\n"
+                                    "[ -e " +
+                                    root_.path() + "/hang ] && sleep 30\nexit 0\n");
     chmod(cmd_.c_str(), 0755);
   }
   ModuleInstance::Options WithPods() {
@@ -354,11 +378,12 @@ TEST_F(SolarflareAttachTest, TheCommandLearnsThePodAndItsNics) {
   ASSERT_TRUE(inst);
   EXPECT_TRUE(inst->runs_pre_start());
   ASSERT_TRUE(harness::PreStart(*inst, {kA, kB}).ok());
-  EXPECT_EQ(Seen(), (Strings{"DEVPLUG_CONTAINER=engine", "DEVPLUG_DEVICE_IDS=0000:3b:00.0,0000:3b:00.1",
-                             "DEVPLUG_IFNAMES=ens1f0np0,ens1f1np1", "DEVPLUG_POD_NAME=trader-0",
-                             "DEVPLUG_POD_NAMESPACE=team-a",
-                             "DEVPLUG_POD_UID=0f1e2d3c-aaaa-bbbb-cccc-000000000001",
-                             "DEVPLUG_RESOURCE=amd.com/onload-nic"}));
+  EXPECT_EQ(Seen(),
+            (Strings{"DEVPLUG_CONTAINER=engine", "DEVPLUG_DEVICE_IDS=0000:3b:00.0,0000:3b:00.1",
+                     "DEVPLUG_IFNAMES=ens1f0np0,ens1f1np1", "DEVPLUG_POD_NAME=trader-0",
+                     "DEVPLUG_POD_NAMESPACE=team-a",
+                     "DEVPLUG_POD_UID=0f1e2d3c-aaaa-bbbb-cccc-000000000001",
+                     "DEVPLUG_RESOURCE=amd.com/onload-nic"}));
   // A pod the kubelet does not list (an init container): no DEVPLUG_POD_*.
   ASSERT_TRUE(harness::PreStart(*inst, {kX3}).ok());
   EXPECT_EQ(Seen(), (Strings{"DEVPLUG_DEVICE_IDS=0000:5e:00.0", "DEVPLUG_IFNAMES=ens2",
@@ -409,8 +434,9 @@ TEST_F(SolarflareAttachTest, ScansGoOnWhileTheAttachCommandRuns) {
 }
 
 TEST_F(SolarflareAttachTest, AFailureOrTimeoutFailsTheStartWithTheLastStderrLine) {
-  auto inst = Open("mode = \"nic\"\nattach_command = \"" + cmd_ + "\"\nattach_timeout = \"500ms\"\n",
-                   kNic, WithPods());
+  auto inst =
+      Open("mode = \"nic\"\nattach_command = \"" + cmd_ + "\"\nattach_timeout = \"500ms\"\n", kNic,
+           WithPods());
   ASSERT_TRUE(inst);
   devplug::testing::WriteFile(root_ / "fail", "");
   Status st = harness::PreStart(*inst, {kA});
@@ -466,28 +492,38 @@ TEST_F(SolarflareModuleTest, BadKeysNameFileLineAndKey) {
     std::string error;
   } cases[] = {
       {"mode = \"exclusive\"\n", "module.toml:4: resource[0].mode: must be \"shared\" or \"nic\""},
-      {"mode = \"nic\"\nshares = 4\n", "module.toml:5: resource[0].shares: applies to mode = \"shared\" only"},
+      {"mode = \"nic\"\nshares = 4\n",
+       "module.toml:5: resource[0].shares: applies to mode = \"shared\" only"},
       {"shares = 0\n", "module.toml:4: resource[0].shares: must be between 1 and 10000"},
-      {"vendors = [\"solarflare\"]\n", "module.toml:4: resource[0].vendors: \"solarflare\" is not a 16-bit PCI vendor ID"},
+      {"vendors = [\"solarflare\"]\n",
+       "module.toml:4: resource[0].vendors: \"solarflare\" is not a 16-bit PCI vendor ID"},
       {"drivers = []\n", "module.toml:4: resource[0].drivers: is empty"},
-      {"addresses = [\"3b:00\"]\n", "module.toml:4: resource[0].addresses: \"3b:00\" is not a PCI address"},
-      {"devices = [\"dev/onload\"]\n", "module.toml:4: resource[0].devices: \"dev/onload\" must be an absolute path"},
-      {"lib_dir = \"lib64\"\n", "module.toml:4: resource[0].lib_dir: \"lib64\" must be an absolute path"},
+      {"addresses = [\"3b:00\"]\n",
+       "module.toml:4: resource[0].addresses: \"3b:00\" is not a PCI address"},
+      {"devices = [\"dev/onload\"]\n",
+       "module.toml:4: resource[0].devices: \"dev/onload\" must be an absolute path"},
+      {"lib_dir = \"lib64\"\n",
+       "module.toml:4: resource[0].lib_dir: \"lib64\" must be an absolute path"},
       {"onload_script = true\n", "module.toml:4: resource[0].onload_script: needs preload = false"},
-      {"libraries = [\"libonload_ext.so\"]\n", "module.toml:4: resource[0].libraries: no entry matches libonload.so"},
+      {"libraries = [\"libonload_ext.so\"]\n",
+       "module.toml:4: resource[0].libraries: no entry matches libonload.so"},
       {"envs = {LD_PRELOAD = \"/x.so\"}\n", "module.toml:4: resource[0].envs: sets LD_PRELOAD"},
       {"envs = {EF_POLL_USEC = 100}\n", "resource[0].envs.EF_POLL_USEC: must be a string"},
-      {"attach_command = \"/usr/bin/attach\"\n", "module.toml:4: resource[0].attach_command: applies to mode = \"nic\" only"},
-      {"mode = \"nic\"\nattach_command = \"attach\"\n", "module.toml:5: resource[0].attach_command: \"attach\" must be an absolute path"},
-      {"mode = \"nic\"\nattach_command = \"/a\"\nattach_timeout = \"40s\"\n", "module.toml:6: resource[0].attach_timeout: \"40s\" is over the maximum of 29s"},
-      {"mode = \"nic\"\nattach_timeout = \"5s\"\n", "module.toml:5: resource[0].attach_timeout: applies only with attach_command"},
+      {"attach_command = \"/usr/bin/attach\"\n",
+       "module.toml:4: resource[0].attach_command: applies to mode = \"nic\" only"},
+      {"mode = \"nic\"\nattach_command = \"attach\"\n",
+       "module.toml:5: resource[0].attach_command: \"attach\" must be an absolute path"},
+      {"mode = \"nic\"\nattach_command = \"/a\"\nattach_timeout = \"40s\"\n",
+       "module.toml:6: resource[0].attach_timeout: \"40s\" is over the maximum of 29s"},
+      {"mode = \"nic\"\nattach_timeout = \"5s\"\n",
+       "module.toml:5: resource[0].attach_timeout: applies only with attach_command"},
       {"require_link = \"yes\"\n", "module.toml:4: resource[0].require_link: must be a boolean"},
   };
   for (const Case& c : cases) {
     auto inst = harness::Open("solarflare", kShared, root_.path(), c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << c.body << "\n" << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << c.body << "\n"
+                                                                        << inst.status().message();
   }
 }
 
@@ -512,7 +548,8 @@ TEST(SolarflareRealTest, ThisMachineHasNoOnload) {
     auto dev = std::filesystem::read_symlink(e.path() / "device", ec);
     if (ec || !devplug::common::IsPciAddress(dev.filename().string())) continue;
     if (devplug::testing::ReadFile(e.path() / "type") != "1\n") continue;
-    if (std::filesystem::is_symlink("/sys/bus/pci/devices/" + dev.filename().string() + "/driver", ec))
+    if (std::filesystem::is_symlink("/sys/bus/pci/devices/" + dev.filename().string() + "/driver",
+                                    ec))
       want.push_back(dev.filename());
   }
   if (want.empty()) return;
@@ -520,13 +557,15 @@ TEST(SolarflareRealTest, ThisMachineHasNoOnload) {
   want.erase(std::unique(want.begin(), want.end()), want.end());
   std::string drivers, vendors;
   for (const std::string& a : want) {
-    auto drv = std::filesystem::read_symlink("/sys/bus/pci/devices/" + a + "/driver").filename().string();
+    auto drv =
+        std::filesystem::read_symlink("/sys/bus/pci/devices/" + a + "/driver").filename().string();
     auto vendor = devplug::testing::ReadFile("/sys/bus/pci/devices/" + a + "/vendor");
     drivers += "\"" + drv + "\",";
     vendors += "\"" + vendor.substr(0, vendor.find('\n')) + "\",";
   }
-  auto own = harness::Open("solarflare", kNic, "/",
-                           "mode = \"nic\"\ndrivers = [" + drivers + "]\nvendors = [" + vendors + "]\n");
+  auto own =
+      harness::Open("solarflare", kNic, "/",
+                    "mode = \"nic\"\ndrivers = [" + drivers + "]\nvendors = [" + vendors + "]\n");
   ASSERT_TRUE(own.ok()) << own.status().message();
   EXPECT_EQ(Ids(*(*own)->devices()), want);
 }

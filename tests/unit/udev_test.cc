@@ -56,8 +56,7 @@ TEST(UdevMonitorTest, KernelSourceDeliversFilteredRealEvents) {
   // A net event first: filtered out in the kernel, never seen.
   ASSERT_TRUE(Trigger(kLoUevent));
   ASSERT_TRUE(Trigger(misc->uevent.c_str()));
-  auto events =
-      Collect(**m, 10s, [&](const udev::Event& e) { return e.sysname == misc->name; });
+  auto events = Collect(**m, 10s, [&](const udev::Event& e) { return e.sysname == misc->name; });
   ASSERT_FALSE(events.empty());
   const udev::Event& e = events.back();
   EXPECT_EQ(e.sysname, misc->name);

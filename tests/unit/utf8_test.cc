@@ -38,8 +38,8 @@ TEST(Utf8Test, AgreesWithProtobufOnEveryLeadAndSecondByte) {
                              static_cast<char>(d)};
             s.resize(len);
             ASSERT_EQ(IsValidUtf8(s), ProtobufAccepts(s))
-                << "bytes " << std::hex << a << " " << b << " " << unsigned{c} << " "
-                << unsigned{d} << ", length " << len;
+                << "bytes " << std::hex << a << " " << b << " " << unsigned{c} << " " << unsigned{d}
+                << ", length " << len;
             ++checked;
             if (len < 4) break;  // the fourth byte only matters at length 4
           }
@@ -54,7 +54,10 @@ TEST(Utf8Test, AgreesWithProtobufOnEveryLeadAndSecondByte) {
 TEST(Utf8Test, PrintableUtf8KeepsTextAndReplacesTheRest) {
   EXPECT_EQ(PrintableUtf8("caf\xC3\xA9 ok", 100), "caf\xC3\xA9 ok");
   // Overlong, surrogate, above U+10FFFF, stray continuation: one '?' per byte.
-  EXPECT_EQ(PrintableUtf8("a\xC0\xAE" "b", 100), "a??b");
+  EXPECT_EQ(PrintableUtf8("a\xC0\xAE"
+                          "b",
+                          100),
+            "a??b");
   EXPECT_EQ(PrintableUtf8("\xED\xA0\x80", 100), "???");
   EXPECT_EQ(PrintableUtf8("\xF4\x90\x80\x80", 100), "????");
   EXPECT_EQ(PrintableUtf8("\x80x", 100), "?x");
@@ -68,10 +71,10 @@ TEST(Utf8Test, PrintableUtf8KeepsTextAndReplacesTheRest) {
 }
 
 TEST(Utf8Test, TheFormsANaiveDecoderAccepts) {
-  for (const char* bad : {"\xc0\xae", "\xc1\x85", "\xe0\x80\x80", "\xe0\x9f\xbf", "\xed\xa0\x80",
-                          "\xed\xbf\xbf", "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf",
-                          "\xf4\x90\x80\x80", "\xf4\xb3\xb3\xbb", "\xf5\x80\x80\x80", "\xe2\x82",
-                          "\x80", "\xff"})
+  for (const char* bad :
+       {"\xc0\xae", "\xc1\x85", "\xe0\x80\x80", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xed\xbf\xbf",
+        "\xf0\x80\x80\x80", "\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xf4\xb3\xb3\xbb",
+        "\xf5\x80\x80\x80", "\xe2\x82", "\x80", "\xff"})
     EXPECT_FALSE(IsValidUtf8(bad)) << bad;
   for (const char* good : {"", "fake-0", "caf\xc3\xa9", "\xe2\x82\xac", "\xed\x9f\xbf",
                            "\xee\x80\x80", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf"})

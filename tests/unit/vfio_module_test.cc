@@ -35,23 +35,37 @@ class VfioModuleTest : public ::testing::Test {
     fx_.Unbind("0000:af:01.3");
     fx_.Bind("0000:af:01.3", "iavf");
     fx_.RemoveVfioGroup(72);
-    fx_.AddPci({.address = "0000:5e:00.2", .vendor = 0x15b3, .device = 0x101e,
-                .driver = "vfio-pci", .numa_node = 0, .iommu_group = 80});
+    fx_.AddPci({.address = "0000:5e:00.2",
+                .vendor = 0x15b3,
+                .device = 0x101e,
+                .driver = "vfio-pci",
+                .numa_node = 0,
+                .iommu_group = 80});
     ASSERT_TRUE(fx_.AddVfioGroup(80));
     for (const char* a : {"0000:d8:00.0", "0000:d8:00.1"})
-      fx_.AddPci({.address = a, .vendor = 0x8086, .device = 0x10fb, .driver = "vfio-pci",
-                  .numa_node = 1, .iommu_group = 90});
+      fx_.AddPci({.address = a,
+                  .vendor = 0x8086,
+                  .device = 0x10fb,
+                  .driver = "vfio-pci",
+                  .numa_node = 1,
+                  .iommu_group = 90});
     ASSERT_TRUE(fx_.AddVfioGroup(90));
   }
 
   void AddPf(const std::string& bus, int numa, int pf_group, int first_group,
              const std::string& bridge) {
-    PciSpec pf{.address = bus + ":00.0", .device = 0x1592, .driver = "ice", .numa_node = numa,
-               .iommu_group = pf_group, .parent = bridge};
+    PciSpec pf{.address = bus + ":00.0",
+               .device = 0x1592,
+               .driver = "ice",
+               .numa_node = numa,
+               .iommu_group = pf_group,
+               .parent = bridge};
     std::vector<PciSpec> vfs;
     for (int k = 0; k < 4; k++) {
-      vfs.push_back({.address = bus + ":01." + std::to_string(k), .driver = "vfio-pci",
-                     .numa_node = numa, .iommu_group = first_group + k});
+      vfs.push_back({.address = bus + ":01." + std::to_string(k),
+                     .driver = "vfio-pci",
+                     .numa_node = numa,
+                     .iommu_group = first_group + k});
       ASSERT_TRUE(fx_.AddVfioGroup(first_group + k));
     }
     fx_.AddSriov(pf, vfs);
@@ -71,9 +85,9 @@ TEST_F(VfioModuleTest, DiscoveryIdsHealthAndTopology) {
   auto inst = Open();
   ASSERT_TRUE(inst);
   DeviceListPtr list = inst->devices();
-  EXPECT_EQ(Ids(*list), (Strings{"0000:3b:01.0", "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3",
-                                 "0000:af:01.0", "0000:af:01.1", "0000:af:01.2", "0000:d8:00.0",
-                                 "0000:d8:00.1"}));
+  EXPECT_EQ(Ids(*list),
+            (Strings{"0000:3b:01.0", "0000:3b:01.1", "0000:3b:01.2", "0000:3b:01.3", "0000:af:01.0",
+                     "0000:af:01.1", "0000:af:01.2", "0000:d8:00.0", "0000:d8:00.1"}));
   EXPECT_EQ(Find(*list, "0000:3b:01.2")->numa_node, 0);
   EXPECT_EQ(Find(*list, "0000:d8:00.1")->numa_node, 1);
   EXPECT_FALSE(Find(*list, "0000:af:01.2")->healthy);  // /dev/vfio/72 is missing
@@ -111,7 +125,8 @@ TEST_F(VfioModuleTest, SelectorsAndShortAddresses) {
   ASSERT_TRUE(by_device);
   EXPECT_EQ(Ids(*by_device->devices()), (Strings{"0000:d8:00.0", "0000:d8:00.1"}));
 
-  auto allow = Open("vendor = \"8086\"\naddresses = [\"3B:01.1\", \"0000:af:01.0\", \"af:01.3\"]\n");
+  auto allow =
+      Open("vendor = \"8086\"\naddresses = [\"3B:01.1\", \"0000:af:01.0\", \"af:01.3\"]\n");
   ASSERT_TRUE(allow);
   EXPECT_EQ(Ids(*allow->devices()), (Strings{"0000:3b:01.1", "0000:af:01.0"}));
 
@@ -209,8 +224,8 @@ TEST_F(VfioModuleTest, BadKeysNameFileLineAndKey) {
   for (const Case& c : cases) {
     auto inst = harness::Open("vfio", kName, root_.path(), c.body);
     ASSERT_FALSE(inst.ok()) << c.body;
-    EXPECT_NE(inst.status().message().find(c.error), std::string::npos)
-        << c.body << "\n" << inst.status().message();
+    EXPECT_NE(inst.status().message().find(c.error), std::string::npos) << c.body << "\n"
+                                                                        << inst.status().message();
   }
 }
 
@@ -235,17 +250,17 @@ TEST(VfioModuleRealTest, ListsThisMachinesFunctionsOfADriver) {
     if (it->second.size() > best->second.size()) best = it;
   std::sort(best->second.begin(), best->second.end());
 
-  auto inst = harness::Open("vfio", kName, "/",
-                            "vendor = \"" + best->first.first + "\"\ndriver = \"" +
-                                best->first.second + "\"\n");
+  auto inst = harness::Open(
+      "vfio", kName, "/",
+      "vendor = \"" + best->first.first + "\"\ndriver = \"" + best->first.second + "\"\n");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   ASSERT_NE((*inst)->devices(), nullptr);
   EXPECT_EQ(Ids(*(*inst)->devices()), best->second);
   for (const Device& d : *(*inst)->devices()) {
     std::error_code ec;
     auto group = fs::read_symlink("/sys/bus/pci/devices/" + d.id + "/iommu_group", ec);
-    const bool node = !ec && fs::exists("/dev/vfio/vfio") &&
-                      fs::exists("/dev/vfio/" + group.filename().string());
+    const bool node =
+        !ec && fs::exists("/dev/vfio/vfio") && fs::exists("/dev/vfio/" + group.filename().string());
     EXPECT_EQ(d.healthy, node) << d.id;
   }
 }

@@ -95,8 +95,7 @@ extern "C" {
 #endif
 
 /** True if a struct of (struct_size) bytes contains member m of type T. */
-#define DEVPLUG_HAS_MEMBER(ptr, T, m) \
-  ((ptr)->struct_size >= offsetof(T, m) + sizeof(((T *)0)->m))
+#define DEVPLUG_HAS_MEMBER(ptr, T, m) ((ptr)->struct_size >= offsetof(T, m) + sizeof(((T *)0)->m))
 
 /* ------------------------------------------------------------------------ */
 /* Small value sets (stored in int32_t / uint32_t fields)                    */
@@ -160,8 +159,8 @@ struct devplug_recipe {
   int (*add_device_node)(struct devplug_recipe *r, const char *host_path,
                          const char *container_path, const char *permissions);
   /** A bind mount; read_only is 0 or 1. */
-  int (*add_mount)(struct devplug_recipe *r, const char *host_path,
-                   const char *container_path, int32_t read_only);
+  int (*add_mount)(struct devplug_recipe *r, const char *host_path, const char *container_path,
+                   int32_t read_only);
   /** An environment variable. The values of a key set more than once in
    *  one Allocate response are merged as comma-separated lists: each item
    *  is added once, in order. Per-device values combine ("id0" and "id1"
@@ -171,8 +170,7 @@ struct devplug_recipe {
    *  all resources of a container. */
   int (*add_env)(struct devplug_recipe *r, const char *key, const char *value);
   /** A container annotation; the last value of a key wins. */
-  int (*add_annotation)(struct devplug_recipe *r, const char *key,
-                        const char *value);
+  int (*add_annotation)(struct devplug_recipe *r, const char *key, const char *value);
   /** A fully qualified CDI device name (vendor.example/class=name). */
   int (*add_cdi_device)(struct devplug_recipe *r, const char *name);
 };
@@ -198,9 +196,8 @@ struct devplug_device_sink {
    * Returns 0; -EINVAL for an invalid ID or health value (the device is
    * dropped and the agent logs why); -EEXIST for a duplicate ID.
    */
-  int (*add_device)(struct devplug_device_sink *s, const char *id,
-                    int32_t health, int32_t numa_node,
-                    struct devplug_recipe **ret_recipe);
+  int (*add_device)(struct devplug_device_sink *s, const char *id, int32_t health,
+                    int32_t numa_node, struct devplug_recipe **ret_recipe);
 
   /* ---- ABI minor 2 ---- */
 
@@ -259,8 +256,8 @@ struct devplug_config_value {
   int64_t integer;    /**< INT: the value */
   int32_t boolean;    /**< BOOL: 0 or 1 */
   uint32_t reserved;
-  size_t size;        /**< ARRAY: number of items; TABLE: number of keys */
-  int32_t line;       /**< line in its file, for messages; 0 if unknown */
+  size_t size;  /**< ARRAY: number of items; TABLE: number of keys */
+  int32_t line; /**< line in its file, for messages; 0 if unknown */
   uint32_t reserved2;
 };
 
@@ -274,7 +271,7 @@ struct devplug_pod {
   uint32_t reserved;
   const char *pod_namespace;
   const char *pod_name;
-  const char *pod_uid;   /**< "" when the kubelet does not say (API v1) */
+  const char *pod_uid; /**< "" when the kubelet does not say (API v1) */
   const char *container;
 };
 
@@ -284,8 +281,8 @@ struct devplug_pod {
  */
 struct devplug_host {
   uint32_t struct_size;
-  uint32_t abi_minor;       /**< the agent's ABI minor version */
-  void *agent_data;         /**< the agent's; do not touch */
+  uint32_t abi_minor;        /**< the agent's ABI minor version */
+  void *agent_data;          /**< the agent's; do not touch */
   const char *resource_name; /**< e.g. "devices.kubevirt.io/kvm" */
   /**
    * Prefix for every host filesystem lookup ("/" in production, "/host" in
@@ -315,8 +312,7 @@ struct devplug_host {
    * with the file, line and key of the value. create() should then return
    * -EINVAL.
    */
-  void (*config_error)(const struct devplug_host *h, const char *key,
-                       const char *msg);
+  void (*config_error)(const struct devplug_host *h, const char *key, const char *msg);
 
   /*
    * Typed read-only access to the instance's own [[resource]] table. The
@@ -326,15 +322,12 @@ struct devplug_host {
    * applies its default), or -EINVAL if the key was not declared with that
    * type. Returned strings stay valid until destroy().
    */
-  int (*config_string)(const struct devplug_host *h, const char *key,
-                       const char **ret);
-  int (*config_int)(const struct devplug_host *h, const char *key,
-                    int64_t *ret);
-  int (*config_bool)(const struct devplug_host *h, const char *key,
-                     int32_t *ret);
+  int (*config_string)(const struct devplug_host *h, const char *key, const char **ret);
+  int (*config_int)(const struct devplug_host *h, const char *key, int64_t *ret);
+  int (*config_bool)(const struct devplug_host *h, const char *key, int32_t *ret);
   /** *ret_n strings in *ret (an array owned by the agent). */
-  int (*config_string_array)(const struct devplug_host *h, const char *key,
-                             const char *const **ret, size_t *ret_n);
+  int (*config_string_array)(const struct devplug_host *h, const char *key, const char *const **ret,
+                             size_t *ret_n);
 
   /* ---- ABI minor 1 ---- */
 
@@ -345,8 +338,8 @@ struct devplug_host {
    * config_int_array), or refuse to load (-ENOTSUP from the entry point)
    * when agent_abi_minor < 1.
    */
-  int (*config_int_array)(const struct devplug_host *h, const char *key,
-                          const int64_t **ret, size_t *ret_n);
+  int (*config_int_array)(const struct devplug_host *h, const char *key, const int64_t **ret,
+                          size_t *ret_n);
 
   /* ---- ABI minor 2 ---- */
 
@@ -367,8 +360,7 @@ struct devplug_host {
    * Strings in *ret stay valid until the next pod_of() or the end of the
    * current module call.
    */
-  int (*pod_of)(const struct devplug_host *h, const char *id,
-                struct devplug_pod *ret);
+  int (*pod_of)(const struct devplug_host *h, const char *id, struct devplug_pod *ret);
 
   /**
    * create() only. A module with on_release() gets release tracking for
@@ -406,8 +398,8 @@ struct devplug_host {
    * at path: 0 with *ret_name set (valid until destroy()); -ENOENT when
    * index is past the end; -EINVAL when path is no table.
    */
-  int (*config_member)(const struct devplug_host *h, const char *path,
-                       size_t index, const char **ret_name);
+  int (*config_member)(const struct devplug_host *h, const char *path, size_t index,
+                       const char **ret_name);
 
   /**
    * Watches a host path (absolute, without host_root), typically a device
@@ -416,13 +408,12 @@ struct devplug_host {
    * catches nodes made or removed without a uevent (rm, mknod by hand or by
    * a container runtime). The last component may be a shell pattern
    * (fnmatch(3), as in "/dev/ttyUSB*"): every entry it matches counts.
-   * The agent keeps one inotify instance for all modules and watches the parent directory, or while that is missing its
-   * nearest existing ancestor, moving down as directories appear. Changes
-   * of content or attributes are not reported. Worker thread only; watching
-   * a path twice counts once; watches end with destroy(). Returns 0; -EINVAL
-   * for a path that is not absolute or is "/"; or a negative errno when no
-   * watch could be added (-ENOSPC: the inotify watch limit): the path is then
-   * seen only through events and resyncs.
+   * The agent keeps one inotify instance for all modules and watches the parent directory, or while
+   * that is missing its nearest existing ancestor, moving down as directories appear. Changes of
+   * content or attributes are not reported. Worker thread only; watching a path twice counts once;
+   * watches end with destroy(). Returns 0; -EINVAL for a path that is not absolute or is "/"; or a
+   * negative errno when no watch could be added (-ENOSPC: the inotify watch limit): the path is
+   * then seen only through events and resyncs.
    */
   int (*watch_path)(const struct devplug_host *h, const char *path);
 
@@ -483,8 +474,8 @@ static inline int devplug_sink_set_health_reason(struct devplug_device_sink *s,
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_health_reason,
                                 s->set_health_reason(s, reason));
 }
-static inline int devplug_sink_set_numa_nodes(struct devplug_device_sink *s,
-                                              const int32_t *nodes, size_t n) {
+static inline int devplug_sink_set_numa_nodes(struct devplug_device_sink *s, const int32_t *nodes,
+                                              size_t n) {
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_numa_nodes,
                                 s->set_numa_nodes(s, nodes, n));
 }
@@ -498,8 +489,7 @@ static inline int devplug_host_pod_of(const struct devplug_host *h, const char *
   return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, pod_of, h->pod_of(h, id, ret));
 }
 static inline int devplug_host_track_releases(const struct devplug_host *h, int32_t on) {
-  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, track_releases,
-                                h->track_releases(h, on));
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, track_releases, h->track_releases(h, on));
 }
 static inline int devplug_host_config_value(const struct devplug_host *h, const char *path,
                                             struct devplug_config_value *ret) {
@@ -515,15 +505,13 @@ static inline int devplug_host_watch_path(const struct devplug_host *h, const ch
   return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, watch_path, h->watch_path(h, path));
 }
 static inline int devplug_host_use_pre_start(const struct devplug_host *h, int32_t on) {
-  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, use_pre_start,
-                                h->use_pre_start(h, on));
+  return DEVPLUG_CALL_OPTIONAL_(h, struct devplug_host, use_pre_start, h->use_pre_start(h, on));
 }
 /** The agent's PreStartContainer deadline in ms; 28000 (the default) when
  *  the agent does not say (before minor 4). */
 static inline int64_t devplug_host_prestart_timeout_ms(const struct devplug_host *h) {
-  return DEVPLUG_HAS_MEMBER(h, struct devplug_host, prestart_timeout_ms)
-             ? h->prestart_timeout_ms
-             : 28000;
+  return DEVPLUG_HAS_MEMBER(h, struct devplug_host, prestart_timeout_ms) ? h->prestart_timeout_ms
+                                                                         : 28000;
 }
 /** The instance's table index; -1 when the agent does not say (before
  *  minor 4). */
@@ -537,10 +525,10 @@ static inline int32_t devplug_host_resource_index(const struct devplug_host *h) 
 
 /** One key a module accepts in its [[resource]] table. */
 struct devplug_config_key {
-  const char *name;  /**< NULL terminates the array */
-  uint32_t type;     /**< DEVPLUG_CONFIG_* */
-  uint32_t flags;    /**< DEVPLUG_CONFIG_REQUIRED, ... */
-  const char *help;  /**< one line, shown by tools; may be NULL */
+  const char *name; /**< NULL terminates the array */
+  uint32_t type;    /**< DEVPLUG_CONFIG_* */
+  uint32_t flags;   /**< DEVPLUG_CONFIG_REQUIRED, ... */
+  const char *help; /**< one line, shown by tools; may be NULL */
 };
 
 /** A kernel/udev event passed to on_udev_event(). */
@@ -587,8 +575,7 @@ struct devplug_module {
    * (-EINVAL after config_error() for bad configuration) and leaves
    * *ret_inst untouched.
    */
-  int (*create)(const struct devplug_host *host,
-                struct devplug_instance **ret_inst);
+  int (*create)(const struct devplug_host *host, struct devplug_instance **ret_inst);
 
   /** Destroys an instance; stops every thread the module started for it.
    *  After it returns the module makes no further host calls for it. */
@@ -600,8 +587,7 @@ struct devplug_module {
    * changes. Returns 0, or a negative errno when the scan itself failed (the
    * agent then keeps the previous list and logs the reason).
    */
-  int (*list_devices)(struct devplug_instance *inst,
-                      struct devplug_device_sink *sink);
+  int (*list_devices)(struct devplug_instance *inst, struct devplug_device_sink *sink);
 
   /* ---- optional hooks ---- */
 
@@ -611,8 +597,7 @@ struct devplug_module {
    * did not concern this instance, or a negative errno. When NULL, every
    * matching event triggers list_devices().
    */
-  int (*on_udev_event)(struct devplug_instance *inst,
-                       const struct devplug_udev_event *event);
+  int (*on_udev_event)(struct devplug_instance *inst, const struct devplug_udev_event *event);
 
   /**
    * Builds the Allocate answer for one container that was given ids[0..n).
@@ -620,8 +605,8 @@ struct devplug_module {
    * Returns 0 with resp filled, DEVPLUG_ALLOCATE_DEFAULT to use the default
    * recipes, or a negative errno (the kubelet fails the pod's admission).
    */
-  int (*allocate)(struct devplug_instance *inst, const char *const *ids,
-                  size_t n_ids, struct devplug_recipe *resp);
+  int (*allocate)(struct devplug_instance *inst, const char *const *ids, size_t n_ids,
+                  struct devplug_recipe *resp);
 
   /**
    * Chooses `size` devices out of available[0..n_available), which includes
@@ -629,11 +614,9 @@ struct devplug_module {
    * must_include. Its presence advertises GetPreferredAllocation to the
    * kubelet. Returns 0 with IDs in ret, or a negative errno.
    */
-  int (*preferred_allocation)(struct devplug_instance *inst,
-                              const char *const *available, size_t n_available,
-                              const char *const *must_include,
-                              size_t n_must_include, int32_t size,
-                              struct devplug_id_sink *ret);
+  int (*preferred_allocation)(struct devplug_instance *inst, const char *const *available,
+                              size_t n_available, const char *const *must_include,
+                              size_t n_must_include, int32_t size, struct devplug_id_sink *ret);
 
   /**
    * Runs before every start of a container holding ids[0..n). Its presence
@@ -643,8 +626,7 @@ struct devplug_module {
    * Returns 0, or a negative errno to fail the container start (the
    * kubelet tries the start again).
    */
-  int (*pre_start)(struct devplug_instance *inst, const char *const *ids,
-                   size_t n_ids);
+  int (*pre_start)(struct devplug_instance *inst, const char *const *ids, size_t n_ids);
 
   /* ---- ABI minor 2 (optional, read only when struct_size covers it) ---- */
 
@@ -662,8 +644,7 @@ struct devplug_module {
    * advertise PreStartContainer. Each release runs exactly once per
    * holder.
    */
-  int (*on_release)(struct devplug_instance *inst, const char *const *ids,
-                    size_t n_ids);
+  int (*on_release)(struct devplug_instance *inst, const char *const *ids, size_t n_ids);
 
   /* ---- ABI minor 7 (read only when struct_size covers it) ---- */
 
@@ -697,8 +678,8 @@ struct devplug_module {
 typedef int (*devplug_module_entry_fn)(uint32_t agent_abi_minor,
                                        const struct devplug_module **ret_module);
 
-DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(
-    uint32_t agent_abi_minor, const struct devplug_module **ret_module);
+DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t agent_abi_minor,
+                                                  const struct devplug_module **ret_module);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -37,8 +37,7 @@ constexpr DurationKey kDurationKeys[] = {
     {"resync_interval", &AgentConfig::resync_interval, std::chrono::milliseconds(0),
      kMaxResyncInterval},
     {"call_timeout", &AgentConfig::call_timeout, std::chrono::milliseconds(1), kMaxCallTimeout},
-    {"start_timeout", &AgentConfig::start_timeout, std::chrono::milliseconds(1),
-     kMaxStartTimeout},
+    {"start_timeout", &AgentConfig::start_timeout, std::chrono::milliseconds(1), kMaxStartTimeout},
     {"prestart_timeout", &AgentConfig::prestart_timeout, std::chrono::milliseconds(1),
      kMaxPrestartTimeout},
     {"pod_resources_poll", &AgentConfig::pod_resources_poll, std::chrono::milliseconds(0),
@@ -53,32 +52,34 @@ constexpr DurationKey kDurationKeys[] = {
 
 class Errors {
  public:
-  void Add(const std::string& file, int line, std::string_view key,
-           std::string_view problem) {
+  void Add(const std::string& file, int line, std::string_view key, std::string_view problem) {
     lines_.push_back(Located({file, line}, key, problem));
   }
   bool empty() const { return lines_.empty(); }
-  Status ToStatus() const {
-    return InvalidArgumentError(StrJoin(lines_, "\n"));
-  }
+  Status ToStatus() const { return InvalidArgumentError(StrJoin(lines_, "\n")); }
 
  private:
   std::vector<std::string> lines_;
 };
 
-int LineOf(const toml::node& node) {
-  return static_cast<int>(node.source().begin.line);
-}
+int LineOf(const toml::node& node) { return static_cast<int>(node.source().begin.line); }
 
 std::string_view TypeName(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::table:
+      return "a table";
+    default:
+      return "a date/time";
   }
 }
 
@@ -100,7 +101,8 @@ ConfigNode TreeOf(const toml::node& node) {
     for (const toml::node& el : *a) n.items.push_back(TreeOf(el));
   } else if (const auto* t = node.as_table()) {
     n.kind = ConfigNode::Kind::kTable;
-    for (const auto& [k, v] : *t) n.members.push_back(ConfigMember{std::string(k.str()), TreeOf(v)});
+    for (const auto& [k, v] : *t)
+      n.members.push_back(ConfigMember{std::string(k.str()), TreeOf(v)});
   } else {
     n.kind = ConfigNode::Kind::kOther;
     std::ostringstream text;
@@ -109,7 +111,6 @@ ConfigNode TreeOf(const toml::node& node) {
   }
   return n;
 }
-
 
 class Parser {
  public:
@@ -162,16 +163,19 @@ class Parser {
       } else if (name == "metrics_address") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
-        if (std::string why = CheckMetricsAddress(*s); !why.empty()) Error(node, key, why);
-        else cfg_.metrics_address = *s;
+        if (std::string why = CheckMetricsAddress(*s); !why.empty())
+          Error(node, key, why);
+        else
+          cfg_.metrics_address = *s;
       } else if (name == "pod_resources_socket") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (std::string why = SetPath(*s, &cfg_.pod_resources_socket); !why.empty())
           Error(node, key, why);
         else if (s->size() > kMaxSocketPathBytes)
-          Error(node, key, StrCat("is ", s->size(), " bytes; a Unix socket path holds at most ",
-                                  kMaxSocketPathBytes));
+          Error(node, key,
+                StrCat("is ", s->size(), " bytes; a Unix socket path holds at most ",
+                       kMaxSocketPathBytes));
       } else if (std::string AgentConfig::*field = PathField(name)) {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -180,8 +184,8 @@ class Parser {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (!ParseLogLevel(*s, &cfg_.log_level))
-          Error(node, key, StrCat("unknown level \"", *s,
-                                        "\" (expected trace|debug|info|warn|error)"));
+          Error(node, key,
+                StrCat("unknown level \"", *s, "\" (expected trace|debug|info|warn|error)"));
       } else if (const DurationKey* dk = FindDurationKey(name)) {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -189,29 +193,31 @@ class Parser {
         if (!d.ok()) {
           Error(node, key, d.status().message());
         } else if (dk->min.count() > 0 && *d < dk->min) {
-          Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
-                                  FormatDuration(dk->min)));
-        } else if ((name == "resync_interval" || name == "pod_resources_poll") &&
-                   d->count() > 0 && *d < kMinResyncInterval) {
-          Error(node, key, StrCat("\"", *s, "\" is shorter than the minimum of ",
-                                  FormatDuration(kMinResyncInterval), " (\"0s\" turns it off)"));
+          Error(node, key,
+                StrCat("\"", *s, "\" is shorter than the minimum of ", FormatDuration(dk->min)));
+        } else if ((name == "resync_interval" || name == "pod_resources_poll") && d->count() > 0 &&
+                   *d < kMinResyncInterval) {
+          Error(node, key,
+                StrCat("\"", *s, "\" is shorter than the minimum of ",
+                       FormatDuration(kMinResyncInterval), " (\"0s\" turns it off)"));
         } else {
           cfg_.*(dk->field) = *d;
         }
       } else if (name == "udev_source") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
-        if (*s == "auto") cfg_.udev_source = UdevSource::kAuto;
-        else if (*s == "udev") cfg_.udev_source = UdevSource::kUdev;
-        else if (*s == "kernel") cfg_.udev_source = UdevSource::kKernel;
+        if (*s == "auto")
+          cfg_.udev_source = UdevSource::kAuto;
+        else if (*s == "udev")
+          cfg_.udev_source = UdevSource::kUdev;
+        else if (*s == "kernel")
+          cfg_.udev_source = UdevSource::kKernel;
         else
-          Error(node, key, StrCat("unknown source \"", *s,
-                                        "\" (expected auto|udev|kernel)"));
+          Error(node, key, StrCat("unknown source \"", *s, "\" (expected auto|udev|kernel)"));
       } else {
-        std::vector<std::string> known{"plugin_dir",          "module_dir",
-                                       "host_root",           "log_level",
-                                       "udev_source",         "pod_resources_socket",
-                                       "control_socket",      "metrics_address"};
+        std::vector<std::string> known{"plugin_dir",     "module_dir",     "host_root",
+                                       "log_level",      "udev_source",    "pod_resources_socket",
+                                       "control_socket", "metrics_address"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }
@@ -289,7 +295,8 @@ class Parser {
           r.name = *s;
           has_name = true;
           if (std::string why = CheckResourceName(*s); !why.empty()) {
-            Error(node, key_of(name), StrCat("\"", *s, "\" is not a valid extended resource name: ", why));
+            Error(node, key_of(name),
+                  StrCat("\"", *s, "\" is not a valid extended resource name: ", why));
           }
         }
       } else if (name == "module") {
@@ -297,7 +304,8 @@ class Parser {
           r.module = *s;
           has_module = true;
           if (s->empty() || (s->front() != '/' && s->find('/') != std::string::npos)) {
-            Error(node, key_of(name), StrCat("\"", *s, "\" must be a bare module name or an absolute path to a .so"));
+            Error(node, key_of(name),
+                  StrCat("\"", *s, "\" must be a bare module name or an absolute path to a .so"));
           }
         }
       } else if (name == "socket") {
@@ -306,7 +314,8 @@ class Parser {
           socket_lines_[index] = LineOf(node);
         }
       } else if (name == "required") {
-        if (const auto* b = node.as_boolean()) r.required = b->get();
+        if (const auto* b = node.as_boolean())
+          r.required = b->get();
         else {
           Error(node, key_of(name), StrCat("must be a boolean, not ", TypeName(node)));
         }
@@ -314,16 +323,22 @@ class Parser {
         ModuleValue mv;
         mv.where = {file_, LineOf(node)};
         mv.tree = std::make_shared<const ConfigNode>(TreeOf(node));
-        if (const auto* s = node.as_string()) mv.value = s->get();
-        else if (const auto* i = node.as_integer()) mv.value = i->get();
-        else if (const auto* b = node.as_boolean()) mv.value = b->get();
-        else if (const auto* f = node.as_floating_point()) mv.value = f->get();
+        if (const auto* s = node.as_string())
+          mv.value = s->get();
+        else if (const auto* i = node.as_integer())
+          mv.value = i->get();
+        else if (const auto* b = node.as_boolean())
+          mv.value = b->get();
+        else if (const auto* f = node.as_floating_point())
+          mv.value = f->get();
         else if (const auto* a = node.as_array()) {
           std::vector<std::string> v;
           std::vector<int64_t> ints;
           for (const toml::node& el : *a) {
-            if (const auto* s = el.as_string()) v.push_back(s->get());
-            else mv.array_of_non_strings = true;
+            if (const auto* s = el.as_string())
+              v.push_back(s->get());
+            else
+              mv.array_of_non_strings = true;
             if (const auto* i = el.as_integer()) ints.push_back(i->get());
           }
           if (!a->empty() && ints.size() == a->size())
@@ -386,7 +401,7 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
         const ResourceConfig& first = cfg.resources[it->second];
         errors.Add(r.where.file, r.where.line, prefix + "name",
                    StrCat("duplicate resource name \"", r.name, "\" (first defined at ",
-                                first.where.file, ":", first.where.line, ")"));
+                          first.where.file, ":", first.where.line, ")"));
       }
     }
     if (!r.socket.empty()) {
@@ -394,15 +409,14 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
       if (!fresh) {
         const ResourceConfig& first = cfg.resources[it->second];
         errors.Add(r.where.file, parser.SocketLine(i), prefix + "socket",
-                   StrCat("socket \"", r.socket, "\" is already used by resource \"",
-                                first.name, "\" (", first.where.file, ":", first.where.line, ")"));
+                   StrCat("socket \"", r.socket, "\" is already used by resource \"", first.name,
+                          "\" (", first.where.file, ":", first.where.line, ")"));
       }
     }
   }
 }
 
-bool ParseOne(std::string_view text, const std::string& name, Parser& parser,
-              Errors& errors) {
+bool ParseOne(std::string_view text, const std::string& name, Parser& parser, Errors& errors) {
   try {
     toml::table doc = toml::parse(text, name);
     parser.ParseDocument(doc, name);
@@ -468,18 +482,23 @@ std::string ResourceKey(size_t index, std::string_view key) {
 
 std::string_view LogLevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kTrace: return "trace";
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
+    case LogLevel::kTrace:
+      return "trace";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
   }
   return "info";
 }
 
 bool ParseLogLevel(std::string_view name, LogLevel* out) {
-  for (LogLevel l : {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn,
-                     LogLevel::kError}) {
+  for (LogLevel l :
+       {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo, LogLevel::kWarn, LogLevel::kError}) {
     if (name == LogLevelName(l)) {
       *out = l;
       return true;
@@ -490,15 +509,18 @@ bool ParseLogLevel(std::string_view name, LogLevel* out) {
 
 std::string_view UdevSourceName(UdevSource source) {
   switch (source) {
-    case UdevSource::kAuto: return "auto";
-    case UdevSource::kUdev: return "udev";
-    case UdevSource::kKernel: return "kernel";
+    case UdevSource::kAuto:
+      return "auto";
+    case UdevSource::kUdev:
+      return "udev";
+    case UdevSource::kKernel:
+      return "kernel";
   }
   return "auto";
 }
 
 StatusOr<AgentConfig> LoadString(std::string_view toml, const std::string& name,
-                                       const LoadOptions& options) {
+                                 const LoadOptions& options) {
   AgentConfig cfg;
   cfg.module_dir = options.default_module_dir;
   Errors errors;

@@ -30,7 +30,6 @@ struct SourceLocation {
   int line = 0;
 };
 
-
 // One module-owned key of a [[resource]] table, as written in TOML. Its type
 // is checked against the module's declared keys when the module is loaded.
 struct ModuleValue {
@@ -39,8 +38,8 @@ struct ModuleValue {
   // was there. An empty array is an empty vector<string> that also matches
   // an integer-array key.
   // A table is std::monostate here (see `tree`).
-  using Value = std::variant<std::string, int64_t, bool, double,
-                             std::vector<std::string>, std::vector<int64_t>, std::monostate>;
+  using Value = std::variant<std::string, int64_t, bool, double, std::vector<std::string>,
+                             std::vector<int64_t>, std::monostate>;
   Value value;
   SourceLocation where;
   bool array_of_non_strings = false;  // an array holding something else
@@ -149,13 +148,11 @@ std::string ResourceKey(size_t index, std::string_view key);
 
 // Loads `path` (and its drop-ins). On failure the status message lists every
 // problem found, one per line, each as "file:line: key: problem".
-StatusOr<AgentConfig> LoadFile(const std::string& path,
-                                     const LoadOptions& options);
+StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& options);
 
 // Parses TOML text as if it were the file `name` (no drop-ins).
-StatusOr<AgentConfig> LoadString(std::string_view toml,
-                                       const std::string& name,
-                                       const LoadOptions& options);
+StatusOr<AgentConfig> LoadString(std::string_view toml, const std::string& name,
+                                 const LoadOptions& options);
 
 // Parses "500ms", "60s", "5m", "1h30m", "0s" ("0" too); a value over `max`
 // (or one that would overflow on the way) is an error that says the maximum.

@@ -17,10 +17,10 @@ struct ConfigMember;
 struct ConfigNode {
   enum class Kind { kString, kInt, kBool, kArray, kTable, kOther };
   Kind kind = Kind::kOther;
-  std::string text;     // kString; kOther: the value as TOML writes it
-  int64_t integer = 0;  // kInt
-  bool boolean = false; // kBool
-  std::vector<ConfigNode> items;                            // kArray
+  std::string text;                   // kString; kOther: the value as TOML writes it
+  int64_t integer = 0;                // kInt
+  bool boolean = false;               // kBool
+  std::vector<ConfigNode> items;      // kArray
   std::vector<ConfigMember> members;  // kTable, by name
   int line = 0;
 };

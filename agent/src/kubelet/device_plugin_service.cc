@@ -52,8 +52,7 @@ void Record(const std::string& what, const std::string& ids, Rpc rpc,
 
 // An answer the kubelet would refuse (over its receive limit) fails here,
 // with a reason, instead of on the kubelet's side.
-Status CheckSize(const google::protobuf::Message& m, const std::string& resource,
-                 const char* rpc) {
+Status CheckSize(const google::protobuf::Message& m, const std::string& resource, const char* rpc) {
   const size_t bytes = m.ByteSizeLong();
   if (bytes <= kKubeletMaxMessageBytes) return OkStatus();
   return Status(StatusCode::kResourceExhausted,
@@ -120,9 +119,9 @@ class PendingCall {
   const Rpc rpc_;
   const std::shared_ptr<RpcObserver> metrics_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool done_ = false;          // guarded by mu_
-  Timers* timers_ = nullptr;   // guarded by mu_
-  uint64_t timer_id_ = 0;      // guarded by mu_
+  bool done_ = false;         // guarded by mu_
+  Timers* timers_ = nullptr;  // guarded by mu_
+  uint64_t timer_id_ = 0;     // guarded by mu_
 };
 
 v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance) {
@@ -166,16 +165,17 @@ DevicePluginService::DevicePluginService(
       on_allocated_(std::move(on_allocated)),
       metrics_(std::move(metrics)) {}
 
-std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor,
-                                                        Rpc rpc, std::string ids) {
-  auto call = std::make_shared<PendingCall>(
-      reactor, StrCat(instance_->resource().name, ": ", RpcName(rpc)), std::move(ids), rpc,
-      metrics_);
-  const int64_t ms = rpc == Rpc::kPreStartContainer ? prestart_timeout_ms_.load()
-                                                         : call_timeout_ms_.load();
+std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor, Rpc rpc,
+                                                        std::string ids) {
+  auto call =
+      std::make_shared<PendingCall>(reactor, StrCat(instance_->resource().name, ": ", RpcName(rpc)),
+                                    std::move(ids), rpc, metrics_);
+  const int64_t ms =
+      rpc == Rpc::kPreStartContainer ? prestart_timeout_ms_.load() : call_timeout_ms_.load();
   call->Arm(timers_, std::chrono::milliseconds(ms), call);
   std::lock_guard lock(mu_);
-  if (pending_.size() >= 64) std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
+  if (pending_.size() >= 64)
+    std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
   pending_.emplace(next_call_++, call);
   return call;
 }
@@ -319,9 +319,10 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
                            "Allocate request has no container requests"));
     return r;
   }
-  auto call = Track(r, Rpc::kAllocate,
-                    IdsForLog(req->container_requests(),
-                              [](const auto& c) -> const auto& { return c.devices_ids(); }));
+  auto call = Track(
+      r, Rpc::kAllocate,
+      IdsForLog(
+          req->container_requests(), [](const auto& c) -> const auto& { return c.devices_ids(); }));
   std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_)->Next();
   return r;
 }
@@ -335,10 +336,10 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
                            "this resource does not offer GetPreferredAllocation"));
     return r;
   }
-  auto call =
-      Track(r, Rpc::kGetPreferredAllocation,
-            IdsForLog(req->container_requests(),
-                      [](const auto& c) -> const auto& { return c.available_deviceids(); }));
+  auto call = Track(r, Rpc::kGetPreferredAllocation,
+                    IdsForLog(
+                        req->container_requests(),
+                        [](const auto& c) -> const auto& { return c.available_deviceids(); }));
   std::make_shared<PreferredCall>(std::move(call), instance_, *req, resp)->Next();
   return r;
 }
@@ -352,8 +353,10 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
     return r;
   }
   std::vector<std::string> ids = ToVector(req->devices_ids());
-  auto call = Track(r, Rpc::kPreStartContainer, IdsForLog(std::vector<std::vector<std::string>>{ids},
-                                                      [](const auto& c) -> const auto& { return c; }));
+  auto call = Track(r, Rpc::kPreStartContainer,
+                    IdsForLog(
+                        std::vector<std::vector<std::string>>{ids},
+                        [](const auto& c) -> const auto& { return c; }));
   instance_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },
       [call] { return call->waiting(); });

@@ -20,10 +20,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "model/kubelet_limits.h"
 #include "kubelet/stream_hub.h"
-#include "modules/module_instance.h"
+#include "model/kubelet_limits.h"
 #include "model/rpc.h"
+#include "modules/module_instance.h"
 #include "util/timers.h"
 
 namespace devplug::kubelet {
@@ -97,7 +97,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   const std::shared_ptr<RpcObserver> metrics_;
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
-  uint64_t next_call_ = 0;                                   // guarded by mu_
+  uint64_t next_call_ = 0;                                  // guarded by mu_
 };
 
 }  // namespace devplug::kubelet

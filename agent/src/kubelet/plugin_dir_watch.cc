@@ -10,7 +10,6 @@
 
 #include "util/inotify.h"
 
-
 namespace devplug::kubelet {
 
 PluginDirWatch::~PluginDirWatch() {
@@ -31,12 +30,11 @@ Status PluginDirWatch::Start(const std::string& dir) {
         StrCat("cannot create plugin directory ", dir, ": ", ec.message()));
   if (fd_ < 0) {
     fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd_ < 0)
-      return InternalError(StrCat("inotify_init1: ", std::strerror(errno)));
+    if (fd_ < 0) return InternalError(StrCat("inotify_init1: ", std::strerror(errno)));
   }
-  wd_ = inotify_add_watch(fd_, dir.c_str(),
-                          IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF |
-                              IN_ONLYDIR);
+  wd_ = inotify_add_watch(
+      fd_, dir.c_str(),
+      IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR);
   if (wd_ < 0)
     return FailedPreconditionError(
         StrCat("cannot watch plugin directory ", dir, ": ", std::strerror(errno)));

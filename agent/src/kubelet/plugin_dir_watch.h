@@ -16,7 +16,6 @@
 
 #include "util/status.h"
 
-
 namespace devplug::kubelet {
 
 inline constexpr char kKubeletSocketName[] = "kubelet.sock";
@@ -25,7 +24,7 @@ class PluginDirWatch {
  public:
   struct Events {
     bool kubelet_socket_created = false;
-    bool dir_gone = false;            // the directory was removed or moved
+    bool dir_gone = false;             // the directory was removed or moved
     std::vector<std::string> removed;  // names of removed entries
   };
 

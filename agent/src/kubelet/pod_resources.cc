@@ -18,12 +18,11 @@ PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
       for (const v1::ContainerDevices& d : c.devices()) {
         auto& ids = s.holders[d.resource_name()];
         for (const std::string& id : d.device_ids()) {
-          auto [it, fresh] =
-              ids.try_emplace(id, Holder{pod.namespace_(), pod.name(), c.name()});
+          auto [it, fresh] = ids.try_emplace(id, Holder{pod.namespace_(), pod.name(), c.name()});
           // Two containers of one pod (an init container's devices reused)
           // name one pod; two pods do not.
-          if (!fresh && (it->second.pod_namespace != pod.namespace_() ||
-                         it->second.pod_name != pod.name()))
+          if (!fresh &&
+              (it->second.pod_namespace != pod.namespace_() || it->second.pod_name != pod.name()))
             s.ambiguous[d.resource_name()].insert(id);
         }
       }
@@ -85,15 +84,15 @@ void PodResourcesClient::Fetch(std::chrono::milliseconds fresh, Done done) {
   if (!failure_.ok() && now < retry_at_) {
     const Status f = failure_;
     lock.unlock();
-    done(Status(f.code(), StrCat(f.message(), " (asking again in ",
-                                 std::chrono::ceil<std::chrono::seconds>(retry_at_ - now).count(),
-                                 " s)")));
+    done(Status(f.code(),
+                StrCat(f.message(), " (asking again in ",
+                       std::chrono::ceil<std::chrono::seconds>(retry_at_ - now).count(), " s)")));
     return;
   }
   if (access(options_.socket.c_str(), F_OK) != 0) {
     lock.unlock();
-    done(NotFoundError(StrCat("no PodResources socket at ", options_.socket,
-                              " (is the kubelet running?)")));
+    done(NotFoundError(
+        StrCat("no PodResources socket at ", options_.socket, " (is the kubelet running?)")));
     return;
   }
   waiting_.push_back(std::move(done));

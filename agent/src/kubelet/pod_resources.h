@@ -77,15 +77,15 @@ class PodResourcesClient {
   Options options_;  // socket guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
-  std::shared_ptr<grpc::Channel> channel_;         // guarded by mu_; made on first use
+  std::shared_ptr<grpc::Channel> channel_;              // guarded by mu_; made on first use
   std::unique_ptr<v1::PodResourcesLister::Stub> stub_;  // guarded by mu_
-  PodSnapshotPtr latest_;                           // guarded by mu_
-  std::vector<Done> waiting_;                       // guarded by mu_
-  bool in_flight_ = false;                          // guarded by mu_
-  Status failure_;                                  // guarded by mu_: the last List's
-  Clock::time_point retry_at_{};                    // guarded by mu_
-  std::chrono::milliseconds backoff_{0};            // guarded by mu_
-  uint64_t lists_ = 0;                              // guarded by mu_
+  PodSnapshotPtr latest_;                               // guarded by mu_
+  std::vector<Done> waiting_;                           // guarded by mu_
+  bool in_flight_ = false;                              // guarded by mu_
+  Status failure_;                                      // guarded by mu_: the last List's
+  Clock::time_point retry_at_{};                        // guarded by mu_
+  std::chrono::milliseconds backoff_{0};                // guarded by mu_
+  uint64_t lists_ = 0;                                  // guarded by mu_
 };
 
 }  // namespace devplug::kubelet

@@ -10,11 +10,16 @@ using std::chrono::milliseconds;
 
 std::string_view Registrar::StateName(State s) {
   switch (s) {
-    case State::kDown: return "down";
-    case State::kWaitingKubelet: return "waiting for kubelet";
-    case State::kRegistering: return "registering";
-    case State::kRegistered: return "registered";
-    case State::kRetryWait: return "retrying";
+    case State::kDown:
+      return "down";
+    case State::kWaitingKubelet:
+      return "waiting for kubelet";
+    case State::kRegistering:
+      return "registering";
+    case State::kRegistered:
+      return "registered";
+    case State::kRetryWait:
+      return "retrying";
   }
   return "?";
 }
@@ -105,14 +110,15 @@ void Registrar::OnSocketRemoved() {
   if (!env_->HasServer()) return;
   // Events queue up while we work: say only what is true now.
   if (env_->SocketIsOurs()) {
-    spdlog::trace("resource \"{}\": an earlier removal of {} (served again since)",
-                  names_.resource, names_.socket);
+    spdlog::trace("resource \"{}\": an earlier removal of {} (served again since)", names_.resource,
+                  names_.socket);
     return;
   }
   if (socket_check_at_) return;
-  spdlog::info("resource \"{}\": socket {} was removed; serving it again in {} ms unless the "
-               "kubelet restarts",
-               names_.resource, names_.socket_path, kSocketSettle.count());
+  spdlog::info(
+      "resource \"{}\": socket {} was removed; serving it again in {} ms unless the "
+      "kubelet restarts",
+      names_.resource, names_.socket_path, kSocketSettle.count());
   socket_check_at_ = env_->Now() + kSocketSettle;
 }
 
@@ -136,8 +142,8 @@ void Registrar::CheckSocket() {
   if (registered) {
     state_ = State::kRetryWait;
     retry_at_ = env_->Now() + kStreamLostDelay;
-    spdlog::warn("resource \"{}\": serving {} again; registering again in {} ms",
-                 names_.resource, names_.socket_path, kStreamLostDelay.count());
+    spdlog::warn("resource \"{}\": serving {} again; registering again in {} ms", names_.resource,
+                 names_.socket_path, kStreamLostDelay.count());
   }
 }
 
@@ -189,8 +195,10 @@ void Registrar::OnTimer() {
   if (retry_at_ && *retry_at_ <= now) {
     retry_at_.reset();
     // Register again on the same server, unless its socket is gone.
-    if (env_->HasServer() && env_->SocketIsOurs()) Register();
-    else ServeAndRegister();
+    if (env_->HasServer() && env_->SocketIsOurs())
+      Register();
+    else
+      ServeAndRegister();
   }
 }
 

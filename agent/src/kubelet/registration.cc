@@ -11,16 +11,14 @@ std::shared_ptr<PendingRegister> StartRegister(const std::string& kubelet_socket
   // A short unary call: no keepalive pings (the kubelet's server would answer
   // aggressive pings with GOAWAY), and no shared subchannel with other calls.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  call->channel_ = grpc::CreateCustomChannel("unix:" + kubelet_socket,
-                                             grpc::InsecureChannelCredentials(), args);
+  call->channel_ =
+      grpc::CreateCustomChannel("unix:" + kubelet_socket, grpc::InsecureChannelCredentials(), args);
   call->stub_ = v1beta1::Registration::NewStub(call->channel_);
   call->req_ = request;
   call->ctx_.set_deadline(std::chrono::system_clock::now() + deadline);
   call->ctx_.set_wait_for_ready(false);
   call->stub_->async()->Register(&call->ctx_, &call->req_, &call->resp_,
-                                 [call, done = std::move(done)](grpc::Status st) {
-                                   done(st);
-                                 });
+                                 [call, done = std::move(done)](grpc::Status st) { done(st); });
   return call;
 }
 

@@ -24,9 +24,10 @@ class PendingRegister {
   void Cancel() { ctx_.TryCancel(); }
 
  private:
-  friend std::shared_ptr<PendingRegister> StartRegister(
-      const std::string&, const v1beta1::RegisterRequest&, std::chrono::milliseconds,
-      std::function<void(const grpc::Status&)>);
+  friend std::shared_ptr<PendingRegister> StartRegister(const std::string&,
+                                                        const v1beta1::RegisterRequest&,
+                                                        std::chrono::milliseconds,
+                                                        std::function<void(const grpc::Status&)>);
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1beta1::Registration::Stub> stub_;
   grpc::ClientContext ctx_;

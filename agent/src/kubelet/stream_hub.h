@@ -65,10 +65,10 @@ class StreamHub {
 
   const KubeletStreamEnded on_end_;
   mutable std::mutex mu_;
-  SnapshotPtr latest_;          // guarded by mu_
-  std::set<Stream*> streams_;   // guarded by mu_
-  uint64_t expected_ = 0;       // guarded by mu_: registration of the next stream
-  uint64_t open_owner_ = 0;     // guarded by mu_: registration of the open owned stream
+  SnapshotPtr latest_;         // guarded by mu_
+  std::set<Stream*> streams_;  // guarded by mu_
+  uint64_t expected_ = 0;      // guarded by mu_: registration of the next stream
+  uint64_t open_owner_ = 0;    // guarded by mu_: registration of the open owned stream
 };
 
 }  // namespace devplug::kubelet

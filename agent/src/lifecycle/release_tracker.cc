@@ -14,11 +14,16 @@ bool Shown(ReleaseTracker::State s) {
 
 std::string_view ReleaseTracker::StateName(State s) {
   switch (s) {
-    case State::kFree: return "free";
-    case State::kAssigned: return "assigned";
-    case State::kHeld: return "held";
-    case State::kReleasing: return "releasing";
-    case State::kFailed: return "release failed";
+    case State::kFree:
+      return "free";
+    case State::kAssigned:
+      return "assigned";
+    case State::kHeld:
+      return "held";
+    case State::kReleasing:
+      return "releasing";
+    case State::kFailed:
+      return "release failed";
   }
   return "free";
 }
@@ -232,9 +237,8 @@ bool ReleaseTracker::Apply(modules::DeviceList& list) const {
     if (it == devices_.end() || !Shown(it->second.state) || !d.healthy) continue;
     d.healthy = false;
     d.held_back = true;
-    d.health_reason = it->second.state == State::kReleasing
-                          ? std::string("releasing")
-                          : "release failed: " + it->second.error;
+    d.health_reason = it->second.state == State::kReleasing ? std::string("releasing")
+                                                            : "release failed: " + it->second.error;
     changed = true;
   }
   return changed;

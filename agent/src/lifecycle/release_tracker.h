@@ -91,8 +91,7 @@ class ReleaseTracker {
   // A successful List: `listed` maps this resource's IDs in use to their
   // holder. `kubelet_restart` is when the kubelet last restarted (if it
   // did since our start). Returns the IDs whose release starts now.
-  std::vector<std::string> OnList(const Holders& listed,
-                                  Clock::time_point now,
+  std::vector<std::string> OnList(const Holders& listed, Clock::time_point now,
                                   std::optional<Clock::time_point> kubelet_restart);
 
   // The module's on_release() of `ids` returned `result` (0, -EAGAIN or an
@@ -124,13 +123,13 @@ class ReleaseTracker {
   struct Entry {
     State state = State::kFree;
     std::optional<Holder> holder;
-    Clock::time_point since;               // state entered
+    Clock::time_point since;  // state entered
     std::optional<Clock::time_point> absent_since;
     int absent_lists = 0;
     bool release_at_start = false;  // an Allocate found it not FREE
     bool in_flight = false;         // on_release() is running
     std::chrono::milliseconds backoff{0};
-    Clock::time_point retry_at;     // FAILED: not before
+    Clock::time_point retry_at;  // FAILED: not before
     std::string error;
   };
   void Enter(Entry& e, State s, Clock::time_point now);

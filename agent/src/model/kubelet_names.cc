@@ -8,9 +8,7 @@ namespace {
 bool IsAlnum(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
-bool IsLowerAlnum(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 // DNS-1123 subdomain: lowercase labels of [a-z0-9-], starting and ending
 // alphanumeric, joined by dots, at most 253 characters.
@@ -20,7 +18,8 @@ std::string CheckDnsSubdomain(std::string_view s) {
   size_t start = 0;
   while (start <= s.size()) {
     size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    std::string_view label =
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     if (label.empty()) return "the prefix has an empty DNS label";
     if (!IsLowerAlnum(label.front()) || !IsLowerAlnum(label.back()))
       return "each DNS label of the prefix must start and end with [a-z0-9]";
@@ -41,10 +40,8 @@ std::string CheckResourceName(std::string_view name) {
     return "it needs a domain prefix, as in vendor.example/device";
   if (name.find("kubernetes.io/") != std::string_view::npos)
     return "the kubernetes.io/ prefix is reserved for native resources";
-  if (name.starts_with("requests."))
-    return "it must not start with \"requests.\"";
-  if (name.find('/', slash + 1) != std::string_view::npos)
-    return "it must contain exactly one '/'";
+  if (name.starts_with("requests.")) return "it must not start with \"requests.\"";
+  if (name.find('/', slash + 1) != std::string_view::npos) return "it must contain exactly one '/'";
   // The kubelet checks "requests." + name as a qualified name.
   const std::string prefix = StrCat("requests.", name.substr(0, slash));
   if (std::string why = CheckDnsSubdomain(prefix); !why.empty()) {
@@ -74,8 +71,8 @@ std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir
     return "is a name the kubelet uses itself";
   const size_t full = plugin_dir.size() + 1 + socket.size();
   if (full > kMaxSocketPathBytes)
-    return StrCat("with plugin_dir the path is ", full,
-                  " bytes; a Unix socket path holds at most ", kMaxSocketPathBytes);
+    return StrCat("with plugin_dir the path is ", full, " bytes; a Unix socket path holds at most ",
+                  kMaxSocketPathBytes);
   return "";
 }
 

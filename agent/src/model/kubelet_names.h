@@ -17,8 +17,7 @@ std::string CheckResourceName(std::string_view name);
 // Checks a socket file name: a bare file name of [A-Za-z0-9._-] (not
 // starting with '.') that fits in a Unix socket path inside plugin_dir.
 // Empty string when valid.
-std::string CheckSocketName(std::string_view socket,
-                            std::string_view plugin_dir);
+std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir);
 
 // The default socket file name for a resource name.
 std::string DefaultSocketName(std::string_view resource_name);

@@ -36,8 +36,8 @@ int DeviceSink::AddDevice(devplug_device_sink* s, const char* id, int32_t health
       self->problems.push_back("a device with an empty ID");
       rc = -EINVAL;
     } else if (std::strlen(id) > kMaxDeviceIdLength) {
-      self->problems.push_back(StrCat("device ID \"", id, "\" is longer than ", kMaxDeviceIdLength,
-                                      " characters"));
+      self->problems.push_back(
+          StrCat("device ID \"", id, "\" is longer than ", kMaxDeviceIdLength, " characters"));
       rc = -EINVAL;
     } else if (const char* bad = BadDeviceId(id)) {
       self->problems.push_back(StrCat("a device ID with ", bad));

@@ -50,7 +50,7 @@ struct Device {
   int32_t numa_node = -1;  // -1: no NUMA affinity; with several, the lowest
   // Every node, when the module gave more than one (ABI 1.6); else empty.
   std::vector<int32_t> numa_nodes;
-  Recipe recipe;           // default allocation recipe
+  Recipe recipe;  // default allocation recipe
   // Why it is Unhealthy (or what else is worth knowing), in a few words:
   // the module's (ABI 1.2), or the agent's while it releases the device.
   std::string health_reason;

@@ -26,11 +26,16 @@ std::string ModuleText(const char* s) {
 
 spdlog::level::level_enum SpdLevel(int32_t level) {
   switch (level) {
-    case DEVPLUG_LOG_ERROR: return spdlog::level::err;
-    case DEVPLUG_LOG_WARN: return spdlog::level::warn;
-    case DEVPLUG_LOG_INFO: return spdlog::level::info;
-    case DEVPLUG_LOG_DEBUG: return spdlog::level::debug;
-    default: return spdlog::level::trace;
+    case DEVPLUG_LOG_ERROR:
+      return spdlog::level::err;
+    case DEVPLUG_LOG_WARN:
+      return spdlog::level::warn;
+    case DEVPLUG_LOG_INFO:
+      return spdlog::level::info;
+    case DEVPLUG_LOG_DEBUG:
+      return spdlog::level::debug;
+    default:
+      return spdlog::level::trace;
   }
 }
 
@@ -74,14 +79,14 @@ void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, con
     // The key's line, or for a path into a table or array the nested
     // value's own line.
     config::SourceLocation where = r.where;
-    if (auto it = r.module_keys.find(std::string(config::PathTopKey(k)));
-        it != r.module_keys.end())
+    if (auto it = r.module_keys.find(std::string(config::PathTopKey(k))); it != r.module_keys.end())
       where = it->second.where;
     int error = 0;
     if (const config::ConfigNode* n = self->FindConfig(k.c_str(), &error); n && n->line > 0)
       where.line = n->line;
-    self->config_errors_.push_back(config::Located(
-        where, config::ResourceKey(self->options_.index, k), msg ? ModuleText(msg) : "invalid value"));
+    self->config_errors_.push_back(config::Located(where,
+                                                   config::ResourceKey(self->options_.index, k),
+                                                   msg ? ModuleText(msg) : "invalid value"));
   } catch (...) {
   }
 }
@@ -143,8 +148,8 @@ int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const i
   return 0;
 }
 
-int ModuleInstance::HostStringArray(const devplug_host* h, const char* key,
-                                    const char* const** ret, size_t* ret_n) {
+int ModuleInstance::HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
+                                    size_t* ret_n) {
   if (h == nullptr || ret == nullptr || ret_n == nullptr) return -EINVAL;
   ModuleInstance* self = Self(h);
   const std::vector<std::string>* v = nullptr;
@@ -182,12 +187,23 @@ int ModuleInstance::HostConfigValue(const devplug_host* h, const char* path,
   using Kind = config::ConfigNode::Kind;
   uint32_t type = DEVPLUG_CONFIG_OTHER;
   switch (n->kind) {
-    case Kind::kString: type = DEVPLUG_CONFIG_STRING; break;
-    case Kind::kInt: type = DEVPLUG_CONFIG_INT; break;
-    case Kind::kBool: type = DEVPLUG_CONFIG_BOOL; break;
-    case Kind::kArray: type = DEVPLUG_CONFIG_ARRAY; break;
-    case Kind::kTable: type = DEVPLUG_CONFIG_TABLE; break;
-    case Kind::kOther: break;
+    case Kind::kString:
+      type = DEVPLUG_CONFIG_STRING;
+      break;
+    case Kind::kInt:
+      type = DEVPLUG_CONFIG_INT;
+      break;
+    case Kind::kBool:
+      type = DEVPLUG_CONFIG_BOOL;
+      break;
+    case Kind::kArray:
+      type = DEVPLUG_CONFIG_ARRAY;
+      break;
+    case Kind::kTable:
+      type = DEVPLUG_CONFIG_TABLE;
+      break;
+    case Kind::kOther:
+      break;
   }
   ret->type = type;
   if (DEVPLUG_HAS_MEMBER(ret, devplug_config_value, string))
@@ -239,7 +255,8 @@ int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod
     if (rc != 0) return rc;
     call.pod_answer = std::move(holder);
     const PodHolder& a = call.pod_answer;
-    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_namespace)) ret->pod_namespace = a.pod_namespace.c_str();
+    if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_namespace))
+      ret->pod_namespace = a.pod_namespace.c_str();
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_name)) ret->pod_name = a.pod_name.c_str();
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, pod_uid)) ret->pod_uid = a.pod_uid.c_str();
     if (DEVPLUG_HAS_MEMBER(ret, devplug_pod, container)) ret->container = a.container.c_str();

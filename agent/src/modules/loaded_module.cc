@@ -21,9 +21,12 @@ constexpr size_t kMinDescriptorSize =
 
 bool Matches(const config::ModuleValue& v, uint32_t type) {
   switch (type) {
-    case DEVPLUG_CONFIG_STRING: return std::holds_alternative<std::string>(v.value);
-    case DEVPLUG_CONFIG_INT: return std::holds_alternative<int64_t>(v.value);
-    case DEVPLUG_CONFIG_BOOL: return std::holds_alternative<bool>(v.value);
+    case DEVPLUG_CONFIG_STRING:
+      return std::holds_alternative<std::string>(v.value);
+    case DEVPLUG_CONFIG_INT:
+      return std::holds_alternative<int64_t>(v.value);
+    case DEVPLUG_CONFIG_BOOL:
+      return std::holds_alternative<bool>(v.value);
     case DEVPLUG_CONFIG_STRING_ARRAY:
       return std::holds_alternative<std::vector<std::string>>(v.value) && !v.array_of_non_strings;
     case DEVPLUG_CONFIG_INT_ARRAY: {
@@ -35,7 +38,8 @@ bool Matches(const config::ModuleValue& v, uint32_t type) {
       return v.tree != nullptr && v.tree->kind == config::ConfigNode::Kind::kTable;
     case DEVPLUG_CONFIG_ARRAY:
       return v.tree != nullptr && v.tree->kind == config::ConfigNode::Kind::kArray;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -109,8 +113,8 @@ StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::stri
   }
   dlerror();
   std::string open_error;
-  void* handle = replaced ? OpenFresh(path, &open_error)
-                          : dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle =
+      replaced ? OpenFresh(path, &open_error) : dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     if (!replaced) {
       const char* err = dlerror();
@@ -131,24 +135,23 @@ StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::stri
   const devplug_module* desc = nullptr;
   if (int rc = entry(DEVPLUG_MODULE_ABI_MINOR, &desc); rc < 0) {
     return fail(StrCat("entry point refused this agent (ABI 1.", DEVPLUG_MODULE_ABI_MINOR,
-                             "): ", strerror(-rc)));
+                       "): ", strerror(-rc)));
   }
   if (desc == nullptr) return fail("entry point returned no descriptor");
   if (desc->struct_size < kMinDescriptorSize) {
-    return fail(StrCat("descriptor is ", desc->struct_size, " bytes; at least ",
-                             kMinDescriptorSize, " are required"));
+    return fail(StrCat("descriptor is ", desc->struct_size, " bytes; at least ", kMinDescriptorSize,
+                       " are required"));
   }
   if (desc->abi_major != DEVPLUG_MODULE_ABI_MAJOR) {
     return fail(StrCat("built for ABI major ", desc->abi_major, ", this agent speaks ",
-                             DEVPLUG_MODULE_ABI_MAJOR));
+                       DEVPLUG_MODULE_ABI_MAJOR));
   }
   if (desc->name == nullptr || desc->name[0] == '\0') return fail("descriptor has no name");
   std::vector<std::string> missing;
   if (desc->create == nullptr) missing.push_back("create");
   if (desc->destroy == nullptr) missing.push_back("destroy");
   if (desc->list_devices == nullptr) missing.push_back("list_devices");
-  if (!missing.empty())
-    return fail(StrCat("required functions missing: ", StrJoin(missing, ", ")));
+  if (!missing.empty()) return fail(StrCat("required functions missing: ", StrJoin(missing, ", ")));
   for (const devplug_config_key* k = desc->config_keys; k && k->name; ++k) {
     if (k->type < DEVPLUG_CONFIG_STRING || k->type > DEVPLUG_CONFIG_ARRAY)
       return fail(StrCat("config key \"", k->name, "\" has unknown type ", k->type));
@@ -188,14 +191,22 @@ uint32_t LoadedModule::KeyType(std::string_view key) const {
 
 std::string_view KeyTypeName(uint32_t type, bool article) {
   switch (type) {
-    case DEVPLUG_CONFIG_STRING: return article ? "a string" : "string";
-    case DEVPLUG_CONFIG_INT: return article ? "an integer" : "integer";
-    case DEVPLUG_CONFIG_BOOL: return article ? "a boolean" : "boolean";
-    case DEVPLUG_CONFIG_STRING_ARRAY: return article ? "an array of strings" : "string array";
-    case DEVPLUG_CONFIG_INT_ARRAY: return article ? "an array of integers" : "integer array";
-    case DEVPLUG_CONFIG_TABLE: return article ? "a table" : "table";
-    case DEVPLUG_CONFIG_ARRAY: return article ? "an array" : "array";
-    default: return article ? "an unknown type" : "?";
+    case DEVPLUG_CONFIG_STRING:
+      return article ? "a string" : "string";
+    case DEVPLUG_CONFIG_INT:
+      return article ? "an integer" : "integer";
+    case DEVPLUG_CONFIG_BOOL:
+      return article ? "a boolean" : "boolean";
+    case DEVPLUG_CONFIG_STRING_ARRAY:
+      return article ? "an array of strings" : "string array";
+    case DEVPLUG_CONFIG_INT_ARRAY:
+      return article ? "an array of integers" : "integer array";
+    case DEVPLUG_CONFIG_TABLE:
+      return article ? "a table" : "table";
+    case DEVPLUG_CONFIG_ARRAY:
+      return article ? "an array" : "array";
+    default:
+      return article ? "an unknown type" : "?";
   }
 }
 
@@ -212,13 +223,14 @@ Status LoadedModule::CheckKeys(const config::ResourceConfig& r, size_t index) co
                                        StrCat("unknown key for module \"", desc_->name,
                                               "\" (known: ", StrJoin(known, ", "), ")")));
     } else if (!Matches(value, type)) {
-      errors.push_back(config::Located(value.where, key_of(key), StrCat("must be ", KeyTypeName(type, /*article=*/true))));
+      errors.push_back(config::Located(value.where, key_of(key),
+                                       StrCat("must be ", KeyTypeName(type, /*article=*/true))));
     }
   }
   for (const devplug_config_key* k = desc_->config_keys; k && k->name; ++k) {
     if ((k->flags & DEVPLUG_CONFIG_REQUIRED) && !r.module_keys.contains(k->name)) {
-      errors.push_back(config::Located(r.where, key_of(k->name),
-                                       StrCat("missing (required by module \"", desc_->name, "\")")));
+      errors.push_back(config::Located(
+          r.where, key_of(k->name), StrCat("missing (required by module \"", desc_->name, "\")")));
     }
   }
   if (errors.empty()) return OkStatus();

@@ -7,9 +7,9 @@
 #include <string>
 #include <string_view>
 
-#include "util/status.h"
 #include "config/config.h"
 #include "devplug/module.h"
+#include "util/status.h"
 
 namespace devplug::modules {
 

@@ -85,15 +85,17 @@ Status ModuleInstance::CreateOnWorker() {
   // module that reported one and still returned an instance is refused too
   // (that instance may run on a wrong value).
   if (!config_errors_.empty()) {
-    if (rc >= 0 && inst != nullptr) DestroyModuleInstance(inst);
-    else if (options_.on_destroyed) options_.on_destroyed();
+    if (rc >= 0 && inst != nullptr)
+      DestroyModuleInstance(inst);
+    else if (options_.on_destroyed)
+      options_.on_destroyed();
     return InvalidArgumentError(StrJoin(config_errors_, "\n"));
   }
   if (rc < 0 || inst == nullptr) {
     if (options_.on_destroyed) options_.on_destroyed();  // watches it added
-    std::string why = StrCat(who, " create failed: ",
-                             Call().error.empty() ? std::strerror(rc < 0 ? -rc : EINVAL)
-                                                 : Call().error);
+    std::string why =
+        StrCat(who, " create failed: ",
+               Call().error.empty() ? std::strerror(rc < 0 ? -rc : EINVAL) : Call().error);
     if (rc >= 0) why += " (no instance returned)";
     return FailedPreconditionError(why);
   }
@@ -270,7 +272,8 @@ void ModuleInstance::OnUdevEvents(std::vector<udev::Event> events) {
   if (events.empty()) return;
   {
     std::lock_guard lock(events_mu_);
-    if (pending_events_.empty()) pending_events_ = std::move(events);
+    if (pending_events_.empty())
+      pending_events_ = std::move(events);
     else
       pending_events_.insert(pending_events_.end(), std::make_move_iterator(events.begin()),
                              std::make_move_iterator(events.end()));
@@ -340,9 +343,8 @@ void ModuleInstance::RequestRescan(ScanCause cause) {
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {
   std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
-  return Status(rc == -EINVAL ? StatusCode::kInvalidArgument
-                                    : StatusCode::kInternal,
-                      StrCat(resource_.name, ": ", call, ": ", why));
+  return Status(rc == -EINVAL ? StatusCode::kInvalidArgument : StatusCode::kInternal,
+                StrCat(resource_.name, ": ", call, ": ", why));
 }
 
 namespace {
@@ -380,8 +382,10 @@ bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> w
     if (wanted && !wanted()) return;  // answered meanwhile (timed out): skip the module
     run();
   };
-  if (slow) PostSlow(std::move(task));
-  else Post(std::move(task));
+  if (slow)
+    PostSlow(std::move(task));
+  else
+    Post(std::move(task));
   return true;
 }
 
@@ -401,104 +405,109 @@ void ModuleInstance::Allocate(std::vector<std::string> ids,
     return;
   }
   auto refuse = [done](Status st) { done(std::move(st)); };
-  PostCall([this, ids = std::move(ids), done = std::move(done)]() mutable {
-    DeviceListPtr list = devices();
-    std::vector<std::string> unique;
-    if (Status st = CheckIds(resource_.name, *list, ids, &unique); !st.ok()) {
-      done(st);
-      return;
-    }
-    if (inst_ != nullptr) {
-      Recipe built;
-      RecipeSink sink(&built);
-      auto cids = CStrings(unique);
-      Call().error.clear();
-      const int rc = module_->descriptor().allocate(inst_, cids.data(), unique.size(), &sink.c);
-      if (rc < 0) {
-        done(ModuleError("allocate", rc));
-        return;
-      }
-      if (rc != DEVPLUG_ALLOCATE_DEFAULT) {
-        Recipe normalized;
-        normalized.Merge(built);
-        done(std::move(normalized));
-        return;
-      }
-    }
-    done(DefaultRecipe(*list, unique));
-  }, std::move(wanted), refuse);
+  PostCall(
+      [this, ids = std::move(ids), done = std::move(done)]() mutable {
+        DeviceListPtr list = devices();
+        std::vector<std::string> unique;
+        if (Status st = CheckIds(resource_.name, *list, ids, &unique); !st.ok()) {
+          done(st);
+          return;
+        }
+        if (inst_ != nullptr) {
+          Recipe built;
+          RecipeSink sink(&built);
+          auto cids = CStrings(unique);
+          Call().error.clear();
+          const int rc = module_->descriptor().allocate(inst_, cids.data(), unique.size(), &sink.c);
+          if (rc < 0) {
+            done(ModuleError("allocate", rc));
+            return;
+          }
+          if (rc != DEVPLUG_ALLOCATE_DEFAULT) {
+            Recipe normalized;
+            normalized.Merge(built);
+            done(std::move(normalized));
+            return;
+          }
+        }
+        done(DefaultRecipe(*list, unique));
+      },
+      std::move(wanted), refuse);
 }
 
 void ModuleInstance::PreferredAllocation(
     std::vector<std::string> available, std::vector<std::string> must_include, int32_t size,
     std::function<void(StatusOr<std::vector<std::string>>)> done, std::function<bool()> wanted) {
   auto refuse = [done](Status st) { done(std::move(st)); };
-  PostCall([this, available = std::move(available), must = std::move(must_include), size,
-            done = std::move(done)] {
-    if (!module_->has_preferred_allocation() || inst_ == nullptr) {
-      done(UnimplementedError(
-          StrCat(resource_.name, ": module has no preferred allocation")));
-      return;
-    }
-    IdSink sink;
-    auto a = CStrings(available);
-    auto m = CStrings(must);
-    Call().error.clear();
-    const int rc = module_->descriptor().preferred_allocation(
-        inst_, a.data(), available.size(), m.data(), must.size(), size, &sink.c);
-    if (rc < 0) {
-      done(ModuleError("preferred_allocation", rc));
-      return;
-    }
-    done(std::move(sink.ids));
-  }, std::move(wanted), refuse);
+  PostCall(
+      [this, available = std::move(available), must = std::move(must_include), size,
+       done = std::move(done)] {
+        if (!module_->has_preferred_allocation() || inst_ == nullptr) {
+          done(UnimplementedError(StrCat(resource_.name, ": module has no preferred allocation")));
+          return;
+        }
+        IdSink sink;
+        auto a = CStrings(available);
+        auto m = CStrings(must);
+        Call().error.clear();
+        const int rc = module_->descriptor().preferred_allocation(
+            inst_, a.data(), available.size(), m.data(), must.size(), size, &sink.c);
+        if (rc < 0) {
+          done(ModuleError("preferred_allocation", rc));
+          return;
+        }
+        done(std::move(sink.ids));
+      },
+      std::move(wanted), refuse);
 }
 
 void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
                               std::function<bool()> wanted) {
   auto refuse = done;
   const auto began = std::chrono::steady_clock::now();
-  PostCall([this, ids = std::move(ids), done = std::move(done), wanted, began] {
-    if (inst_ == nullptr) {
-      done(OkStatus());
-      return;
-    }
-    // Guarantee before reuse: a device handed to this container while the
-    // agent still counted it as someone else's is released first.
-    if (tracks_releases() && options_.release.due_before_start) {
-      for (;;) {
-        bool wait = false;
-        const std::vector<std::string> due = options_.release.due_before_start(ids, &wait);
-        if (due.empty() && !wait) break;
-        if (!wait) {
-          std::string why;
-          const int rc = RunRelease(due, &why, true);
-          if (rc == 0) break;
-          if (rc != -EAGAIN) {
-            done(Status(StatusCode::kInternal,
-                        StrCat(resource_.name, ": release before the container starts failed: ",
-                               why)));
-            return;
+  PostCall(
+      [this, ids = std::move(ids), done = std::move(done), wanted, began] {
+        if (inst_ == nullptr) {
+          done(OkStatus());
+          return;
+        }
+        // Guarantee before reuse: a device handed to this container while the
+        // agent still counted it as someone else's is released first.
+        if (tracks_releases() && options_.release.due_before_start) {
+          for (;;) {
+            bool wait = false;
+            const std::vector<std::string> due = options_.release.due_before_start(ids, &wait);
+            if (due.empty() && !wait) break;
+            if (!wait) {
+              std::string why;
+              const int rc = RunRelease(due, &why, true);
+              if (rc == 0) break;
+              if (rc != -EAGAIN) {
+                done(Status(
+                    StatusCode::kInternal,
+                    StrCat(resource_.name, ": release before the container starts failed: ", why)));
+                return;
+              }
+            }
+            // Still busy, or released elsewhere: ask again while the kubelet
+            // waits for this call.
+            if (wanted && !wanted()) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            if (wanted && !wanted()) return;
           }
         }
-        // Still busy, or released elsewhere: ask again while the kubelet
-        // waits for this call.
-        if (wanted && !wanted()) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        if (wanted && !wanted()) return;
-      }
-    }
-    if (!runs_pre_start()) {
-      done(OkStatus());
-      return;
-    }
-    auto c = CStrings(ids);
-    Call().error.clear();
-    Call().prestart_began = began;
-    const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
-    Call().prestart_began.reset();
-    done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
-  }, std::move(wanted), refuse, /*slow=*/true);
+        if (!runs_pre_start()) {
+          done(OkStatus());
+          return;
+        }
+        auto c = CStrings(ids);
+        Call().error.clear();
+        Call().prestart_began = began;
+        const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
+        Call().prestart_began.reset();
+        done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
+      },
+      std::move(wanted), refuse, /*slow=*/true);
 }
 
 bool ModuleInstance::runs_pre_start() const {
@@ -510,7 +519,7 @@ bool ModuleInstance::tracks_releases() const {
 }
 
 int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string* why,
-                                    bool before_start) {
+                               bool before_start) {
   int rc = -ENODEV;
   if (inst_ == nullptr) {
     *why = "the module instance is stopped";

@@ -26,13 +26,13 @@
 #include <thread>
 #include <vector>
 
-#include "util/status.h"
 #include "config/config.h"
 #include "devplug/module.h"
+#include "model/scan_cause.h"
 #include "modules/device.h"
 #include "modules/loaded_module.h"
-#include "model/scan_cause.h"
 #include "udev/event.h"
+#include "util/status.h"
 
 namespace devplug::modules {
 
@@ -284,9 +284,9 @@ class ModuleInstance {
   CallContext& Call();
   static thread_local CallContext* current_call_;
 
-  std::mutex publish_mu_;           // one publication at a time
+  std::mutex publish_mu_;               // one publication at a time
   std::atomic<bool> published_{false};  // a list went out
-  DeviceList scanned_;              // guarded by publish_mu_: the module's last list
+  DeviceList scanned_;                  // guarded by publish_mu_: the module's last list
   std::atomic<bool> track_releases_{true};
   std::atomic<bool> use_pre_start_{true};
   std::vector<std::string> config_errors_;  // worker thread only

@@ -26,8 +26,7 @@ std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
     auto it = std::lower_bound(before.begin(), before.end(), d.id,
                                [](const Device& x, const std::string& id) { return x.id < id; });
     const Device* old = it != before.end() && it->id == d.id ? &*it : nullptr;
-    if (old ? (old->healthy == d.healthy && old->health_reason == d.health_reason)
-            : d.healthy)
+    if (old ? (old->healthy == d.healthy && old->health_reason == d.health_reason) : d.healthy)
       continue;
     if (old && old->healthy != d.healthy) ++(d.healthy ? to_healthy : to_unhealthy);
     if (++changed > kMaxLines) continue;
@@ -63,13 +62,13 @@ Status ModuleInstance::ScanOnWorker(ScanCause cause) {
   if (rc < 0) {
     const std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
     if (published_)
-      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list",
-                   resource_.name, why);
+      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list", resource_.name,
+                   why);
     return UnavailableError(why);
   }
   for (const std::string& p : sink.problems)
-    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name,
-                 module_->path(), p);
+    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name, module_->path(),
+                 p);
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
   std::lock_guard lock(publish_mu_);
@@ -101,8 +100,8 @@ Status ModuleInstance::PublishLocked(DeviceList list) {
   const auto [to_healthy, to_unhealthy] =
       LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
   if (options_.on_health) {
-    const uint64_t healthy = std::count_if(next->begin(), next->end(),
-                                           [](const Device& d) { return d.healthy; });
+    const uint64_t healthy =
+        std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
     options_.on_health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
   }
   if (options_.on_change && !abandoned_) options_.on_change(next);

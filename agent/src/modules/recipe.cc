@@ -54,8 +54,10 @@ void Recipe::Merge(const Recipe& other) {
   for (const auto& kv : other.annotations) {
     auto it = std::find_if(annotations.begin(), annotations.end(),
                            [&](const auto& e) { return e.first == kv.first; });
-    if (it == annotations.end()) annotations.emplace_back(kv);
-    else it->second = kv.second;
+    if (it == annotations.end())
+      annotations.emplace_back(kv);
+    else
+      it->second = kv.second;
   }
   for (const std::string& cdi : other.cdi_devices) {
     if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())

@@ -19,8 +19,10 @@ size_t Index(Rpc rpc) { return static_cast<size_t>(rpc); }
 ClientMetric Sample(std::vector<ClientMetric::Label> labels, MetricType type, double value) {
   ClientMetric m;
   m.label = std::move(labels);
-  if (type == MetricType::Counter) m.counter.value = value;
-  else m.gauge.value = value;
+  if (type == MetricType::Counter)
+    m.counter.value = value;
+  else
+    m.gauge.value = value;
   return m;
 }
 
@@ -85,8 +87,8 @@ void Metrics::Adopt(const std::shared_ptr<ResourceMetrics>& resource,
                     const std::shared_ptr<ResourceMetrics>& replacing) {
   if (replacing) resource->CarryCounters(*replacing);
   std::lock_guard lock(mu_);
-  auto it = replacing ? std::find(resources_.begin(), resources_.end(), replacing)
-                      : resources_.end();
+  auto it =
+      replacing ? std::find(resources_.begin(), resources_.end(), replacing) : resources_.end();
   if (it != resources_.end())
     *it = resource;
   else if (std::find(resources_.begin(), resources_.end(), resource) == resources_.end())
@@ -134,18 +136,18 @@ std::vector<MetricFamily> Metrics::Collect() const {
       Family("resource_registered", "1 while the kubelet accepts the resource's registration",
              MetricType::Gauge);
   auto devices = Family("devices", "Devices of each resource by health", MetricType::Gauge);
-  auto transitions = Family("health_transitions_total",
-                            "Devices that turned Healthy or Unhealthy", MetricType::Counter);
-  auto registrations = Family("registrations_total", "Registrations the kubelet accepted",
-                              MetricType::Counter);
+  auto transitions = Family("health_transitions_total", "Devices that turned Healthy or Unhealthy",
+                            MetricType::Counter);
+  auto registrations =
+      Family("registrations_total", "Registrations the kubelet accepted", MetricType::Counter);
   auto requests = Family("rpc_requests_total", "Kubelet calls by method and gRPC status code",
                          MetricType::Counter);
   auto durations = Family("rpc_duration_seconds",
                           "How long Allocate, GetPreferredAllocation and PreStartContainer took",
                           MetricType::Histogram);
   auto rescans = Family("rescans_total", "Device scans by what caused them", MetricType::Counter);
-  auto releases = Family("releases_total", "Device releases (on_release) by result",
-                         MetricType::Counter);
+  auto releases =
+      Family("releases_total", "Device releases (on_release) by result", MetricType::Counter);
   for (const auto& r : resources) {
     const ClientMetric::Label res{"resource", r->name()};
     registered.metric.push_back(Sample({res}, MetricType::Gauge, double(Load(r->registered_))));
@@ -164,22 +166,21 @@ std::vector<MetricFamily> Metrics::Collect() const {
           Sample({{"cause", std::string(ScanCauseName(static_cast<ScanCause>(c)))}, res},
                  MetricType::Counter, double(Load(r->rescans_[c]))));
     for (size_t k = 0; k < static_cast<size_t>(ReleaseResult::kCount); ++k)
-      releases.metric.push_back(Sample(
-          {res, {"result", std::string(ReleaseResultName(static_cast<ReleaseResult>(k)))}},
-          MetricType::Counter, double(Load(r->releases_[k]))));
+      releases.metric.push_back(
+          Sample({res, {"result", std::string(ReleaseResultName(static_cast<ReleaseResult>(k)))}},
+                 MetricType::Counter, double(Load(r->releases_[k]))));
     for (size_t rpc = 0; rpc < ResourceMetrics::kRpcs; ++rpc) {
       const ClientMetric::Label method{"rpc", std::string(RpcName(static_cast<Rpc>(rpc)))};
       for (size_t c = 0; c < ResourceMetrics::kCodes; ++c) {
         const uint64_t n = Load(r->requests_[rpc][c]);
         if (n == 0) continue;  // only codes that happened
-        requests.metric.push_back(Sample(
-            {{"code", std::string(StatusCodeName(static_cast<StatusCode>(c)))}, res, method},
-            MetricType::Counter, double(n)));
+        requests.metric.push_back(
+            Sample({{"code", std::string(StatusCodeName(static_cast<StatusCode>(c)))}, res, method},
+                   MetricType::Counter, double(n)));
       }
       // Durations of the calls a module answers; ListAndWatch lasts as long
       // as the kubelet stays, GetDevicePluginOptions takes no time.
-      if (rpc == Index(Rpc::kListAndWatch) || rpc == Index(Rpc::kGetDevicePluginOptions))
-        continue;
+      if (rpc == Index(Rpc::kListAndWatch) || rpc == Index(Rpc::kGetDevicePluginOptions)) continue;
       ClientMetric h;
       h.label = {res, method};
       uint64_t cumulative = 0;
@@ -202,14 +203,15 @@ std::vector<MetricFamily> Metrics::Collect() const {
                          MetricType::Counter);
   restarts.metric.push_back(Sample({}, MetricType::Counter, double(Load(kubelet_restarts_))));
   out.push_back(std::move(restarts));
-  auto events = Family("uevents_total", "Kernel or udev events received, by subsystem",
-                       MetricType::Counter);
+  auto events =
+      Family("uevents_total", "Kernel or udev events received, by subsystem", MetricType::Counter);
   for (const auto& [subsystem, n] : uevents)
     events.metric.push_back(Sample({{"subsystem", subsystem}}, MetricType::Counter, double(n)));
   out.push_back(std::move(events));
-  auto reloads = Family("reloads_total", "Configuration reloads (SIGHUP) by result",
-                        MetricType::Counter);
-  reloads.metric.push_back(Sample({{"result", "ok"}}, MetricType::Counter, double(Load(reloads_ok_))));
+  auto reloads =
+      Family("reloads_total", "Configuration reloads (SIGHUP) by result", MetricType::Counter);
+  reloads.metric.push_back(
+      Sample({{"result", "ok"}}, MetricType::Counter, double(Load(reloads_ok_))));
   reloads.metric.push_back(
       Sample({{"result", "failed"}}, MetricType::Counter, double(Load(reloads_failed_))));
   out.push_back(std::move(reloads));

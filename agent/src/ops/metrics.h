@@ -99,7 +99,9 @@ class Metrics : public prometheus::Collectable {
 
   void Uevent(std::string_view subsystem);
   void KubeletRestart() { kubelet_restarts_.fetch_add(1, std::memory_order_relaxed); }
-  void Reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
+  void Reload(bool ok) {
+    (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed);
+  }
 
   std::vector<prometheus::MetricFamily> Collect() const override;
   // The Prometheus text exposition of Collect().

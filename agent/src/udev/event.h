@@ -7,12 +7,12 @@
 namespace devplug::udev {
 
 struct Event {
-  std::string action;     // add, remove, change, bind, unbind, move, online, offline
+  std::string action;  // add, remove, change, bind, unbind, move, online, offline
   std::string subsystem;
-  std::string devtype;    // may be empty
+  std::string devtype;  // may be empty
   std::string syspath;
   std::string sysname;
-  std::string devnode;    // may be empty
+  std::string devnode;  // may be empty
   uint64_t seqnum = 0;
 };
 

@@ -55,10 +55,10 @@ class PathWatch {
   explicit PathWatch(int fd) : fd_(fd) {}
   struct Target {
     uint64_t owner = 0;
-    std::string path;   // what the module named
-    int wd = -1;        // the directory watched for it
-    std::string dir;    // that directory's path
-    std::string name;   // the entry of `dir` on the way to `path`
+    std::string path;  // what the module named
+    int wd = -1;       // the directory watched for it
+    std::string dir;   // that directory's path
+    std::string name;  // the entry of `dir` on the way to `path`
   };
   // Watches the deepest existing directory on the way to t.path. Lock held.
   int Arm(Target& t);
@@ -66,10 +66,10 @@ class PathWatch {
 
   const int fd_;
   mutable std::mutex mu_;
-  uint64_t next_owner_ = 1;     // guarded by mu_
+  uint64_t next_owner_ = 1;            // guarded by mu_
   std::map<uint64_t, uint64_t> tags_;  // owner -> tag; guarded by mu_
-  std::vector<Target> targets_;  // guarded by mu_
-  std::map<int, int> refs_;      // wd -> targets on it; guarded by mu_
+  std::vector<Target> targets_;        // guarded by mu_
+  std::map<int, int> refs_;            // wd -> targets on it; guarded by mu_
 };
 
 }  // namespace devplug::udev

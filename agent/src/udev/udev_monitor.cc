@@ -34,8 +34,8 @@ StatusOr<std::unique_ptr<Monitor>> Monitor::Create(UdevSource source,
   const char* name = source == UdevSource::kUdev ? "udev" : "kernel";
   m->monitor_ = udev_monitor_new_from_netlink(m->udev_, name);
   if (m->monitor_ == nullptr)
-    return UnavailableError(StrCat("cannot open the ", name, " uevent netlink socket: ",
-                                   std::strerror(errno)));
+    return UnavailableError(
+        StrCat("cannot open the ", name, " uevent netlink socket: ", std::strerror(errno)));
   for (const std::string& s : subsystems) {
     if (int rc = udev_monitor_filter_add_match_subsystem_devtype(m->monitor_, s.c_str(), nullptr);
         rc < 0)

@@ -18,7 +18,6 @@ struct udev_monitor;
 
 namespace devplug::udev {
 
-
 class Monitor {
  public:
   // source: kUdev (events after udevd ran its rules) or kKernel (raw kernel

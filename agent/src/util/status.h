@@ -38,11 +38,22 @@ enum class StatusCode : int {
 
 // The gRPC name of a code: "OK", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", ...
 inline std::string_view StatusCodeName(StatusCode code) {
-  static constexpr std::string_view kNames[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",      "UNAVAILABLE",       "DATA_LOSS"};
+  static constexpr std::string_view kNames[] = {"OK",
+                                                "CANCELLED",
+                                                "UNKNOWN",
+                                                "INVALID_ARGUMENT",
+                                                "DEADLINE_EXCEEDED",
+                                                "NOT_FOUND",
+                                                "ALREADY_EXISTS",
+                                                "PERMISSION_DENIED",
+                                                "RESOURCE_EXHAUSTED",
+                                                "FAILED_PRECONDITION",
+                                                "ABORTED",
+                                                "OUT_OF_RANGE",
+                                                "UNIMPLEMENTED",
+                                                "INTERNAL",
+                                                "UNAVAILABLE",
+                                                "DATA_LOSS"};
   const auto i = static_cast<size_t>(code);
   return i < std::size(kNames) ? kNames[i] : "UNAUTHENTICATED";
 }
@@ -61,26 +72,32 @@ class [[nodiscard]] Status {
 };
 
 inline Status OkStatus() { return Status(); }
-inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
-inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status UnimplementedError(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 
 // A value or the Status saying why there is none.
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const T& v) : v_(v) {}                      // NOLINT: implicit by design
-  StatusOr(T&& v) : v_(std::move(v)) {}                // NOLINT
-  StatusOr(Status s) : v_(std::move(s)) {              // NOLINT
+  StatusOr(const T& v) : v_(v) {}          // NOLINT: implicit by design
+  StatusOr(T&& v) : v_(std::move(v)) {}    // NOLINT
+  StatusOr(Status s) : v_(std::move(s)) {  // NOLINT
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "OK status without a value");
   }
   template <typename U, typename = std::enable_if_t<std::is_convertible_v<U&&, T> &&
                                                     !std::is_same_v<std::decay_t<U>, Status>>>
-  StatusOr(U&& v) : v_(T(std::forward<U>(v))) {}      // NOLINT
+  StatusOr(U&& v) : v_(T(std::forward<U>(v))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {

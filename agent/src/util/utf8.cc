@@ -49,15 +49,20 @@ std::string PrintableUtf8(std::string_view s, size_t max_bytes) {
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                              : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    size_t len = c < 0x80                 ? 1
+                 : c >= 0xC2 && c <= 0xDF ? 2
+                 : c >= 0xE0 && c <= 0xEF ? 3
+                 : c >= 0xF0 && c <= 0xF4 ? 4
+                                          : 0;
     if (len == 0 || i + len > s.size() || !IsValidUtf8(s.substr(i, len))) {
       out += '?';
       ++i;
       continue;
     }
-    if (len == 1 && (c < 0x20 || c == 0x7f)) out += ' ';
-    else out.append(s.substr(i, len));
+    if (len == 1 && (c < 0x20 || c == 0x7f))
+      out += ' ';
+    else
+      out.append(s.substr(i, len));
     i += len;
   }
   return out;

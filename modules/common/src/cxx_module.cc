@@ -71,8 +71,7 @@ std::optional<Host::Value> Host::Get(const std::string& path) const {
   v.struct_size = sizeof(v);
   const int rc = h_->config_value(h_, path.c_str(), &v);
   if (rc == -ENOENT) return std::nullopt;
-  if (rc < 0)
-    throw ModuleError(-rc, "module bug: cannot read config path \"" + path + "\"");
+  if (rc < 0) throw ModuleError(-rc, "module bug: cannot read config path \"" + path + "\"");
   Value out;
   out.type = v.type;
   if (v.string) out.string = v.string;
@@ -89,8 +88,7 @@ std::vector<std::string> Host::Members(const std::string& path) const {
     const char* name = nullptr;
     const int rc = h_->config_member(h_, path.c_str(), i, &name);
     if (rc == -ENOENT) break;
-    if (rc < 0)
-      throw ModuleError(-rc, "module bug: config path \"" + path + "\" is not a table");
+    if (rc < 0) throw ModuleError(-rc, "module bug: config path \"" + path + "\" is not a table");
     out.emplace_back(name);
   }
   return out;
@@ -133,16 +131,14 @@ void Recipe::Check(int rc, const char* what) {
 Recipe& Recipe::Node(const std::string& host_path, const std::string& container_path,
                      const char* permissions) {
   Check(r_->add_device_node(r_, host_path.c_str(),
-                            container_path.empty() ? nullptr : container_path.c_str(),
-                            permissions),
+                            container_path.empty() ? nullptr : container_path.c_str(), permissions),
         "a device node");
   return *this;
 }
 
 Recipe& Recipe::Mount(const std::string& host_path, const std::string& container_path,
                       bool read_only) {
-  Check(r_->add_mount(r_, host_path.c_str(), container_path.c_str(), read_only ? 1 : 0),
-        "a mount");
+  Check(r_->add_mount(r_, host_path.c_str(), container_path.c_str(), read_only ? 1 : 0), "a mount");
   return *this;
 }
 
@@ -209,7 +205,8 @@ bool Host::EnvTable(const char* key, EnvList* out) const {
   for (const std::string& name : Members(key)) {
     const std::string at = key + Member(name);
     auto v = Get(at);
-    if (name.empty() || name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+    if (name.empty() || name.find('=') != std::string::npos ||
+        name.find('\0') != std::string::npos) {
       ConfigError(at.c_str(), "is not a valid environment variable name");
       ok = false;
     } else if (!v || v->type != DEVPLUG_CONFIG_STRING) {

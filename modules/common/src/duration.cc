@@ -16,20 +16,28 @@ std::variant<std::chrono::milliseconds, std::string> ParseDuration(std::string_v
     int64_t n = 0;
     bool over = false;
     for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-      if (n > max_ms) over = true;
-      else n = n * 10 + (text[i] - '0');
+      if (n > max_ms)
+        over = true;
+      else
+        n = n * 10 + (text[i] - '0');
     }
     if (i == 0) return quoted + ": expected a number, like \"20s\"";
     size_t j = i;
     while (j < text.size() && (text[j] < '0' || text[j] > '9')) ++j;
     const std::string_view unit = text.substr(i, j - i);
     int64_t scale = 0;
-    if (unit == "ms") scale = 1;
-    else if (unit == "s") scale = 1000;
-    else if (unit == "m") scale = 60'000;
-    else if (unit == "h") scale = 3'600'000;
-    else if (unit.empty()) return quoted + ": a number needs a unit (ms, s, m or h)";
-    else return quoted + ": unknown unit \"" + std::string(unit) + "\" (ms, s, m or h)";
+    if (unit == "ms")
+      scale = 1;
+    else if (unit == "s")
+      scale = 1000;
+    else if (unit == "m")
+      scale = 60'000;
+    else if (unit == "h")
+      scale = 3'600'000;
+    else if (unit.empty())
+      return quoted + ": a number needs a unit (ms, s, m or h)";
+    else
+      return quoted + ": unknown unit \"" + std::string(unit) + "\" (ms, s, m or h)";
     if (over || n > max_ms / scale || total > max_ms - n * scale)
       return quoted + " is over the maximum of " + FormatDuration(max);
     total += n * scale;

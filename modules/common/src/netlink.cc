@@ -1,8 +1,8 @@
 #include "devplug/common/netlink.h"
 
+#include <linux/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <linux/if.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>

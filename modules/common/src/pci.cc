@@ -164,7 +164,8 @@ Result<PciScan> DriverBindings::Scan(const PciSelector& selector) {
     }
     auto hit = std::lower_bound(cache_.begin(), cache_.end(), name,
                                 [](const auto& c, std::string_view a) { return c.first < a; });
-    if (hit != cache_.end() && hit->first == name && hit->second.valid && hit->second.ino == e.ino) {
+    if (hit != cache_.end() && hit->first == name && hit->second.valid &&
+        hit->second.ino == e.ino) {
       next.emplace_back(hit->first, std::move(hit->second));  // key copied: cache_ stays sorted
       return;
     }

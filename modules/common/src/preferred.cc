@@ -10,7 +10,7 @@ namespace devplug::common {
 namespace {
 
 struct Bucket {
-  int key = -1;                          // NUMA node or group
+  int key = -1;                           // NUMA node or group
   std::vector<const Placement*> members;  // sorted by ID
   size_t used = 0;                        // members (or must_include) already chosen
 };
@@ -51,8 +51,7 @@ Bucket TakeBest(std::vector<Bucket>& buckets, size_t need, bool is_node) {
 }  // namespace
 
 std::vector<std::string> PackByLocality(const std::vector<Placement>& available,
-                                        const std::vector<std::string>& must_include,
-                                        size_t size) {
+                                        const std::vector<std::string>& must_include, size_t size) {
   std::vector<std::string> out;
   std::set<std::string_view> chosen;
   std::map<std::string_view, const Placement*> by_id;

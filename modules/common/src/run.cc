@@ -42,9 +42,12 @@ std::string RunResult::Describe(const std::string& program,
                                 std::chrono::milliseconds timeout) const {
   if (!started) return "cannot run " + program + ": " + error;
   std::string what;
-  if (timed_out) what = program + " timed out after " + FormatDuration(timeout);
-  else if (signal != 0) what = program + " was killed by signal " + std::to_string(signal);
-  else what = program + " exited with status " + std::to_string(exit_code);
+  if (timed_out)
+    what = program + " timed out after " + FormatDuration(timeout);
+  else if (signal != 0)
+    what = program + " was killed by signal " + std::to_string(signal);
+  else
+    what = program + " exited with status " + std::to_string(exit_code);
   // The last line it wrote to stderr says most; stdout when stderr is empty.
   std::string_view last = LastLine(errors);
   if (last.empty()) last = LastLine(output);
@@ -95,8 +98,8 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::vector<std
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
@@ -177,8 +180,10 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::vector<std
   Trim(r.output);
   Trim(r.errors);
   if (!r.timed_out) {
-    if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+    if (WIFEXITED(status))
+      r.exit_code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+      r.signal = WTERMSIG(status);
   }
   return r;
 }

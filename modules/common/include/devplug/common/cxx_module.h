@@ -152,8 +152,7 @@ class DeviceSink {
   // NICs on two nodes); agents older than ABI 1.6 are told the node only
   // when there is one.
   std::optional<Recipe> Add(const std::string& id, bool healthy,
-                            const std::vector<int32_t>& numa_nodes,
-                            const std::string& reason = {});
+                            const std::vector<int32_t>& numa_nodes, const std::string& reason = {});
 
  private:
   devplug_device_sink* s_;
@@ -273,8 +272,7 @@ struct Thunks {
     });
   }
   static int Preferred(devplug_instance* inst, const char* const* available, size_t n_available,
-                       const char* const* must, size_t n_must, int32_t size,
-                       devplug_id_sink* ret) {
+                       const char* const* must, size_t n_must, int32_t size, devplug_id_sink* ret) {
     return Guard(inst->impl->host().raw(), [&] {
       if (size < 0) throw ModuleError(EINVAL, "negative allocation size");
       for (const std::string& id : inst->impl->PreferredAllocation(
@@ -298,9 +296,9 @@ struct Thunks {
 };
 
 template <CreateFn kCreate>
-constexpr devplug_module MakeModule(const char* name, const char* version,
-                                    const char* description, const devplug_config_key* keys,
-                                    const char* const* subsystems, unsigned hooks) {
+constexpr devplug_module MakeModule(const char* name, const char* version, const char* description,
+                                    const devplug_config_key* keys, const char* const* subsystems,
+                                    unsigned hooks) {
   using T = Thunks<kCreate>;
   devplug_module m{};
   m.struct_size = sizeof(devplug_module);
@@ -326,11 +324,11 @@ constexpr devplug_module MakeModule(const char* name, const char* version,
 }  // namespace devplug::common::internal
 
 // Defines the module descriptor and the exported entry point.
-#define DEVPLUG_CXX_MODULE(var, name, version, description, keys, subsystems, create, hooks)     \
-  static constexpr devplug_module var = devplug::common::internal::MakeModule<create>(           \
-      name, version, description, keys, subsystems, hooks);                                       \
-  extern "C" DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t,                          \
-                                                               const devplug_module** ret) {      \
-    *ret = &var;                                                                                   \
-    return 0;                                                                                      \
+#define DEVPLUG_CXX_MODULE(var, name, version, description, keys, subsystems, create, hooks) \
+  static constexpr devplug_module var = devplug::common::internal::MakeModule<create>(       \
+      name, version, description, keys, subsystems, hooks);                                  \
+  extern "C" DEVPLUG_MODULE_EXPORT int devplug_module_entry_v1(uint32_t,                     \
+                                                               const devplug_module** ret) { \
+    *ret = &var;                                                                             \
+    return 0;                                                                                \
   }

@@ -32,8 +32,8 @@ struct FsError {
 template <class T>
 class Result {
  public:
-  Result(T value) : v_(std::move(value)) {}              // NOLINT: implicit by design
-  Result(FsError error) : v_(std::move(error)) {}        // NOLINT
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
+  Result(FsError error) : v_(std::move(error)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
   const T& value() const& { return std::get<0>(v_); }

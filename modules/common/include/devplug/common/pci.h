@@ -27,15 +27,15 @@ namespace devplug::common {
 inline constexpr std::string_view kPciDevicesDir = "/sys/bus/pci/devices";
 
 struct PciFunction {
-  std::string address;       // "0000:3b:00.0"
+  std::string address;  // "0000:3b:00.0"
   uint16_t vendor = 0;
   uint16_t device = 0;
-  uint32_t class_code = 0;   // 0x020000
-  std::string driver;        // "" when no driver is bound
-  int iommu_group = -1;      // -1 without an IOMMU group
-  int numa_node = -1;        // -1 when unknown or not NUMA
-  std::string physfn;        // the PF's address, for a virtual function
-  std::vector<std::string> virtfns;  // VF addresses by index, for a PF
+  uint32_t class_code = 0;                  // 0x020000
+  std::string driver;                       // "" when no driver is bound
+  int iommu_group = -1;                     // -1 without an IOMMU group
+  int numa_node = -1;                       // -1 when unknown or not NUMA
+  std::string physfn;                       // the PF's address, for a virtual function
+  std::vector<std::string> virtfns;         // VF addresses by index, for a PF
   std::vector<std::string> net_interfaces;  // names under <dev>/net
 
   bool is_virtual_function() const { return !physfn.empty(); }

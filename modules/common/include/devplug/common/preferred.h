@@ -33,8 +33,7 @@ struct Placement {
 // Returns fewer than `size` IDs only if there are not enough; returns all of
 // must_include even if that is more than `size`.
 std::vector<std::string> PackByLocality(const std::vector<Placement>& available,
-                                        const std::vector<std::string>& must_include,
-                                        size_t size);
+                                        const std::vector<std::string>& must_include, size_t size);
 
 // The same for devices that only have a NUMA node (no groups), over the IDs
 // as the agent hands them in; numa_of(id) is -1 when unknown.
