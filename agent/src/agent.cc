@@ -14,12 +14,12 @@
 
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 #include <nlohmann/json.hpp>
 
 #include "conflicts.h"
 #include "log.h"
 #include "modules/loaded_module.h"
+#include "util/systemd.h"
 #include "util/unix_socket.h"
 
 namespace devplug {
@@ -148,12 +148,11 @@ Status Agent::Start() {
   if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   started_ = true;
   UpdateStatus();
-  sd_notify(0, "READY=1");
-  uint64_t watchdog_usec = 0;
-  if (sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0) {
-    watchdog_interval_ = std::chrono::microseconds(watchdog_usec / 2);
+  sd::Notify("READY=1");
+  if (const auto watchdog = sd::WatchdogInterval()) {
+    watchdog_interval_ = *watchdog / 2;
     next_watchdog_ = Clock::now() + watchdog_interval_;
-    spdlog::debug("systemd watchdog: pinging every {} ms", watchdog_usec / 2000);
+    spdlog::debug("systemd watchdog: pinging every {} ms", watchdog->count() / 2000);
   }
   return OkStatus();
 }
@@ -234,7 +233,7 @@ void Agent::FireTimers() {
   if (next_watchdog_ && *next_watchdog_ <= now) {
     // Reaching this line proves the main loop runs; a loop stuck anywhere
     // stops the pings and systemd restarts the service.
-    sd_notify(0, "WATCHDOG=1");
+    sd::Notify("WATCHDOG=1");
     next_watchdog_ = now + watchdog_interval_;
   }
   if (reload_ && reload_->deadline <= now) FinishReload();
@@ -314,7 +313,7 @@ void Agent::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const auto t0 = Clock::now();
-  sd_notify(0, "STOPPING=1");
+  sd::Notify("STOPPING=1");
   watch_.StopWatching();
   // Nothing reaches the main loop any more: a status request still waiting
   // learns that devplugd stops.

@@ -5,11 +5,11 @@
 #include <ctime>
 
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 #include <nlohmann/json.hpp>
 
 #include "agent.h"
 #include "modules/loaded_module.h"
+#include "util/systemd.h"
 
 namespace devplug {
 namespace {
@@ -85,7 +85,7 @@ void Agent::UpdateStatus() {
     StrAppend(&status, "; reload failed (old configuration kept): ", reload_error_);
   if (status != last_status_) {
     last_status_ = status;
-    sd_notifyf(0, "STATUS=%s", status.c_str());
+    sd::Notify("STATUS=" + status);
     spdlog::debug("status: {}", status);
     for (const auto& r : resources_)
       spdlog::trace("  {}: {}", r->cfg.name, kubelet::Registrar::StateName(r->registrar->state()));

@@ -7,12 +7,12 @@
 #include <ctime>
 
 #include <spdlog/spdlog.h>
-#include <systemd/sd-daemon.h>
 
 #include "agent.h"
 #include "conflicts.h"
 #include "log.h"
 #include "modules/loaded_module.h"
+#include "util/systemd.h"
 
 namespace devplug {
 namespace {
@@ -51,9 +51,8 @@ void Agent::BeginReload() {
   }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
-             static_cast<unsigned long long>(ts.tv_sec) * 1'000'000ULL +
-                 static_cast<unsigned long long>(ts.tv_nsec / 1000));
+  sd::Notify(StrCat("RELOADING=1\nMONOTONIC_USEC=", static_cast<uint64_t>(ts.tv_sec) * 1'000'000 +
+                                                        static_cast<uint64_t>(ts.tv_nsec / 1000)));
   spdlog::info("SIGHUP: reloading the configuration");
   if (!options_.reload) {
     FailReload("this devplugd runs a built-in configuration and cannot reload it");
@@ -169,7 +168,7 @@ void Agent::FailReload(const std::string& why) {
   reload_error_ = first;
   metrics_->Reload(false);
   UpdateStatus();
-  sd_notify(0, "READY=1");
+  sd::Notify("READY=1");
 }
 
 void Agent::CommitReload() {
@@ -258,7 +257,7 @@ void Agent::CommitReload() {
   reload_error_.clear();
   metrics_->Reload(true);
   UpdateStatus();
-  sd_notify(0, "READY=1");
+  sd::Notify("READY=1");
 }
 
 void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
