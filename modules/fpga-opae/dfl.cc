@@ -147,8 +147,7 @@ std::vector<Port> DiscoverPorts(const HostRoot& root, Driver driver) {
     if (p.function.empty()) continue;
     const std::string dev = pci + "/" + p.function;
     if (auto physfn = common::LinkName(dev + "/physfn")) p.pf = *physfn;
-    p.numa_node = static_cast<int>(common::ReadIntAttr(dev + "/numa_node").value_or(-1));
-    if (p.numa_node < -1) p.numa_node = -1;
+    p.numa_node = common::NumaNodeOf(dev);
     auto f = fme_of_function.find(p.pf);
     if (f == fme_of_function.end()) f = fme_of_function.find(p.function);
     if (f != fme_of_function.end()) {

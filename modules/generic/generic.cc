@@ -290,17 +290,6 @@ class Generic : public Instance {
     return it.container_path;
   }
 
-  // NUMA node of a sysfs device (absolute /sys path): the first ancestor
-  // with numa_node >= 0.
-  int NumaOfSysfs(std::string p) const {
-    while (p.rfind("/sys/devices/", 0) == 0) {
-      auto v = devplug::common::ReadIntAttr(root_.Path(p + "/numa_node"));
-      if (v.ok() && *v >= 0 && *v < 4096) return static_cast<int>(*v);
-      p = Dirname(p);
-    }
-    return -1;
-  }
-
   // /sys/dev/{char,block}/M:m resolved to its /sys/devices path, or "".
   std::string SysfsOfNode(const struct stat& st) const {
     const std::string link =
@@ -325,7 +314,7 @@ class Generic : public Instance {
       return it->second;
     }
     const std::string sys = SysfsOfNode(st);
-    const int numa = sys.empty() ? -1 : NumaOfSysfs(sys);
+    const int numa = sys.empty() ? -1 : devplug::common::NearestNumaNode(root_, sys);
     numa_cache_[key] = numa;
     numa_seen_.insert(key);
     return numa;
@@ -435,7 +424,7 @@ class Generic : public Instance {
         real = std::string(root_.Strip(r));
         free(r);
       }
-      d.numa = real.empty() ? -1 : NumaOfSysfs(real);
+      d.numa = real.empty() ? -1 : devplug::common::NearestNumaNode(root_, real);
       if (!devplug::common::IsCharDevice(root_.Path(node))) {
         d.healthy = false;
         d.reason = std::string(node) + " missing";

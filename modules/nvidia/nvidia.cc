@@ -514,8 +514,8 @@ class Nvidia : public Instance, public Session::Listener {
 
   int Numa(const std::string& pci) const {
     if (pci.empty()) return -1;
-    auto n = devplug::common::ReadIntAttr(root_.Path("/sys/bus/pci/devices/" + pci + "/numa_node"));
-    return n.ok() && *n >= 0 ? static_cast<int>(*n) : -1;
+    return devplug::common::NumaNodeOf(
+        root_.Path(std::string(devplug::common::kPciDevicesDir) + "/" + pci));
   }
 
   void Report(const Unit& u, const std::string& problem) {

@@ -99,6 +99,31 @@ TEST(CommonFsTest, HostRootJoinsAndStrips) {
   EXPECT_EQ(host.Strip("/hostile/dev"), "/hostile/dev");  // not under the root
 }
 
+TEST(CommonFsTest, OneNumaRuleForEveryModule) {
+  TempDir t;
+  const HostRoot root(t.path());
+  const std::string pci = "/sys/devices/pci0000:00/0000:00:02.0";
+  WriteFile(t / (pci + "/numa_node"), "1\n");
+  // A tty below the PCI function names no node of its own.
+  const std::string tty = pci + "/tty/ttyS9";
+  WriteFile(t / (tty + "/dev"), "4:73\n");
+  EXPECT_EQ(NumaNodeOf(root.Path(pci)), 1);
+  EXPECT_EQ(NumaNodeOf(root.Path(tty)), -1);
+  EXPECT_EQ(NearestNumaNode(root, tty), 1);
+  EXPECT_EQ(NearestNumaNode(root, pci), 1);
+  // "-1", absent, garbage and nodes past MAX_NUMNODES are all unknown.
+  for (const char* v : {"-1", "zebra", "1024", "70000"}) {
+    WriteFile(t / (pci + "/numa_node"), v);
+    EXPECT_EQ(NumaNodeOf(root.Path(pci)), -1) << v;
+    EXPECT_EQ(NearestNumaNode(root, tty), -1) << v;
+  }
+  WriteFile(t / (pci + "/numa_node"), "1023");
+  EXPECT_EQ(NearestNumaNode(root, tty), 1023);
+  // Only /sys/devices is walked: a path elsewhere names no node.
+  WriteFile(t / "/sys/class/numa_node", "0");
+  EXPECT_EQ(NearestNumaNode(root, "/sys/class/tty"), -1);
+}
+
 TEST(CommonFsTest, AttributesAreTrimmedAndErrorsAreValues) {
   TempDir t;
   WriteFile(t / "vendor", "0x8086\n");

@@ -233,6 +233,20 @@ bool IsCharDevice(const std::string& path) {
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
+int NumaNodeOf(const std::string& device_dir) {
+  auto n = ReadIntAttr(device_dir + "/numa_node");
+  return n.ok() && *n >= 0 && *n < kMaxNumaNodes ? static_cast<int>(*n) : -1;
+}
+
+int NearestNumaNode(const HostRoot& root, std::string_view sysfs_dir) {
+  std::string p(sysfs_dir);
+  while (p.rfind("/sys/devices/", 0) == 0) {
+    if (const int n = NumaNodeOf(root.Path(p)); n >= 0) return n;
+    p = std::string(Dirname(p));
+  }
+  return -1;
+}
+
 Result<Dir> Dir::Open(const std::string& path) {
   int fd = open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Err(errno, path);

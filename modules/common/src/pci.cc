@@ -36,8 +36,7 @@ bool ReadRest(const Dir& dir, unsigned fields, const PciSelector* selector, PciF
     }
   }
   if (fields & kPciNuma) {
-    auto n = dir.ReadInt("numa_node");
-    f.numa_node = (n.ok() && *n >= 0 && *n < 65536) ? static_cast<int>(*n) : -1;
+    f.numa_node = NumaNodeOf(dir.path());
   }
   if (fields & kPciSriov) {
     if (auto pf = dir.LinkName("physfn")) f.physfn = std::move(pf).value();

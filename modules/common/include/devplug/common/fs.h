@@ -98,6 +98,18 @@ bool Exists(const std::string& path);
 
 // A directory held open, for reading many attributes of one sysfs object
 // with openat() instead of resolving the full path each time.
+// NUMA placement, one rule for every module: a sysfs device directory's
+// numa_node ("-1", "0".., absent without CONFIG_NUMA) is the node when it is
+// 0..kMaxNumaNodes-1 (MAX_NUMNODES with the largest NODES_SHIFT, 10), else
+// -1 (unknown).
+inline constexpr int kMaxNumaNodes = 1024;
+// `device_dir` has host_root applied.
+int NumaNodeOf(const std::string& device_dir);
+// For a device below its bus device (a tty, input or USB device under its
+// PCI function): the node of the nearest directory from `sysfs_dir` (without
+// host_root, under /sys/devices) upwards that names one; -1 when none does.
+int NearestNumaNode(const HostRoot& root, std::string_view sysfs_dir);
+
 class Dir {
  public:
   static Result<Dir> Open(const std::string& path);
