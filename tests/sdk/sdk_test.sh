@@ -108,7 +108,15 @@ const char* const kNoSubsystems[] = {nullptr};
 DEVPLUG_CXX_MODULE(widget_module, "widget", "1.0.0", "widgets, to test the SDK", kKeys,
                    kNoSubsystems, Create, 0)
 CC
-cmake -S "$work/widget" -B "$work/widget/b" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+# A sanitizer build installs a sanitized toolkit: the vendor's module is
+# built the same way, as it would have to be.
+san=$(sed -n 's/^DEVPLUG_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt")
+san_flags=()
+if [[ -n $san ]]; then
+  san_flags=(-DCMAKE_CXX_FLAGS="-fsanitize=$san" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=$san")
+fi
+cmake -S "$work/widget" -B "$work/widget/b" -DCMAKE_PREFIX_PATH="$work/prefix" "${san_flags[@]}" \
+  >/dev/null
 cmake --build "$work/widget/b" >/dev/null || fail "the C++ module does not build"
 exported=$(nm -D --defined-only "$work/widget/b/widget.so" | awk '$2 == "T" {print $3}')
 [[ $exported == devplug_module_entry_v1 ]] || fail "C++ module exports: $exported"
