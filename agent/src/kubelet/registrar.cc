@@ -34,13 +34,7 @@ void Registrar::Start() {
 }
 
 void Registrar::StartAfter(milliseconds delay) {
-  CancelPending();
-  if (Status st = env_->Serve(); !st.ok()) {
-    spdlog::error("resource \"{}\": {}", names_.resource, st.message());
-    state_ = State::kDown;
-    ScheduleRetry(milliseconds(0));
-    return;
-  }
+  if (!Serve()) return;
   state_ = State::kRetryWait;
   retry_at_ = env_->Now() + delay;
 }
@@ -53,6 +47,18 @@ void Registrar::Stop() {
   socket_check_at_.reset();
 }
 
+bool Registrar::Serve() {
+  CancelPending();
+  socket_check_at_.reset();
+  if (Status st = env_->Serve(); !st.ok()) {
+    spdlog::error("resource \"{}\": {}", names_.resource, st.message());
+    state_ = State::kDown;
+    ScheduleRetry(milliseconds(0));
+    return false;
+  }
+  return true;
+}
+
 void Registrar::CancelPending() {
   if (!cancel_) return;
   cancel_();
@@ -61,14 +67,7 @@ void Registrar::CancelPending() {
 
 // A fresh socket, then Register (or a retry later when serving failed).
 void Registrar::ServeAndRegister() {
-  CancelPending();
-  socket_check_at_.reset();
-  if (Status st = env_->Serve(); !st.ok()) {
-    spdlog::error("resource \"{}\": {}", names_.resource, st.message());
-    state_ = State::kDown;
-    ScheduleRetry(milliseconds(0));
-    return;
-  }
+  if (!Serve()) return;
   Register();
 }
 
@@ -132,13 +131,7 @@ void Registrar::CheckSocket() {
   // socket, and a kubelet that restarts later could not reach us. End that
   // stream (stop the server), serve a fresh socket, register once the
   // kubelet has seen the end.
-  CancelPending();
-  if (Status st = env_->Serve(); !st.ok()) {
-    spdlog::error("resource \"{}\": {}", names_.resource, st.message());
-    state_ = State::kDown;
-    ScheduleRetry(milliseconds(0));
-    return;
-  }
+  if (!Serve()) return;
   if (registered) {
     state_ = State::kRetryWait;
     retry_at_ = env_->Now() + kStreamLostDelay;

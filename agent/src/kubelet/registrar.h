@@ -131,6 +131,9 @@ class Registrar {
   uint64_t failures() const { return failures_; }
 
  private:
+  // A fresh socket (the Register in flight cancelled); false after a
+  // failure, which is retried with backoff.
+  bool Serve();
   void ServeAndRegister();
   void Register();
   void CancelPending();
