@@ -141,9 +141,9 @@ class Rdma : public Instance {
   // devices_changed only after create() has returned, as the ABI asks.
   void StartWatcher() {
     const std::string why =
-        watcher_.Start({[this](std::string_view ifname) {
+        watcher_.Start({[this](const devplug::common::LinkMonitor::Link& l) {
                           std::lock_guard lock(mu_);
-                          return watch_ifnames_.count(std::string(ifname)) > 0;
+                          return watch_ifnames_.count(std::string(l.ifname)) > 0;
                         },
                         [this] { host().DevicesChanged(); }, [this] { return PortsChanged(); }},
                        std::chrono::milliseconds(poll_ms_));

@@ -230,13 +230,14 @@ class Solarflare : public Instance {
   // interface (or lost messages) triggers a rescan, which reads the carrier
   // from sysfs. Started by the first scan, after create() has returned.
   void StartWatcher() {
-    const std::string why = watcher_.Start({[this](std::string_view ifname) {
-                                              std::lock_guard lock(mu_);
-                                              return watch_ifnames_.count(std::string(ifname)) > 0;
-                                            },
-                                            [this] { host().DevicesChanged(); },
-                                            {}},
-                                           milliseconds(0));
+    const std::string why =
+        watcher_.Start({[this](const devplug::common::LinkMonitor::Link& l) {
+                          std::lock_guard lock(mu_);
+                          return watch_ifnames_.count(std::string(l.ifname)) > 0;
+                        },
+                        [this] { host().DevicesChanged(); },
+                        {}},
+                       milliseconds(0));
     if (!why.empty()) host().Warn(why + ": carrier changes are seen at the next event or resync");
   }
 

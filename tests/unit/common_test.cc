@@ -10,6 +10,7 @@
 
 #include "devplug/common/env.h"
 #include "devplug/common/fs.h"
+#include "devplug/common/netlink.h"
 #include "devplug/common/pci.h"
 #include "devplug/common/preferred.h"
 #include "devplug/common/run.h"
@@ -87,6 +88,17 @@ TEST(CommonEnvTest, KubeVirtsRule) {
   // The strict rule leaves only shell-safe characters.
   EXPECT_EQ(EnvNameStrict("FPGA_RESOURCE", "fpga.example.com/nlb-3"),
             "FPGA_RESOURCE_FPGA_EXAMPLE_COM_NLB_3");
+}
+
+TEST(CommonNetlinkTest, MacAddressesBothWays) {
+  const std::string raw = devplug::common::ParseMacAddress("52:54:00:AB:cd:0f");
+  ASSERT_EQ(raw.size(), 6u);
+  EXPECT_EQ(static_cast<unsigned char>(raw[3]), 0xab);
+  EXPECT_EQ(devplug::common::FormatHwAddress(raw), "52:54:00:ab:cd:0f");
+  for (const char* bad : {"", "52:54:00:ab:cd", "52:54:00:ab:cd:0g", "52-54-00-ab-cd-0f",
+                          "52:54:00:ab:cd:0f:", "eth0", "0000:3b:00.0"})
+    EXPECT_TRUE(devplug::common::ParseMacAddress(bad).empty()) << bad;
+  EXPECT_EQ(devplug::common::FormatHwAddress(std::string("\x01\x02", 2)), "01:02");
 }
 
 TEST(CommonFsTest, HostRootJoinsAndStrips) {
