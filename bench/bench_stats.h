@@ -25,10 +25,14 @@ inline double Ms(std::chrono::steady_clock::duration d) {
 inline const char* Verdict(bool met) { return met ? "met" : "MISSED"; }
 
 // One row of a "| measurement | p50 | p99 | max | target |" table, judged
-// by its p99.
-inline void PrintRow(const std::string& what, const Stats& s, const char* target, double limit_ms) {
-  std::printf("| %s (n=%zu) | %.3f ms | %.3f ms | %.3f ms | %s (%s) |\n", what.c_str(), s.n, s.p50,
-              s.p99, s.max, target, Verdict(s.p99 <= limit_ms));
+// by its p99 (or its p50, for targets on the median); a row with no limit
+// (limit_ms 0) only informs.
+inline void PrintRow(const std::string& what, const Stats& s, const char* target, double limit_ms,
+                     bool by_p50 = false) {
+  const std::string verdict =
+      limit_ms > 0 ? std::string(" (") + Verdict((by_p50 ? s.p50 : s.p99) <= limit_ms) + ")" : "";
+  std::printf("| %s (n=%zu) | %.3f ms | %.3f ms | %.3f ms | %s%s |\n", what.c_str(), s.n, s.p50,
+              s.p99, s.max, target, verdict.c_str());
 }
 
 inline Stats Summarize(std::vector<double> samples, size_t timeouts = 0) {

@@ -55,10 +55,12 @@ struct Flags {
 
 // --check-config: loads each module, checks its keys and creates each
 // instance once (modules check their values, and what they find, in
-// create()); prints the resolved resources.
+// create()); prints the resolved resources. The instances live together
+// until the end, as in the agent, so that modules see each other.
 int CheckConfig(const devplug::config::AgentConfig& cfg) {
   int failures = 0;
   std::vector<std::pair<std::string, devplug::modules::DeviceListPtr>> lists;
+  std::vector<std::unique_ptr<devplug::modules::ModuleInstance>> live;
   std::printf("files:");
   for (const auto& f : cfg.files) std::printf(" %s", f.c_str());
   std::printf(
@@ -90,6 +92,7 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
         for (const auto& d : *devices) healthy += d.healthy ? 1 : 0;
         std::printf("    devices: %zu (%zu healthy)\n", devices->size(), healthy);
         lists.emplace_back(r.name, devices);
+        live.push_back(std::move(*inst));
       }
     }
     if (!st.ok()) {
