@@ -109,11 +109,13 @@ bool AllocateOne(KubeletSim& sim, const std::string& name, int count, bool recor
   return st.ok();
 }
 
-int SimulateKubelet(const std::string& dir, const std::string& pod_resources, int allocate,
-                    double duration_s, bool quiet) {
+int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
+                    const std::string& plugins_registry, int allocate, double duration_s,
+                    bool quiet) {
   KubeletSim::Options o;
   o.dir = dir;
   o.pod_resources_socket = pod_resources;
+  o.plugins_registry = plugins_registry;
   o.strict = true;
   if (!quiet) o.on_event = PrintLine;
   KubeletSim sim(o);
@@ -121,7 +123,8 @@ int SimulateKubelet(const std::string& dir, const std::string& pod_resources, in
     std::fprintf(stderr, "devplugctl: %s\n", st.message().c_str());
     return 1;
   }
-  std::printf("simulated kubelet serving %s/kubelet.sock; Ctrl-C to stop\n", dir.c_str());
+  std::printf("simulated kubelet serving %s/kubelet.sock%s%s; Ctrl-C to stop\n", dir.c_str(),
+              plugins_registry.empty() ? "" : ", plugin watcher on ", plugins_registry.c_str());
   std::fflush(stdout);
   std::set<std::string> allocated;
   const auto end = std::chrono::steady_clock::now() +
@@ -278,7 +281,7 @@ int main(int argc, char** argv) {
   auto* sim = app.add_subcommand("simulate-kubelet",
                                  "Serve kubelet.sock in a directory like the kubelet does and "
                                  "print every registration and device list");
-  std::string dir, pod_resources;
+  std::string dir, pod_resources, plugins_registry;
   int allocate = 0;
   double duration = 0;
   bool quiet = false;
@@ -289,6 +292,11 @@ int main(int argc, char** argv) {
   sim->add_option("--pod-resources", pod_resources,
                   "Also serve the PodResources API (List, GetAllocatableResources) on this "
                   "socket; allocations made with --allocate show there");
+  sim->add_option("--plugins-registry", plugins_registry,
+                  "Also run the kubelet's plugin watcher on this folder (the kubelet's "
+                  "<root-dir>/plugins_registry): probe every socket that appears there (GetInfo, "
+                  "validation, NotifyRegistrationStatus) and connect device plugins; sockets there "
+                  "are never removed");
   sim->add_option("--allocate", allocate,
                   "After a resource's first device list, Allocate this many healthy devices "
                   "and print the answer");
@@ -346,6 +354,6 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  if (*sim) return SimulateKubelet(dir, pod_resources, allocate, duration, quiet);
+  if (*sim) return SimulateKubelet(dir, pod_resources, plugins_registry, allocate, duration, quiet);
   return Demo(agent, module_dir, config);
 }

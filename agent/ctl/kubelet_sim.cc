@@ -28,13 +28,17 @@ constexpr char kCheckpoint[] = "kubelet_internal_checkpoint";
 // a hung plugin fails a test instead of hanging it.
 constexpr std::chrono::seconds kCallDeadline{30};
 
+grpc::Status Unknown(std::string msg) { return {grpc::StatusCode::UNKNOWN, std::move(msg)}; }
+
+}  // namespace
+
 // The kubelet's own check of a Register's resource name, written apart from
 // the agent's (model/kubelet_names.h) so that each checks the other:
 // IsExtendedResourceName = not native (it has a '/' and no
 // "kubernetes.io/"), and "requests." + name is a qualified name (a DNS-1123
 // subdomain prefix of at most 253 characters, a '/', and a name of at most
 // 63 characters of [A-Za-z0-9._-] that starts and ends alphanumeric).
-bool KubeletAcceptsResourceName(const std::string& name) {
+bool KubeletSim::AcceptsResourceName(const std::string& name) {
   if (name.find('/') == std::string::npos || name.find("kubernetes.io/") != std::string::npos)
     return false;
   static const std::regex kQualified(
@@ -44,10 +48,6 @@ bool KubeletAcceptsResourceName(const std::string& name) {
   const std::string full = "requests." + name;
   return std::regex_match(full, m, kQualified) && m[1].length() <= 253 && m[5].length() <= 63;
 }
-
-grpc::Status Unknown(std::string msg) { return {grpc::StatusCode::UNKNOWN, std::move(msg)}; }
-
-}  // namespace
 
 size_t ResourceView::healthy() const {
   return std::count_if(devices.begin(), devices.end(),
@@ -165,6 +165,7 @@ Status KubeletSim::Start() {
                options_.owns_dir ? StrCat("removed ", removed, " socket(s), ") : std::string(),
                "serving ", kubelet_sock));
   WriteCheckpoint();
+  if (!options_.plugins_registry.empty()) StartWatcher();
   return OkStatus();
 }
 
@@ -173,6 +174,7 @@ void KubeletSim::Stop() {
     std::lock_guard lock(mu_);
     serving_ = false;
   }
+  StopWatcher();
   if (pod_server_) {
     pod_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     pod_server_.reset();
@@ -203,6 +205,20 @@ void KubeletSim::Stop() {
   cv_.notify_all();
 }
 
+// The plugin watcher saw `socket` go: the kubelet drops its client.
+void KubeletSim::Deregister(const std::string& socket) {
+  std::vector<std::shared_ptr<Endpoint>> eps;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, ep] : endpoints_)
+      if (ep->path == socket) eps.push_back(ep);
+  }
+  for (auto& ep : eps) {
+    Event(StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering ", ep->resource));
+    ep->stream_ctx.TryCancel();
+  }
+}
+
 void KubeletSim::DropConnections() {
   std::vector<std::shared_ptr<Endpoint>> eps;
   {
@@ -225,7 +241,7 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
     return Unknown(StrCat("requested API version \"", req.version(),
                           "\" is not supported by kubelet. Supported version is [\"v1beta1\"]"));
   }
-  if (!KubeletAcceptsResourceName(name))
+  if (!AcceptsResourceName(name))
     return Unknown(StrCat("the ResourceName \"", name, "\" is invalid"));
 
   // The kubelet joins the endpoint with its directory, unchecked.
@@ -235,13 +251,25 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
   if (path.size() > kMaxSocketPathBytes)
     Violation(
         StrCat(name, ": socket path ", path, " is longer than ", kMaxSocketPathBytes, " bytes"));
+  return Connect(name, path, req.endpoint(), &req.options(), kViaKubeletSock);
+}
+
+grpc::Status KubeletSim::Connect(const std::string& name, const std::string& path,
+                                 const std::string& endpoint,
+                                 const v1beta1::DevicePluginOptions* register_options,
+                                 const std::string& via) {
   bool stream_open = false;
+  std::string open_via;
   {
     std::lock_guard lock(mu_);
     auto it = resources_.find(name);
     stream_open = it != resources_.end() && it->second.connected;
+    if (stream_open) open_via = it->second.via;
   }
-  if (stream_open)
+  if (stream_open && open_via != via)
+    Violation(StrCat(name, ": registered through ", via, " while registered through ", open_via,
+                     " (the kubelet would hold two clients)"));
+  else if (stream_open)
     Violation(StrCat(name, ": registered again while its previous ListAndWatch stream was open"));
 
   auto ep = std::make_shared<Endpoint>();
@@ -263,7 +291,7 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
         std::min(dial_deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(100)));
   }
   if (!connected) {
-    Event(StrCat("kubelet: Register ", name, ": cannot dial ", path));
+    Event(StrCat("kubelet: ", via, " ", name, ": cannot dial ", path));
     return Unknown("failed to dial device plugin: context deadline exceeded");
   }
   ep->stub = v1beta1::DevicePlugin::NewStub(ep->channel);
@@ -274,7 +302,8 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
     grpc::Status st = ep->stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts);
     if (!st.ok()) return Unknown("failed to get device plugin options: " + st.error_message());
   }
-  if (!google::protobuf::util::MessageDifferencer::Equals(opts, req.options()))
+  if (register_options &&
+      !google::protobuf::util::MessageDifferencer::Equals(opts, *register_options))
     Violation(StrCat(name, ": RegisterRequest.options differ from GetDevicePluginOptions"));
 
   {
@@ -282,7 +311,8 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
     if (!serving_) return Unknown("kubelet is shutting down");
     ResourceView& r = resources_[name];
     r.name = name;
-    r.endpoint = req.endpoint();
+    r.endpoint = endpoint;
+    r.via = via;
     r.options = opts;
     r.registrations++;
     r.stream_snapshots = 0;
@@ -295,7 +325,7 @@ grpc::Status KubeletSim::HandleRegister(const v1beta1::RegisterRequest& req) {
     ep->reader = std::thread([this, ep] { RunStream(ep); });
     cv_.notify_all();
   }
-  Event(StrCat("kubelet: registered ", name, " at ", req.endpoint(),
+  Event(StrCat("kubelet: registered ", name, " at ", endpoint, " (", via, ")",
                " (preferred allocation: ", opts.get_preferred_allocation_available() ? "yes" : "no",
                ", pre-start: ", opts.pre_start_required() ? "yes" : "no", ")"));
   return grpc::Status::OK;

@@ -19,7 +19,17 @@
 //    socket: List (active pods; a device once per NUMA node it sits on) and
 //    GetAllocatableResources (healthy devices), behind the kubelet's token
 //    bucket (100 QPS, burst 10; RESOURCE_EXHAUSTED beyond). Tests bind
-//    allocated IDs to pods (BindPod) and end pods (DeletePod).
+//    allocated IDs to pods (BindPod) and end pods (DeletePod);
+//  - with plugins_registry set, the plugin watcher (kubelet_sim_watcher.cc):
+//    the folder walked at start and watched; every second (reconcile) each
+//    new socket is probed: dial (10 s), GetInfo (1 s), type "DevicePlugin",
+//    "v1beta1" among the versions and an extended resource name, the
+//    endpoint "" meaning this socket, then as after Register, and
+//    NotifyRegistrationStatus (5 s) with the outcome; failures are probed
+//    again with backoff (500 ms doubling to 2 min) while the socket stays; a
+//    socket removed deregisters its plugin; a socket created anew at the
+//    same path is deregistered and probed again. The folder is never wiped,
+//    and a stream that ends is not probed again by itself.
 // In strict mode it also records contract violations (see violations()).
 //
 // Safe beside a real kubelet: it refuses a directory whose kubelet.sock
@@ -50,15 +60,21 @@
 
 namespace devplug::sim {
 
+// How a resource came to be registered (ResourceView::via).
+inline constexpr char kViaKubeletSock[] = "kubelet.sock";
+inline constexpr char kViaPluginsRegistry[] = "plugins_registry";
+
 struct ResourceView {
   std::string name;
-  std::string endpoint;                  // as sent in RegisterRequest
+  std::string endpoint;                  // as sent in RegisterRequest (plugin watcher: the path)
+  std::string via;                       // kViaKubeletSock or kViaPluginsRegistry
   v1beta1::DevicePluginOptions options;  // from GetDevicePluginOptions
   std::vector<v1beta1::Device> devices;  // latest snapshot
   uint64_t snapshots = 0;                // ListAndWatch messages received
   uint64_t stream_snapshots = 0;         // ... on the current stream
   uint64_t registrations = 0;            // successful Register calls
   uint64_t stream_ends = 0;              // ListAndWatch streams that ended
+  uint64_t probes = 0;                   // plugin watcher: GetInfo calls made
   bool connected = false;                // ListAndWatch open
   size_t healthy() const;
 };
@@ -81,6 +97,13 @@ class KubeletSim {
     std::string pod_resources_socket;
     double pod_resources_qps = 100;
     int pod_resources_burst = 10;
+    // The plugin watcher's folder ("" = no plugin watcher).
+    std::string plugins_registry;
+    // How often the plugin watcher's reconciler looks (the kubelet: 1 s).
+    std::chrono::milliseconds reconcile_period{1000};
+    // Fault injection: refuse every probe with this error, as a kubelet
+    // whose device manager refuses the plugin does ("" = none).
+    std::string refuse_probes;
   };
 
   explicit KubeletSim(Options options);
@@ -147,7 +170,23 @@ class KubeletSim {
   grpc::Status HandleAllocatable(v1::AllocatableResourcesResponse* out);
   bool TakeToken();
 
+  // The kubelet's check of a resource name (IsExtendedResourceName).
+  static bool AcceptsResourceName(const std::string& name);
   grpc::Status HandleRegister(const v1beta1::RegisterRequest& req);
+  // Dials the DevicePlugin service at `path`, asks its options and opens
+  // ListAndWatch: what follows a Register and a plugin watcher's probe.
+  grpc::Status Connect(const std::string& name, const std::string& path,
+                       const std::string& endpoint,
+                       const v1beta1::DevicePluginOptions* register_options,
+                       const std::string& via);
+  // The plugin watcher (kubelet_sim_watcher.cc).
+  void StartWatcher();
+  void StopWatcher();
+  void WatchRegistry(int stop_fd);
+  // GetInfo, validation, Connect, NotifyRegistrationStatus; the resource's
+  // name, or "" after a failure.
+  std::string Probe(const std::string& socket);
+  void Deregister(const std::string& socket);
   void RunStream(std::shared_ptr<Endpoint> ep);
   void CheckSnapshot(const std::string& name, const v1beta1::ListAndWatchResponse& msg);
   void WriteCheckpoint();
@@ -174,6 +213,9 @@ class KubeletSim {
   // PodResources, guarded by mu_.
   std::map<std::pair<std::string, std::string>, PodRecord> pods_;
   uint64_t pod_lists_ = 0, pod_refused_ = 0;
+  // The plugin watcher's thread and the eventfd that stops it.
+  std::thread watcher_;
+  int watcher_stop_ = -1;
   double tokens_ = 0;
   std::chrono::steady_clock::time_point tokens_at_{};
 };

@@ -213,6 +213,15 @@ int PrintStatus(const StatusOptions& o) {
     if (since.empty()) since = registered ? "yes" : "no";
     row(Str(r, "name"), module, since, r.value("kubelet_connected", false) ? "stream" : "-",
         StrCat(r.value("devices_healthy", 0), "/", r.value("devices_total", 0)));
+    if (Str(r, "registration") == "plugin-watcher") {
+      const json said = r.value("kubelet_status", json());
+      std::string how = "plugin watcher, " + Str(r, "socket");
+      if (said.is_object())
+        how += said.value("registered", false)
+                   ? " (the kubelet: registered)"
+                   : " (the kubelet refused: " + Str(said, "error") + ")";
+      Wrapped("    registration: ", how, 6);
+    }
     if (const std::string e = Str(r, "last_error"); !e.empty()) Wrapped("    last error: ", e, 6);
     if (r.contains("devices")) PrintDevices(r);
   }

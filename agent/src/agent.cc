@@ -201,6 +201,16 @@ void Agent::HandleEvent(const Event& ev) {
     case Event::kStreamEnded:
       r.registrar->OnStreamEnded(ev.number);
       break;
+    case Event::kProbed:
+      r.registrar->OnProbed(ev.number);
+      break;
+    case Event::kKubeletStatus: {
+      const bool was = r.registrar->registered();
+      r.registrar->OnKubeletStatus(ev.status);
+      if (!ev.status.ok()) r.metrics->RegistrationRefused();
+      if (!was && r.registrar->registered()) r.metrics->Registration();
+      break;
+    }
   }
   UpdateStatus();
 }
@@ -256,12 +266,13 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[5] = {{signal_fd, POLLIN, 0},
+    pollfd fds[6] = {{signal_fd, POLLIN, 0},
                      {watch_.fd(), POLLIN, 0},
                      {mailbox_->fd(), POLLIN, 0},
                      {udev_ ? udev_->fd() : -1, POLLIN, 0},
-                     {path_watch_ ? path_watch_->fd() : -1, POLLIN, 0}};
-    const int n = poll(fds, 5, timeout_ms);
+                     {path_watch_ ? path_watch_->fd() : -1, POLLIN, 0},
+                     {registry_watch_.fd(), POLLIN, 0}};
+    const int n = poll(fds, 6, timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
@@ -283,8 +294,16 @@ int Agent::Run(int signal_fd) {
         if (ev.kubelet_socket_created) OnKubeletRestart();
         for (const std::string& name : ev.removed)
           for (auto& r : resources_)
-            if (name == r->cfg.socket) r->registrar->OnSocketRemoved();
+            if (r->cfg.registration == RegistrationMode::kKubelet && name == r->cfg.socket)
+              r->registrar->OnSocketRemoved();
       }
+    }
+    if (fds[5].revents & POLLIN) {
+      // Our sockets in plugins_registry; the kubelet never removes them.
+      for (const std::string& name : registry_watch_.Drain().removed)
+        for (auto& r : resources_)
+          if (r->cfg.registration == RegistrationMode::kPluginWatcher && name == r->cfg.socket)
+            r->registrar->OnSocketRemoved();
     }
     if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
     if (fds[4].revents & POLLIN) DrainPathWatch();
@@ -315,6 +334,7 @@ void Agent::Shutdown() {
   const auto t0 = Clock::now();
   sd::Notify("STOPPING=1");
   watch_.StopWatching();
+  registry_watch_.StopWatching();
   // Nothing reaches the main loop any more: a status request still waiting
   // learns that devplugd stops.
   mailbox_->Close();

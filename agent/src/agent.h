@@ -39,6 +39,7 @@
 #include "kubelet/pod_resources.h"
 #include "kubelet/registrar.h"
 #include "kubelet/registration.h"
+#include "kubelet/registration_service.h"
 #include "kubelet/stream_hub.h"
 #include "lifecycle/handed_out.h"
 #include "lifecycle/release_coordinator.h"
@@ -126,6 +127,10 @@ class Agent {
 
     // ---- serving ----
     std::unique_ptr<kubelet::DevicePluginService> service;
+    // Plugin watcher: Registration, on the same server.
+    std::unique_ptr<kubelet::RegistrationService> registration;
+    // Plugin watcher: numbers the kubelet's probes (its gRPC threads count).
+    std::shared_ptr<std::atomic<uint64_t>> probes = std::make_shared<std::atomic<uint64_t>>(0);
     std::unique_ptr<grpc::Server> server;
     std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
 
@@ -150,6 +155,7 @@ class Agent {
     Status Serve() override;
     bool HasServer() const override { return server != nullptr; }
     bool SocketIsOurs() const override;
+    bool KubeletAnswers() const override;
     bool PluginDirGone() const override;
     void ExpectStream(uint64_t n) override;
     std::function<void()> Register(uint64_t n) override;
@@ -160,6 +166,8 @@ class Agent {
       kCreated,         // number: launch
       kRegisterDone,    // number: registration
       kStreamEnded,     // number: registration
+      kProbed,          // number: registration (plugin watcher's GetInfo)
+      kKubeletStatus,   // status: the plugin watcher's NotifyRegistrationStatus
       kTrackerChanged,  // an Allocate or a release moved a device
       kPodList,         // a PodResources List finished (resource unused)
       kControl,         // a control socket request (resource unused)
@@ -283,6 +291,8 @@ class Agent {
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
+  // plugins_registry, watched once a resource serves there.
+  kubelet::PluginDirWatch registry_watch_;
   // The plugin directory was removed: Run ends with kExitPluginDirLost.
   bool plugin_dir_lost_ = false;
   std::unique_ptr<udev::Monitor> udev_;

@@ -32,13 +32,15 @@ std::string Iso8601(std::chrono::system_clock::time_point t) {
 }
 
 // The state a resource is in, as the status JSON names it.
-const char* StateText(kubelet::Registrar::State s, bool starting, bool failed) {
+const char* StateText(kubelet::Registrar::State s, RegistrationMode mode, bool starting,
+                      bool failed) {
   using State = kubelet::Registrar::State;
   switch (s) {
     case State::kDown:
       return starting ? "starting" : failed ? "left out" : "not serving";
     case State::kWaitingKubelet:
-      return "waiting for the kubelet";
+      return mode == RegistrationMode::kPluginWatcher ? "waiting for the kubelet's probe"
+                                                      : "waiting for the kubelet";
     case State::kRegistering:
       return "registering";
     case State::kRegistered:
@@ -121,7 +123,13 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
                                          [](const modules::Device& d) { return d.healthy; });
     const kubelet::Registrar& reg = *r->registrar;
     const bool registered = reg.registered();
-    const char* state = StateText(reg.state(), r->starting != nullptr, !r->failure.ok());
+    const char* state =
+        StateText(reg.state(), reg.mode(), r->starting != nullptr, !r->failure.ok());
+    // Plugin watcher: the kubelet's own word on the registration.
+    json kubelet_status = nullptr;
+    if (const auto& said = reg.kubelet_status())
+      kubelet_status = {{"registered", said->ok()},
+                        {"error", said->ok() ? json(nullptr) : json(said->message())}};
     json res = {
         {"name", r->cfg.name},
         {"module", r->module ? std::string(r->module->name()) : r->cfg.module},
@@ -129,6 +137,8 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
         {"module_file", r->module ? r->module->path()
                                   : modules::ResolveModulePath(r->cfg.module, config_.module_dir)},
         {"socket", r->socket_path},
+        {"registration", config::RegistrationModeName(r->cfg.registration)},
+        {"kubelet_status", std::move(kubelet_status)},
         {"registered", registered},
         {"state", state},
         {"registered_since",

@@ -29,7 +29,8 @@ constexpr milliseconds kReloadRegisterDelay{1000};
 // files does not matter).
 bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig& b) {
   if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
-      a.required != b.required || a.module_keys.size() != b.module_keys.size())
+      a.registration != b.registration || a.required != b.required ||
+      a.module_keys.size() != b.module_keys.size())
     return false;
   for (const auto& [key, value] : a.module_keys) {
     auto it = b.module_keys.find(key);
@@ -76,6 +77,7 @@ void Agent::BeginReload() {
                         StrCat("changed from \"", now, "\" to \"", then, "\": needs a restart")));
   };
   fixed("plugin_dir", config_.plugin_dir, next->plugin_dir);
+  fixed("plugins_registry_dir", config_.plugins_registry_dir, next->plugins_registry_dir);
   fixed("module_dir", config_.module_dir, next->module_dir);
   fixed("host_root", config_.host_root, next->host_root);
   fixed("udev_source", std::string(config::UdevSourceName(config_.udev_source)),

@@ -22,9 +22,13 @@ Agent::Resource::Resource(Agent* a, const config::ResourceConfig& c, uint64_t i,
       id(i),
       index(idx),
       cfg(c),
-      socket_path(StrCat(a->config_.plugin_dir, "/", c.socket)) {
+      socket_path(StrCat(c.registration == RegistrationMode::kPluginWatcher
+                             ? a->config_.plugins_registry_dir
+                             : a->config_.plugin_dir,
+                         "/", c.socket)) {
   registrar = std::make_unique<kubelet::Registrar>(
-      kubelet::Registrar::Names{cfg.name, cfg.socket, socket_path, a->KubeletSocketPath()}, this);
+      kubelet::Registrar::Names{cfg.name, cfg.socket, socket_path, a->KubeletSocketPath()}, this,
+      cfg.registration);
 }
 
 // The registrar goes first: it cancels a Register in flight through us.
@@ -40,6 +44,10 @@ bool Agent::Resource::SocketIsOurs() const {
   struct stat st;
   return socket_file && stat(socket_path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
          std::make_pair(st.st_dev, st.st_ino) == *socket_file;
+}
+
+bool Agent::Resource::KubeletAnswers() const {
+  return UnixSocketIsLive(agent->KubeletSocketPath());
 }
 
 bool Agent::Resource::PluginDirGone() const {
@@ -86,6 +94,13 @@ std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
 
 Status Agent::StartServer(Resource& r) {
   StopServing(r);
+  const bool watched = r.cfg.registration == RegistrationMode::kPluginWatcher;
+  if (watched) {
+    // The folder is the kubelet's, which never removes it; watch it for
+    // our sockets removed behind our back (made when missing).
+    if (registry_watch_.fd() < 0)
+      if (Status st = registry_watch_.Start(config_.plugins_registry_dir); !st.ok()) return st;
+  }
   if (UnixSocketIsLive(r.socket_path))
     return FailedPreconditionError(
         StrCat("socket ", r.socket_path, " is served by another process (a second devplugd?)"));
@@ -105,9 +120,25 @@ Status Agent::StartServer(Resource& r) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());
+  if (watched) {
+    kubelet::RegistrationService::Callbacks cb;
+    cb.probed = [probes = r.probes, hub = r.hub.get(), mailbox = mailbox_, i = r.id] {
+      // Armed here, on gRPC's thread: the kubelet opens ListAndWatch right
+      // after GetInfo, before the main loop could hear of the probe.
+      const uint64_t n = probes->fetch_add(1) + 1;
+      hub->ExpectKubeletStream(n);
+      mailbox->Post({Event::kProbed, i, n, OkStatus(), nullptr});
+    };
+    cb.status = [mailbox = mailbox_, i = r.id](Status st) {
+      mailbox->Post({Event::kKubeletStatus, i, 0, std::move(st), nullptr});
+    };
+    r.registration = std::make_unique<kubelet::RegistrationService>(r.cfg.name, std::move(cb));
+    builder.RegisterService(r.registration.get());
+  }
   r.server = builder.BuildAndStart();
   if (!r.server) {
     r.service.reset();
+    r.registration.reset();
     if (watch_.Gone()) plugin_dir_lost_ = true;
     return UnavailableError(
         StrCat("cannot serve on ", r.socket_path, " (is the directory writable?)"));
@@ -140,11 +171,13 @@ void Agent::StopServing(Resource& r, [[maybe_unused]] bool exiting) {
     // leaks and errors at exit still show there.
     (void)r.server.release();
     (void)r.service.release();
+    (void)r.registration.release();
     return;
   }
 #endif
   r.server.reset();
   r.service.reset();
+  r.registration.reset();
 }
 
 void Agent::OnKubeletRestart() {
@@ -158,7 +191,10 @@ void Agent::OnKubeletRestart() {
     // there first. Once per kubelet.sock identity.
     if (r->registrar->WithKubelet(kubelet)) continue;
     if (!said) {
-      spdlog::info("kubelet.sock created: the kubelet (re)started; serving and registering again");
+      spdlog::info("kubelet.sock created: the kubelet (re)started{}",
+                   r->cfg.registration == RegistrationMode::kKubelet
+                       ? "; serving and registering again"
+                       : "; its plugin watcher finds our sockets by itself");
       // Its pod list may be incomplete for a while: no release meanwhile.
       releases_.OnKubeletRestart(Clock::now());
       metrics_->KubeletRestart();

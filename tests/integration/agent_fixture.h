@@ -117,6 +117,9 @@ class AgentTest : public ::testing::Test {
     o.pod_resources_socket = sim_pod_resources_;
     o.pod_resources_qps = sim_pod_resources_qps_;
     o.pod_resources_burst = sim_pod_resources_burst_;
+    o.plugins_registry = sim_plugins_registry_;
+    o.reconcile_period = sim_reconcile_period_;
+    o.refuse_probes = sim_refuse_probes_;
     sim_ = std::make_unique<KubeletSim>(o);
     ASSERT_TRUE(sim_->Start().ok());
   }
@@ -235,6 +238,10 @@ class AgentTest : public ::testing::Test {
   std::string sim_pod_resources_;
   double sim_pod_resources_qps_ = 100;
   int sim_pod_resources_burst_ = 10;
+  // The simulator also runs the plugin watcher on this folder when set.
+  std::string sim_plugins_registry_;
+  std::chrono::milliseconds sim_reconcile_period_{1000};
+  std::string sim_refuse_probes_;
   std::unique_ptr<KubeletSim> sim_;
   std::unique_ptr<AgentProcess> agent_;
   std::string agent_log_;

@@ -130,6 +130,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "/etc/devplug/devplug.toml:1: TOML syntax error"},
         BadCase{"unknown_agent_key", "[agent]\nplugin_dri = \"/x\"\n",
                 "devplug.toml:2: agent.plugin_dri: unknown key"},
+        BadCase{"bad_registration", "[agent]\nregistration = \"watcher\"\n",
+                "devplug.toml:2: agent.registration: unknown mode \"watcher\" (expected "
+                "kubelet|plugin-watcher)"},
+        BadCase{"bad_resource_registration",
+                "[[resource]]\nname = \"a.example/b\"\nmodule = \"kvm\"\nregistration = true\n",
+                "devplug.toml:4: resource[0].registration: must be a string"},
+        BadCase{"registry_socket_too_long",
+                "[agent]\nplugins_registry_dir = \"/very/long/folder/of/the/kubelet/whose/root/dir/"
+                "is/somewhere/else/xyz/plugins_registry\"\n[[resource]]\nname = \"a.example/b\"\n"
+                "module = \"kvm\"\nregistration = \"plugin-watcher\"\n",
+                "devplug.toml:3: resource[0].socket: \"devplug-a.example_b.sock\": with "
+                "plugins_registry_dir the path is 111 bytes"},
         BadCase{"bad_level", "[agent]\n\nlog_level = \"verbose\"\n",
                 "devplug.toml:3: agent.log_level: unknown level \"verbose\""},
         BadCase{"level_type", "[agent]\nlog_level = 3\n",
@@ -327,6 +339,25 @@ TEST(ConfigTest, CommandLineOverridesAreCheckedLikeFileValues) {
                                         "is 115 bytes"),
             std::string::npos)
       << cfg.status().message();
+}
+
+TEST(ConfigTest, RegistrationIsTheAgentsUnlessTheTableSaysOtherwise) {
+  auto cfg = LoadString(
+      "[agent]\nregistration = \"plugin-watcher\"\nplugins_registry_dir = \"/k/plugins_registry\"\n"
+      "[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\n"
+      "[[resource]]\nname = \"a.example/y\"\nmodule = \"kvm\"\nregistration = \"kubelet\"\n",
+      "/etc/devplug/devplug.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->registration, RegistrationMode::kPluginWatcher);
+  EXPECT_EQ(cfg->plugins_registry_dir, "/k/plugins_registry");
+  EXPECT_EQ(cfg->resources[0].registration, RegistrationMode::kPluginWatcher);
+  EXPECT_EQ(cfg->resources[1].registration, RegistrationMode::kKubelet);
+  // The default is Register on kubelet.sock.
+  auto plain = LoadString(kOneResource, "/etc/devplug/devplug.toml", Opts());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->registration, RegistrationMode::kKubelet);
+  EXPECT_EQ(plain->plugins_registry_dir, "/var/lib/kubelet/plugins_registry");
+  EXPECT_EQ(plain->resources[0].registration, RegistrationMode::kKubelet);
 }
 
 TEST(ConfigTest, DefaultSocketNamesAreAlwaysValid) {

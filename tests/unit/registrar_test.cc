@@ -32,6 +32,7 @@ class FakeEnv : public Registrar::Env {
   }
   bool HasServer() const override { return server; }
   bool SocketIsOurs() const override { return server && socket_ours; }
+  bool KubeletAnswers() const override { return kubelet.has_value() && kubelet_answers; }
   bool PluginDirGone() const override { return dir_gone; }
   void ExpectStream(uint64_t n) override {
     expected_stream = n;
@@ -47,7 +48,7 @@ class FakeEnv : public Registrar::Env {
   Clock::time_point now{std::chrono::seconds(1000)};
   std::optional<KubeletId> kubelet = KubeletId{1, 100};
   Status serve_error;
-  bool server = false, socket_ours = false, dir_gone = false;
+  bool server = false, socket_ours = false, dir_gone = false, kubelet_answers = true;
   int serves = 0;
   uint64_t expected_stream = 0;
   std::vector<uint64_t> sent, cancelled;
@@ -282,6 +283,150 @@ TEST_F(RegistrarTest, DestroyingCancelsTheRegisterInFlight) {
     r.Start();
   }
   EXPECT_EQ(env->cancelled, std::vector<uint64_t>{1});
+}
+
+// ---- the plugin watcher: the kubelet probes, we never Register ---------------------
+
+class WatchedRegistrarTest : public RegistrarTest {
+ protected:
+  WatchedRegistrarTest()
+      : watched_({"example.com/dev", "dev.sock", "/r/dev.sock", "/p/kubelet.sock"}, &env_,
+                 RegistrationMode::kPluginWatcher) {}
+
+  // What the service does on GetInfo (arm the hub), then the registrar.
+  uint64_t Probe() {
+    const uint64_t n = ++probes_;
+    env_.ExpectStream(n);
+    watched_.OnProbed(n);
+    return n;
+  }
+  void Registered() {
+    watched_.Start();
+    Probe();
+    ASSERT_EQ(watched_.state(), State::kRegistering);
+    watched_.OnKubeletStatus(OkStatus());
+    ASSERT_TRUE(watched_.registered());
+  }
+  void Run(std::chrono::milliseconds d) {
+    env_.now += d;
+    watched_.OnTimer();
+  }
+
+  uint64_t probes_ = 0;
+  Registrar watched_;
+};
+
+TEST_F(WatchedRegistrarTest, ServesAndWaitsForTheProbeNeverRegisters) {
+  watched_.Start();
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  const uint64_t n = Probe();
+  EXPECT_EQ(watched_.state(), State::kRegistering);
+  EXPECT_EQ(watched_.registration(), n);
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_TRUE(watched_.registered_since().has_value());
+  ASSERT_TRUE(watched_.kubelet_status().has_value());
+  EXPECT_TRUE(watched_.kubelet_status()->ok());
+  Run(10min);
+  EXPECT_TRUE(env_.sent.empty()) << "Register sent in plugin-watcher mode";
+  EXPECT_EQ(env_.serves, 1);
+}
+
+TEST_F(WatchedRegistrarTest, ARefusalIsKeptAndTheKubeletProbesAgainByItself) {
+  watched_.Start();
+  Probe();
+  watched_.OnKubeletStatus(Status(StatusCode::kUnknown, "plugin validation failed"));
+  EXPECT_FALSE(watched_.registered());
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  EXPECT_EQ(watched_.last_error(),
+            "the kubelet refused the registration: plugin validation failed");
+  EXPECT_EQ(watched_.failures(), 1u);
+  ASSERT_TRUE(watched_.kubelet_status().has_value());
+  EXPECT_FALSE(watched_.kubelet_status()->ok());
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_TRUE(watched_.last_error().empty());
+  EXPECT_EQ(env_.serves, 1);  // nothing served anew for a refusal
+}
+
+// A kubelet restart: its stream ends, kubelet.sock goes and comes back; the
+// new kubelet probes the same socket. Nothing is served anew.
+TEST_F(WatchedRegistrarTest, AKubeletRestartCostsNothing) {
+  Registered();
+  const uint64_t first = watched_.registration();
+  env_.kubelet_answers = false;  // the old kubelet is going
+  watched_.OnStreamEnded(first);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  env_.kubelet = KubeletId{2, 200};  // the new one's kubelet.sock
+  env_.kubelet_answers = true;
+  watched_.OnKubeletRestart();
+  Run(Registrar::kReprobeDelay);
+  EXPECT_EQ(env_.serves, 1) << "the socket was served anew for a kubelet restart";
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_TRUE(watched_.WithKubelet(KubeletId{2, 200}));
+  EXPECT_EQ(env_.serves, 1);
+}
+
+// The same kubelet ends our stream and keeps running: it would never probe
+// again, so the socket is served anew (which it sees as a new plugin).
+TEST_F(WatchedRegistrarTest, AStreamEndedByARunningKubeletServesTheSocketAnew) {
+  Registered();
+  watched_.OnStreamEnded(watched_.registration());
+  Run(Registrar::kReprobeDelay - 1ms);
+  EXPECT_EQ(env_.serves, 1);
+  Run(1ms);
+  EXPECT_EQ(env_.serves, 2);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+  // A stale end (an earlier probe's stream) changes nothing.
+  watched_.OnStreamEnded(1);
+  EXPECT_TRUE(watched_.registered());
+}
+
+// A kubelet that is down (its old kubelet.sock left, not answering) gets no
+// new socket either: it walks plugins_registry when it starts.
+TEST_F(WatchedRegistrarTest, NoNewSocketWhileTheKubeletIsDown) {
+  Registered();
+  env_.kubelet_answers = false;
+  watched_.OnStreamEnded(watched_.registration());
+  Run(Registrar::kReprobeDelay);
+  Run(Registrar::kReprobeDelay);
+  EXPECT_EQ(env_.serves, 1);
+}
+
+// Our socket removed behind our back: served again after the settle time,
+// and the kubelet (which deregistered the old one) probes the new one.
+TEST_F(WatchedRegistrarTest, ASocketRemovedIsServedAgain) {
+  Registered();
+  env_.socket_ours = false;
+  watched_.OnSocketRemoved();
+  watched_.OnStreamEnded(watched_.registration());  // the kubelet deregistered us
+  Run(Registrar::kSocketSettle);
+  EXPECT_EQ(env_.serves, 2);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  Probe();
+  Run(Registrar::kReprobeDelay);  // the stream-end check finds the new probe
+  EXPECT_EQ(env_.serves, 2);
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+}
+
+TEST_F(WatchedRegistrarTest, AReloadServesAtOnceAndStopCancelsTimers) {
+  watched_.StartAfter(1000ms);
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  EXPECT_TRUE(watched_.NextDeadline().has_value());  // the probe it waits for
+  watched_.Stop();
+  EXPECT_EQ(watched_.state(), State::kDown);
+  EXPECT_FALSE(watched_.NextDeadline().has_value());
+  watched_.OnProbed(5);  // a probe on the old server, answered after Stop
+  EXPECT_EQ(watched_.state(), State::kDown);
 }
 
 }  // namespace

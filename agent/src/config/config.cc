@@ -203,6 +203,11 @@ class Parser {
         } else {
           cfg_.*(dk->field) = *d;
         }
+      } else if (name == "registration") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (!ParseRegistrationMode(*s, &cfg_.registration))
+          Error(node, key, StrCat("unknown mode \"", *s, "\" (expected kubelet|plugin-watcher)"));
       } else if (name == "udev_source") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -215,8 +220,10 @@ class Parser {
         else
           Error(node, key, StrCat("unknown source \"", *s, "\" (expected auto|udev|kernel)"));
       } else {
-        std::vector<std::string> known{"plugin_dir",     "module_dir",     "host_root",
-                                       "log_level",      "udev_source",    "pod_resources_socket",
+        std::vector<std::string> known{"plugin_dir",     "plugins_registry_dir",
+                                       "registration",   "module_dir",
+                                       "host_root",      "log_level",
+                                       "udev_source",    "pod_resources_socket",
                                        "control_socket", "metrics_address"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
@@ -226,6 +233,7 @@ class Parser {
 
   static std::string AgentConfig::*PathField(std::string_view name) {
     if (name == "plugin_dir") return &AgentConfig::plugin_dir;
+    if (name == "plugins_registry_dir") return &AgentConfig::plugins_registry_dir;
     if (name == "module_dir") return &AgentConfig::module_dir;
     if (name == "host_root") return &AgentConfig::host_root;
     return nullptr;
@@ -313,6 +321,14 @@ class Parser {
           r.socket = *s;
           socket_lines_[index] = LineOf(node);
         }
+      } else if (name == "registration") {
+        if (const std::string* s = String(node, key_of(name))) {
+          if (ParseRegistrationMode(*s, &r.registration))
+            registration_set_.insert(index);
+          else
+            Error(node, key_of(name),
+                  StrCat("unknown mode \"", *s, "\" (expected kubelet|plugin-watcher)"));
+        }
       } else if (name == "required") {
         if (const auto* b = node.as_boolean())
           r.required = b->get();
@@ -364,6 +380,8 @@ class Parser {
   }
 
  public:
+  // Whether resource i's table sets `registration` itself.
+  bool RegistrationSet(size_t i) const { return registration_set_.count(i) > 0; }
   // Line of the explicit socket key of resource i, or the table's line.
   int SocketLine(size_t i) const {
     auto it = socket_lines_.find(i);
@@ -375,6 +393,7 @@ class Parser {
   Errors& errors_;
   std::string file_;
   std::map<size_t, int> socket_lines_;
+  std::set<size_t> registration_set_;
 };
 
 // Cross-table checks once every file is read: sockets, duplicates.
@@ -389,8 +408,13 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
     ResourceConfig& r = cfg.resources[i];
     const std::string prefix = ResourceKey(i, "");
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
+    if (!parser.RegistrationSet(i)) r.registration = cfg.registration;
     if (!r.socket.empty()) {
-      if (std::string why = CheckSocketName(r.socket, cfg.plugin_dir); !why.empty()) {
+      const bool watched = r.registration == RegistrationMode::kPluginWatcher;
+      if (std::string why =
+              CheckSocketName(r.socket, watched ? cfg.plugins_registry_dir : cfg.plugin_dir,
+                              watched ? "plugins_registry_dir" : "plugin_dir");
+          !why.empty()) {
         errors.Add(r.where.file, parser.SocketLine(i), prefix + "socket",
                    StrCat("\"", r.socket, "\": ", why));
       }
@@ -505,6 +529,20 @@ bool ParseLogLevel(std::string_view name, LogLevel* out) {
     }
   }
   return false;
+}
+
+std::string_view RegistrationModeName(RegistrationMode mode) {
+  return mode == RegistrationMode::kPluginWatcher ? "plugin-watcher" : "kubelet";
+}
+
+bool ParseRegistrationMode(std::string_view text, RegistrationMode* out) {
+  if (text == "kubelet")
+    *out = RegistrationMode::kKubelet;
+  else if (text == "plugin-watcher")
+    *out = RegistrationMode::kPluginWatcher;
+  else
+    return false;
+  return true;
 }
 
 std::string_view UdevSourceName(UdevSource source) {

@@ -16,6 +16,7 @@
 
 #include "config/config_tree.h"
 #include "model/log_level.h"
+#include "model/registration_mode.h"
 #include "model/udev_source.h"
 #include "util/status.h"
 
@@ -54,8 +55,11 @@ struct ResourceConfig {
   std::string name;
   // Module: a bare name (<module_dir>/<module>.so) or an absolute .so path.
   std::string module;
-  // Socket file name inside plugin_dir. Default: derived from name.
+  // Socket file name inside plugin_dir (plugins_registry_dir with the
+  // plugin watcher). Default: derived from name.
   std::string socket;
+  // How it registers: the table's `registration`, else [agent]'s.
+  RegistrationMode registration = RegistrationMode::kKubelet;
   // true: failing to load or create this resource stops the agent at start.
   bool required = false;
   // Every other key of the table, for the module.
@@ -68,6 +72,10 @@ struct AgentConfig {
   // ---- [agent] ----
   // kubelet.sock and our sockets live here.
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  // The kubelet's plugin watcher folder (registration = "plugin-watcher").
+  std::string plugins_registry_dir = "/var/lib/kubelet/plugins_registry";
+  // How resources register unless their table says otherwise.
+  RegistrationMode registration = RegistrationMode::kKubelet;
   // Where bare module names are looked up.
   std::string module_dir;
   // Prefix for every host /sys, /dev, /proc lookup; never sent to the kubelet.
@@ -169,5 +177,8 @@ std::string_view LogLevelName(LogLevel level);
 // "trace", "debug", "info", "warn" or "error"; false for anything else.
 bool ParseLogLevel(std::string_view name, LogLevel* out);
 std::string_view UdevSourceName(UdevSource source);
+// "kubelet" | "plugin-watcher"
+std::string_view RegistrationModeName(RegistrationMode mode);
+bool ParseRegistrationMode(std::string_view text, RegistrationMode* out);
 
 }  // namespace devplug::config

@@ -24,7 +24,8 @@ std::string_view Registrar::StateName(State s) {
   return "?";
 }
 
-Registrar::Registrar(Names names, Env* env) : names_(std::move(names)), env_(env) {}
+Registrar::Registrar(Names names, Env* env, RegistrationMode mode)
+    : names_(std::move(names)), env_(env), mode_(mode) {}
 
 Registrar::~Registrar() { CancelPending(); }
 
@@ -34,6 +35,9 @@ void Registrar::Start() {
 }
 
 void Registrar::StartAfter(milliseconds delay) {
+  // The plugin watcher probes a fresh socket when it sees it: nothing to
+  // wait for.
+  if (Watched()) return Start();
   if (!Serve()) return;
   state_ = State::kRetryWait;
   retry_at_ = env_->Now() + delay;
@@ -45,6 +49,8 @@ void Registrar::Stop() {
   state_ = State::kDown;
   retry_at_.reset();
   socket_check_at_.reset();
+  reprobe_at_.reset();
+  probe_due_.reset();
 }
 
 bool Registrar::Serve() {
@@ -72,6 +78,7 @@ void Registrar::ServeAndRegister() {
 }
 
 void Registrar::Register() {
+  if (Watched()) return AwaitProbe();
   retry_at_.reset();
   pending_kubelet_ = env_->Kubelet();
   if (!pending_kubelet_) {
@@ -101,8 +108,78 @@ bool Registrar::WithKubelet(const std::optional<KubeletId>& kubelet) const {
 }
 
 void Registrar::OnKubeletRestart() {
+  if (Watched()) {
+    // plugins_registry is left alone: the new kubelet's watcher walks it
+    // and probes our socket.
+    if (state_ != State::kDown && !probe_due_) probe_due_ = env_->Now() + kProbeTimeout;
+    return;
+  }
   // The kubelet removed our socket and its old streams are gone.
   Start();
+}
+
+void Registrar::AwaitProbe() {
+  retry_at_.reset();
+  reprobe_at_.reset();
+  if (state_ != State::kWaitingKubelet)
+    spdlog::info("resource \"{}\": serving {}; waiting for the kubelet's plugin watcher",
+                 names_.resource, names_.socket_path);
+  state_ = State::kWaitingKubelet;
+  probe_due_ = env_->Now() + kProbeTimeout;
+}
+
+void Registrar::OnProbed(uint64_t n) {
+  if (!Watched() || state_ == State::kDown || n <= registration_) return;
+  registration_ = n;
+  state_ = State::kRegistering;
+  pending_kubelet_ = env_->Kubelet();
+  reprobe_at_.reset();
+  probe_due_.reset();
+  spdlog::debug("resource \"{}\": probed by the kubelet's plugin watcher", names_.resource);
+}
+
+void Registrar::OnKubeletStatus(const Status& status) {
+  if (!Watched()) return;
+  kubelet_status_ = status;
+  if (state_ == State::kDown) return;
+  if (status.ok()) {
+    if (state_ == State::kRegistered) return;
+    state_ = State::kRegistered;
+    registered_kubelet_ = pending_kubelet_;
+    spdlog::info(
+        "resource \"{}\": registered with the kubelet through its plugin watcher (socket {}{})",
+        names_.resource, names_.socket_path,
+        failures_ > 0 ? StrCat(", after ", failures_, " refusals") : std::string());
+    failures_ = 0;
+    registered_since_ = std::chrono::system_clock::now();
+    last_error_.clear();
+    return;
+  }
+  last_error_ = StrCat("the kubelet refused the registration: ", status.message());
+  state_ = State::kWaitingKubelet;
+  // The kubelet probes again by itself, with its own backoff, while the
+  // socket is there. One warning, then debug until it works.
+  const auto level = failures_++ == 0 ? spdlog::level::warn : spdlog::level::debug;
+  spdlog::log(level, "resource \"{}\": {}", names_.resource, last_error_);
+}
+
+void Registrar::CheckReprobe() {
+  if (state_ != State::kWaitingKubelet) return;  // probed again, or stopped
+  const auto kubelet = env_->Kubelet();
+  if (kubelet && kubelet == lost_kubelet_ && env_->KubeletAnswers()) {
+    // The kubelet that ended our stream still runs: its watcher probes only
+    // a socket it sees appear.
+    spdlog::warn(
+        "resource \"{}\": the kubelet ended ListAndWatch and still runs; serving {} anew so "
+        "that its plugin watcher probes it again",
+        names_.resource, names_.socket_path);
+    if (Serve()) AwaitProbe();
+    return;
+  }
+  // Restarting: the new kubelet finds the socket by itself.
+  spdlog::debug("resource \"{}\": the kubelet restarts; its plugin watcher will find {}",
+                names_.resource, names_.socket_path);
+  probe_due_ = env_->Now() + kProbeTimeout;
 }
 
 void Registrar::OnSocketRemoved() {
@@ -125,6 +202,11 @@ void Registrar::CheckSocket() {
   if (env_->PluginDirGone()) return;  // removed with its directory: the agent exits
   if (!env_->HasServer() || env_->SocketIsOurs()) return;
   const bool registered = state_ == State::kRegistered || state_ == State::kRegistering;
+  if (Watched()) {
+    // The kubelet saw the removal and let us go; it probes the new socket.
+    if (Serve()) AwaitProbe();
+    return;
+  }
   // A kubelet restart is under way: its kubelet.sock creation serves us anew.
   if (registered && !WithKubelet(env_->Kubelet())) return;
   // Removed by someone else: the kubelet's stream still runs on the old
@@ -172,6 +254,16 @@ void Registrar::OnStreamEnded(uint64_t n) {
   // resource is gone from the node after its grace period.
   if (n != registration_) return;
   if (state_ != State::kRegistered && state_ != State::kRegistering) return;
+  if (Watched()) {
+    state_ = State::kWaitingKubelet;
+    lost_kubelet_ = env_->Kubelet();
+    reprobe_at_ = env_->Now() + kReprobeDelay;
+    spdlog::warn(
+        "resource \"{}\": the kubelet closed ListAndWatch; waiting {} ms for its plugin watcher "
+        "to probe again",
+        names_.resource, kReprobeDelay.count());
+    return;
+  }
   cancel_ = nullptr;
   state_ = State::kRetryWait;
   retry_at_ = env_->Now() + kStreamLostDelay;
@@ -185,6 +277,19 @@ void Registrar::OnTimer() {
     socket_check_at_.reset();
     CheckSocket();
   }
+  if (reprobe_at_ && *reprobe_at_ <= now) {
+    reprobe_at_.reset();
+    CheckReprobe();
+  }
+  if (probe_due_ && *probe_due_ <= now) {
+    probe_due_.reset();
+    if (state_ == State::kWaitingKubelet)
+      spdlog::warn(
+          "resource \"{}\": no probe from the kubelet's plugin watcher for {} s: is the folder of "
+          "{} the kubelet's <root-dir>/plugins_registry, and does the kubelet (1.12 or later) "
+          "run?",
+          names_.resource, kProbeTimeout.count() / 1000, names_.socket_path);
+  }
   if (retry_at_ && *retry_at_ <= now) {
     retry_at_.reset();
     // Register again on the same server, unless its socket is gone.
@@ -196,8 +301,10 @@ void Registrar::OnTimer() {
 }
 
 std::optional<Registrar::Clock::time_point> Registrar::NextDeadline() const {
-  if (retry_at_ && socket_check_at_) return std::min(*retry_at_, *socket_check_at_);
-  return retry_at_ ? retry_at_ : socket_check_at_;
+  std::optional<Clock::time_point> next;
+  for (const auto& t : {retry_at_, socket_check_at_, reprobe_at_, probe_due_})
+    if (t && (!next || *t < *next)) next = t;
+  return next;
 }
 
 }  // namespace devplug::kubelet

@@ -12,6 +12,15 @@
 // (after its stream ended) and registered after a short wait. Only the
 // stream that belongs to the current registration counts (see StreamHub).
 //
+// With the plugin watcher (RegistrationMode::kPluginWatcher) there is no
+// Register: the socket in plugins_registry serves Registration beside
+// DevicePlugin, the kubelet probes it (GetInfo, OnProbed) whenever it sees
+// the socket appear, at its own start too, and says how that went
+// (NotifyRegistrationStatus, OnKubeletStatus). A kubelet restart costs
+// nothing. What the kubelet does not do is probe again after it ended our
+// stream while it kept running: then the socket is served anew, which it
+// sees as a new plugin.
+//
 // The registrar acts only through its Env: the agent gives it the gRPC
 // server, kubelet.sock and the steady clock; unit tests give fakes.
 //
@@ -26,6 +35,7 @@
 #include <string>
 #include <utility>
 
+#include "model/registration_mode.h"
 #include "util/status.h"
 
 namespace devplug::kubelet {
@@ -56,6 +66,14 @@ class Registrar {
   // How long a removed socket may stay removed before we serve it again: a
   // kubelet restart removes it first and creates kubelet.sock next.
   static constexpr std::chrono::milliseconds kSocketSettle{1000};
+  // Plugin watcher: how long after our stream ended without a new probe we
+  // look whether the same kubelet still runs (then it will not probe again
+  // by itself, and the socket is served anew).
+  static constexpr std::chrono::milliseconds kReprobeDelay{3000};
+  // Plugin watcher: a probe expected this long after serving (or after a
+  // kubelet restart) and not come is worth a warning: the kubelet's
+  // plugins_registry is likely another folder.
+  static constexpr std::chrono::milliseconds kProbeTimeout{30'000};
   // Backoff of Register retries (and of serving again when that failed).
   static constexpr std::chrono::milliseconds kMinBackoff{500};
   static constexpr std::chrono::milliseconds kMaxBackoff{30'000};
@@ -72,6 +90,8 @@ class Registrar {
     virtual bool HasServer() const = 0;
     // The socket file is the one the running server bound.
     virtual bool SocketIsOurs() const = 0;
+    // A process answers on kubelet.sock (the kubelet runs).
+    virtual bool KubeletAnswers() const = 0;
     // The plugin directory is gone (the agent exits; nothing to do here).
     virtual bool PluginDirGone() const = 0;
     // Only the kubelet stream of registration `n` counts (0: none).
@@ -87,7 +107,7 @@ class Registrar {
     std::string resource, socket, socket_path, kubelet_socket;
   };
   // `env` outlives the registrar.
-  Registrar(Names names, Env* env);
+  Registrar(Names names, Env* env, RegistrationMode mode = RegistrationMode::kKubelet);
   ~Registrar();
   Registrar(const Registrar&) = delete;
   Registrar& operator=(const Registrar&) = delete;
@@ -112,6 +132,12 @@ class Registrar {
   bool OnRegisterDone(uint64_t n, const Status& status);
   // The kubelet's ListAndWatch stream of registration `n` ended.
   void OnStreamEnded(uint64_t n);
+  // Plugin watcher: the kubelet called GetInfo; its stream will be
+  // registration `n` (the service armed the hub already).
+  void OnProbed(uint64_t n);
+  // Plugin watcher: the kubelet's NotifyRegistrationStatus for the latest
+  // probe: OK, or why it refused us.
+  void OnKubeletStatus(const Status& status);
   // Runs what is due at Env::Now().
   void OnTimer();
   // When OnTimer has something to do next; nullopt: nothing.
@@ -129,6 +155,9 @@ class Registrar {
   const std::string& last_error() const { return last_error_; }
   // Register failures in a row.
   uint64_t failures() const { return failures_; }
+  RegistrationMode mode() const { return mode_; }
+  // Plugin watcher: what the kubelet said last (nullopt: nothing yet).
+  const std::optional<Status>& kubelet_status() const { return kubelet_status_; }
 
  private:
   // A fresh socket (the Register in flight cancelled); false after a
@@ -140,14 +169,24 @@ class Registrar {
   // Retry with backoff, at `min_delay` at the earliest.
   void ScheduleRetry(std::chrono::milliseconds min_delay);
   void CheckSocket();
+  bool Watched() const { return mode_ == RegistrationMode::kPluginWatcher; }
+  // Plugin watcher: after our stream ended, whether to serve anew.
+  void CheckReprobe();
+  // Plugin watcher: serving, waiting for a probe (with its deadline).
+  void AwaitProbe();
 
   const Names names_;
   Env* const env_;
+  const RegistrationMode mode_;
   State state_ = State::kDown;
   std::function<void()> cancel_;  // the Register in flight
   uint64_t registration_ = 0;
   std::optional<Clock::time_point> retry_at_;
   std::optional<Clock::time_point> socket_check_at_;  // our socket was removed
+  std::optional<Clock::time_point> reprobe_at_;       // plugin watcher: stream ended
+  std::optional<Clock::time_point> probe_due_;        // plugin watcher: probe expected
+  std::optional<KubeletId> lost_kubelet_;             // kubelet.sock when the stream ended
+  std::optional<Status> kubelet_status_;
   std::chrono::milliseconds backoff_{0};
   uint64_t failures_ = 0;
   std::optional<KubeletId> pending_kubelet_;     // kubelet.sock the pending Register went to

@@ -59,7 +59,8 @@ std::string CheckResourceName(std::string_view name) {
   return "";
 }
 
-std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir) {
+std::string CheckSocketName(std::string_view socket, std::string_view dir,
+                            std::string_view dir_key) {
   if (socket.empty()) return "is empty";
   if (socket.find('/') != std::string_view::npos)
     return "must be a bare file name (the kubelet joins it with its socket directory)";
@@ -69,10 +70,10 @@ std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir
       return "may only hold the characters A-Z a-z 0-9 . _ -";
   if (socket == "kubelet.sock" || socket == "kubelet_internal_checkpoint")
     return "is a name the kubelet uses itself";
-  const size_t full = plugin_dir.size() + 1 + socket.size();
+  const size_t full = dir.size() + 1 + socket.size();
   if (full > kMaxSocketPathBytes)
-    return StrCat("with plugin_dir the path is ", full, " bytes; a Unix socket path holds at most ",
-                  kMaxSocketPathBytes);
+    return StrCat("with ", dir_key, " the path is ", full,
+                  " bytes; a Unix socket path holds at most ", kMaxSocketPathBytes);
   return "";
 }
 

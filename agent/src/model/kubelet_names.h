@@ -15,9 +15,11 @@ namespace devplug::kubelet {
 std::string CheckResourceName(std::string_view name);
 
 // Checks a socket file name: a bare file name of [A-Za-z0-9._-] (not
-// starting with '.') that fits in a Unix socket path inside plugin_dir.
-// Empty string when valid.
-std::string CheckSocketName(std::string_view socket, std::string_view plugin_dir);
+// starting with '.') that fits in a Unix socket path inside `dir` (the
+// folder the key `dir_key` names, for the message). Empty string when
+// valid.
+std::string CheckSocketName(std::string_view socket, std::string_view dir,
+                            std::string_view dir_key = "plugin_dir");
 
 // The default socket file name for a resource name.
 std::string DefaultSocketName(std::string_view resource_name);

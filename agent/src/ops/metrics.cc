@@ -101,6 +101,7 @@ void ResourceMetrics::CarryCounters(const ResourceMetrics& old) {
     to.fetch_add(from.load(kRelaxed), kRelaxed);
   };
   add(registrations_, old.registrations_);
+  add(refusals_, old.refusals_);
   add(to_healthy_, old.to_healthy_);
   add(to_unhealthy_, old.to_unhealthy_);
   for (size_t i = 0; i < rescans_.size(); ++i) add(rescans_[i], old.rescans_[i]);
@@ -140,6 +141,10 @@ std::vector<MetricFamily> Metrics::Collect() const {
                             MetricType::Counter);
   auto registrations =
       Family("registrations_total", "Registrations the kubelet accepted", MetricType::Counter);
+  auto refusals = Family("registration_refusals_total",
+                         "Registrations the kubelet's plugin watcher refused "
+                         "(NotifyRegistrationStatus with an error; the log has the reason)",
+                         MetricType::Counter);
   auto requests = Family("rpc_requests_total", "Kubelet calls by method and gRPC status code",
                          MetricType::Counter);
   auto durations = Family("rpc_duration_seconds",
@@ -161,6 +166,7 @@ std::vector<MetricFamily> Metrics::Collect() const {
         Sample({res, {"to", "Unhealthy"}}, MetricType::Counter, double(Load(r->to_unhealthy_))));
     registrations.metric.push_back(
         Sample({res}, MetricType::Counter, double(Load(r->registrations_))));
+    refusals.metric.push_back(Sample({res}, MetricType::Counter, double(Load(r->refusals_))));
     for (size_t c = 0; c < static_cast<size_t>(ScanCause::kCount); ++c)
       rescans.metric.push_back(
           Sample({{"cause", std::string(ScanCauseName(static_cast<ScanCause>(c)))}, res},
@@ -195,8 +201,8 @@ std::vector<MetricFamily> Metrics::Collect() const {
       durations.metric.push_back(std::move(h));
     }
   }
-  for (auto* f : {&registered, &devices, &transitions, &registrations, &requests, &durations,
-                  &rescans, &releases})
+  for (auto* f : {&registered, &devices, &transitions, &registrations, &refusals, &requests,
+                  &durations, &rescans, &releases})
     out.push_back(std::move(*f));
 
   auto restarts = Family("kubelet_restarts_total", "kubelet.sock created anew after our start",

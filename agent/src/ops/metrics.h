@@ -51,6 +51,9 @@ class ResourceMetrics final : public kubelet::RpcObserver {
   void Rpc(devplug::Rpc rpc, StatusCode code, std::chrono::nanoseconds took) override;
   void Registered(bool on) { registered_.store(on ? 1 : 0, std::memory_order_relaxed); }
   void Registration() { registrations_.fetch_add(1, std::memory_order_relaxed); }
+  // The kubelet's plugin watcher refused a registration
+  // (NotifyRegistrationStatus without plugin_registered).
+  void RegistrationRefused() { refusals_.fetch_add(1, std::memory_order_relaxed); }
   void Devices(uint64_t healthy, uint64_t unhealthy);
   void Transitions(uint64_t to_healthy, uint64_t to_unhealthy);
   void Rescan(ScanCause cause) { rescans_[Index(cause)].fetch_add(1, std::memory_order_relaxed); }
@@ -70,7 +73,7 @@ class ResourceMetrics final : public kubelet::RpcObserver {
   static constexpr size_t kCodes = 17;  // gRPC's status codes
 
   const std::string name_;
-  std::atomic<uint64_t> registered_{0}, registrations_{0};
+  std::atomic<uint64_t> registered_{0}, registrations_{0}, refusals_{0};
   std::atomic<uint64_t> healthy_{0}, unhealthy_{0};
   std::atomic<uint64_t> to_healthy_{0}, to_unhealthy_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(ScanCause::kCount)> rescans_{};

@@ -1,0 +1,32 @@
+#include "kubelet/registration_service.h"
+
+namespace devplug::kubelet {
+
+grpc::ServerUnaryReactor* RegistrationService::GetInfo(grpc::CallbackServerContext* ctx,
+                                                       const pluginregistration::InfoRequest*,
+                                                       pluginregistration::PluginInfo* resp) {
+  resp->set_type(kDevicePluginType);
+  resp->set_name(resource_name_);
+  // "": the DevicePlugin service is on this same socket.
+  resp->set_endpoint("");
+  resp->add_supported_versions("v1beta1");
+  if (cb_.probed) cb_.probed();
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerUnaryReactor* RegistrationService::NotifyRegistrationStatus(
+    grpc::CallbackServerContext* ctx, const pluginregistration::RegistrationStatus* req,
+    pluginregistration::RegistrationStatusResponse*) {
+  if (cb_.status)
+    cb_.status(req->plugin_registered()
+                   ? OkStatus()
+                   : Status(StatusCode::kUnknown,
+                            req->error().empty() ? "(no reason given)" : req->error()));
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+}  // namespace devplug::kubelet
