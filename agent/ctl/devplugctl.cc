@@ -342,6 +342,9 @@ int main(int argc, char** argv) {
   status->add_option("resource", so.resource, "Only this resource, with one row per device");
   status->add_flag("--json", so.json, "Print devplugd's answer as JSON");
   status->add_flag("--devices", so.devices, "One row per device for every resource");
+  status->add_flag("--ready", so.ready,
+                   "Readiness probe: exit 0 when devplugd runs and answers, 1 while it starts "
+                   "or cannot be reached; device health and registrations do not count");
 
   CLI11_PARSE(app, argc, argv);
   if (*status || *metrics) {

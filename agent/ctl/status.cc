@@ -170,6 +170,17 @@ void PrintDevices(const json& r) {
 }  // namespace
 
 int PrintStatus(const StatusOptions& o) {
+  if (o.ready) {
+    const std::optional<json> answer = Ask(o, json{{"status", json::object()}});
+    if (!answer || !answer->contains("agent")) {
+      std::printf("not ready: devplugd does not answer (starting, stopped or hung)\n");
+      return 1;
+    }
+    const json agent = answer->value("agent", json::object());
+    std::printf("ready: devplugd %s, %s\n", Str(agent, "version").c_str(),
+                Str(agent, "status").c_str());
+    return 0;
+  }
   json request = {{"status", {{"devices", o.devices}}}};
   if (!o.resource.empty()) request["status"]["resource"] = o.resource;
   const std::optional<json> answer = Ask(o, request);

@@ -12,6 +12,10 @@ struct StatusOptions {
   std::string resource;  // only this resource, with its devices
   bool json = false;     // the agent's JSON as it is
   bool devices = false;  // per-device rows for every resource
+  // Readiness probe: devplugd runs and answers (it answers only once its
+  // start is over); device health and registrations play no part, so an
+  // Unhealthy device never gets the agent restarted. Exit 0 or 1.
+  bool ready = false;
 };
 
 // Exit status: 0 when every resource shown is registered and has a healthy

@@ -56,6 +56,8 @@ Status Agent::Start() {
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
+  // A change during our own start is a change too.
+  UpdateConfigWatch();
   if (auto pw = udev::PathWatch::Create(); pw.ok())
     path_watch_ = std::move(*pw);
   else
@@ -221,6 +223,7 @@ int Agent::NextTimeoutMs() const {
     if (t && (!next || *t < *next)) next = t;
   };
   consider(next_watchdog_);
+  consider(config_watch_.deadline());
   consider(releases_.NextDeadline());
   if (reload_) consider(reload_->deadline);
   for (const auto& r : resources_) {
@@ -266,13 +269,14 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[6] = {{signal_fd, POLLIN, 0},
+    pollfd fds[7] = {{signal_fd, POLLIN, 0},
                      {watch_.fd(), POLLIN, 0},
                      {mailbox_->fd(), POLLIN, 0},
                      {udev_ ? udev_->fd() : -1, POLLIN, 0},
                      {path_watch_ ? path_watch_->fd() : -1, POLLIN, 0},
-                     {registry_watch_.fd(), POLLIN, 0}};
-    const int n = poll(fds, 6, timeout_ms);
+                     {registry_watch_.fd(), POLLIN, 0},
+                     {config_watch_.fd(), POLLIN, 0}};
+    const int n = poll(fds, 7, timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
@@ -305,6 +309,8 @@ int Agent::Run(int signal_fd) {
           if (r->cfg.registration == RegistrationMode::kPluginWatcher && name == r->cfg.socket)
             r->registrar->OnSocketRemoved();
     }
+    if (fds[6].revents & POLLIN) config_watch_.Drain(Clock::now());
+    if (config_watch_.Changed(Clock::now())) BeginReload("configuration files changed");
     if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
     if (fds[4].revents & POLLIN) DrainPathWatch();
     if (fds[2].revents & POLLIN)
@@ -335,6 +341,7 @@ void Agent::Shutdown() {
   sd::Notify("STOPPING=1");
   watch_.StopWatching();
   registry_watch_.StopWatching();
+  config_watch_.Stop();
   // Nothing reaches the main loop any more: a status request still waiting
   // learns that devplugd stops.
   mailbox_->Close();

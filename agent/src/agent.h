@@ -34,6 +34,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "config/config.h"
+#include "config_watch.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
@@ -69,6 +70,9 @@ class Agent {
     // Reads the configuration again (SIGHUP): the same files and command
     // line as at start. Without it a reload is refused.
     std::function<StatusOr<config::AgentConfig>()> reload;
+    // The main configuration file, for [agent] watch_config ("" = none: a
+    // built-in configuration).
+    std::string config_path;
   };
 
   explicit Agent(config::AgentConfig config);
@@ -236,7 +240,10 @@ class Agent {
     std::vector<std::unique_ptr<Resource>> staged;  // added and changed, being created
     Clock::time_point deadline;
   };
-  void BeginReload();
+  // `why`: what asked for it, for the log ("SIGHUP").
+  void BeginReload(const char* why = "SIGHUP");
+  // watch_config on or off as config_ says.
+  void UpdateConfigWatch();
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();
@@ -291,6 +298,7 @@ class Agent {
   Timers timers_;
   std::vector<std::unique_ptr<Resource>> resources_;
   kubelet::PluginDirWatch watch_;
+  ConfigWatch config_watch_;
   // plugins_registry, watched once a resource serves there.
   kubelet::PluginDirWatch registry_watch_;
   // The plugin directory was removed: Run ends with kExitPluginDirLost.

@@ -194,6 +194,7 @@ int main(int argc, char** argv) {
     agent_opts.version = DEVPLUG_VERSION;
     // SIGHUP reads the same files, with the same command line, again:
     // --log-level still wins over the file's log_level.
+    if (!f.builtin_config) agent_opts.config_path = f.config_path;
     if (!f.builtin_config)
       agent_opts.reload = [path = f.config_path, load_opts, level = f.log_level] {
         auto next = devplug::config::LoadFile(path, load_opts);

@@ -45,16 +45,16 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
 
 // ---- reload -------------------------------------------------------------------------------
 
-void Agent::BeginReload() {
+void Agent::BeginReload(const char* why) {
   if (reload_) {
-    spdlog::warn("SIGHUP: a reload is already under way; ignoring this one");
+    spdlog::warn("{}: a reload is already under way; ignoring this one", why);
     return;
   }
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   sd::Notify(StrCat("RELOADING=1\nMONOTONIC_USEC=", static_cast<uint64_t>(ts.tv_sec) * 1'000'000 +
                                                         static_cast<uint64_t>(ts.tv_nsec / 1000)));
-  spdlog::info("SIGHUP: reloading the configuration");
+  spdlog::info("{}: reloading the configuration", why);
   if (!options_.reload) {
     FailReload("this devplugd runs a built-in configuration and cannot reload it");
     return;
@@ -159,6 +159,19 @@ void Agent::FinishReload() {
   CommitReload();
 }
 
+void Agent::UpdateConfigWatch() {
+  if (!config_.watch_config || options_.config_path.empty()) {
+    if (config_watch_.active()) spdlog::info("no longer watching the configuration files");
+    config_watch_.Stop();
+    return;
+  }
+  if (config_watch_.active()) return;
+  if (Status st = config_watch_.Start(options_.config_path); !st.ok())
+    spdlog::warn("watch_config: {}; reload with SIGHUP instead", st.message());
+  else
+    spdlog::info("watching {} and its conf.d/ for changes", options_.config_path);
+}
+
 void Agent::FailReload(const std::string& why) {
   const std::string first = why.substr(0, why.find('\n'));
   spdlog::error("reload failed, the old configuration keeps running:");
@@ -257,6 +270,7 @@ void Agent::CommitReload() {
   spdlog::info("reloaded: {} unchanged; added: {}; changed: {}; removed: {}", unchanged.size(),
                names(added), names(changed), names(removed));
   reload_error_.clear();
+  UpdateConfigWatch();
   metrics_->Reload(true);
   UpdateStatus();
   sd::Notify("READY=1");

@@ -291,6 +291,16 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
     EXPECT_NE(raw->find("\"error\""), std::string::npos) << bad << ": " << *raw;
   }
   EXPECT_EQ(Ctl({"status", "--socket", sock, kFull}).exit_code, 0);
+
+  // The readiness probe: an Unhealthy device and a resource left out do not
+  // make devplugd unready (a probe must never get it restarted for them);
+  // only an agent that does not answer is.
+  r = Ctl({"status", "--ready", "--socket", sock});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ready: devplugd"), std::string::npos) << r.output;
+  r = Ctl({"status", "--ready", "--socket", dir_ / "nothing.sock"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("not ready"), std::string::npos) << r.output;
 }
 
 // The metrics count what happened: registrations, calls by result, health

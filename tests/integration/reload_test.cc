@@ -2,7 +2,9 @@
 // untouched, what changed restarts alone, and any mistake keeps the old
 // configuration running. The kubelet simulator counts every registration and
 // every stream end, so "untouched" is measured, not assumed.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
+#include "config_watch.h"
 
 namespace devplug {
 namespace {
@@ -391,6 +394,123 @@ TEST_F(ReloadTest, MetricsShowOneSeriesPerResourceAcrossAReload) {
   ASSERT_TRUE(Registered(kFull, 2));
   EXPECT_TRUE(Eventually(
       [&] { return Metric("devplug_registrations_total{resource=\"fake.example/full\"} ") == 2; }));
+}
+
+// ---- watch_config: a ConfigMap's update, as the kubelet writes it --------------------
+
+// The kubelet's atomic update of a ConfigMap volume: the files are symlinks
+// to ..data/<name>, and ..data is switched to a new timestamped folder by
+// renaming a ..data_tmp symlink over it; the old folder goes last.
+class ConfigMapDir {
+ public:
+  explicit ConfigMapDir(std::filesystem::path dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_);
+  }
+  void Write(const std::string& name, const std::string& content) {
+    namespace fs = std::filesystem;
+    const std::string version = "..2026_11_25_" + std::to_string(++n_);
+    fs::create_directories(dir_ / version);
+    WriteFile(dir_ / version / name, content);
+    fs::create_symlink(version, dir_ / "..data_tmp");
+    fs::rename(dir_ / "..data_tmp", dir_ / "..data");
+    if (!fs::exists(fs::symlink_status(dir_ / name)))
+      fs::create_symlink(fs::path("..data") / name, dir_ / name);
+    if (!old_.empty()) fs::remove_all(dir_ / old_);
+    old_ = version;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::string old_;
+  int n_ = 0;
+};
+
+class ConfigMapReloadTest : public ReloadTest {
+ protected:
+  std::string cm_dir() const { return dir_ / "configmap"; }
+  std::string cm_file() const { return cm_dir() + "/devplug.toml"; }
+  void StartFromConfigMap(ConfigMapDir& cm, const std::string& resources,
+                          const std::string& extra = "watch_config = true") {
+    cm.Write("devplug.toml", Config(resources, "0s", extra));
+    agent_ =
+        std::make_unique<testing::AgentProcess>(std::vector<std::string>{"--config", cm_file()});
+  }
+  double Reloads(const char* result) {
+    return Metric(std::string("devplug_reloads_total{result=\"") + result + "\"} ");
+  }
+};
+
+// The ConfigMap gains a resource: devplugd reloads by itself, starts it,
+// and leaves the other untouched.
+TEST_F(ConfigMapReloadTest, ASymlinkSwapAddsAResourceWithoutDisturbingTheOther) {
+  ConfigMapDir cm(cm_dir());
+  StartSim();
+  const std::string minimal = Resource(kMinimal, FakeModule("fake_minimal"));
+  StartFromConfigMap(cm, minimal);
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("watching " + cm_file() + " and its conf.d/ for changes", kWait));
+  cm.Write("devplug.toml", Config(minimal + Resource(kFull, FakeModule("fake_full"), "count = 2"),
+                                  "0s", "watch_config = true"));
+  ASSERT_TRUE(Registered(kFull)) << agent_->Log();
+  EXPECT_TRUE(
+      agent_->WaitForLog("configuration files changed: reloading the configuration", kWait));
+  EXPECT_TRUE(agent_->WaitForLog("reloaded: 1 unchanged; added: " + std::string(kFull), kWait));
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
+  EXPECT_EQ(Reloads("ok"), 1);
+}
+
+// A bad edit keeps the old configuration, says so in the log, the status
+// and the metrics, and is not tried again until the files change again.
+TEST_F(ConfigMapReloadTest, ABadEditKeepsTheOldConfiguration) {
+  ConfigMapDir cm(cm_dir());
+  StartSim();
+  const std::string minimal = Resource(kMinimal, FakeModule("fake_minimal"));
+  StartFromConfigMap(cm, minimal);
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("watching " + cm_file(), kWait));
+  cm.Write("devplug.toml", Config(minimal + "[[resource]]\nname = \"bad name\"\nmodule = \"kvm\"\n",
+                                  "0s", "watch_config = true"));
+  ASSERT_TRUE(agent_->WaitForLog("reload failed, the old configuration keeps running", kWait))
+      << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("resource[1].name", kWait));
+  const auto status = Status();
+  EXPECT_NE(status.output.find("reload failed (old configuration kept)"), std::string::npos)
+      << status.output;
+  EXPECT_EQ(Reloads("failed"), 1);
+  EXPECT_EQ(Seen(kMinimal), std::make_pair(1ul, 0ul));
+  EXPECT_TRUE(HealthyIs(kMinimal, 4, 4));
+  // An event that leaves the contents as they are (a touch of the symlink
+  // in the watched folder) is no change: the bad file is not tried again.
+  ASSERT_EQ(utimensat(AT_FDCWD, cm_file().c_str(), nullptr, AT_SYMLINK_NOFOLLOW), 0);
+  std::this_thread::sleep_for(ConfigWatch::kSettle * 3);
+  EXPECT_EQ(Reloads("failed"), 1) << agent_->Log();
+  // Fixed: applied.
+  cm.Write("devplug.toml", Config(minimal, "0s", "watch_config = true\ncall_timeout = \"9s\""));
+  ASSERT_TRUE(agent_->WaitForLog("reloaded: 1 unchanged", kWait)) << agent_->Log();
+  EXPECT_EQ(Reloads("failed"), 1);
+  EXPECT_EQ(Reloads("ok"), 1);
+}
+
+// A drop-in added to conf.d/ is a change too; without watch_config nothing
+// reloads by itself (SIGHUP still does).
+TEST_F(ConfigMapReloadTest, DropInsCountAndTheWatchIsOptIn) {
+  StartSim();
+  const std::string minimal = Resource(kMinimal, FakeModule("fake_minimal"));
+  StartAgent(minimal, "0s", "watch_config = true");
+  ASSERT_TRUE(Registered(kMinimal));
+  ASSERT_TRUE(agent_->WaitForLog("watching " + config_path(), kWait));
+  const std::string dropin = std::filesystem::path(config_path()).parent_path() / "conf.d/50.toml";
+  WriteFile(dropin, Resource(kFull, FakeModule("fake_full"), "count = 2"));
+  ASSERT_TRUE(Registered(kFull)) << agent_->Log();
+  // Turned off by a reload: later edits wait for SIGHUP.
+  Rewrite(minimal, "watch_config = false");
+  ASSERT_TRUE(Reload());
+  ASSERT_TRUE(agent_->WaitForLog("no longer watching the configuration files", kWait));
+  std::filesystem::remove(dropin);
+  // No reload comes by itself: a reload after the settle time would log.
+  std::this_thread::sleep_for(ConfigWatch::kSettle * 3);
+  EXPECT_EQ(Reloads("ok"), 2) << agent_->Log();
+  EXPECT_TRUE(sim_->resource(kFull)->connected);
 }
 
 }  // namespace

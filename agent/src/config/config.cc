@@ -203,6 +203,11 @@ class Parser {
         } else {
           cfg_.*(dk->field) = *d;
         }
+      } else if (name == "watch_config") {
+        if (const auto* b = node.as_boolean())
+          cfg_.watch_config = b->get();
+        else
+          Error(node, key, StrCat("must be a boolean, not ", TypeName(node)));
       } else if (name == "registration") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;

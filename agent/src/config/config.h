@@ -84,6 +84,9 @@ struct AgentConfig {
   // Safety rescan besides events; zero disables.
   std::chrono::milliseconds resync_interval{std::chrono::seconds(60)};
   UdevSource udev_source = UdevSource::kAuto;
+  // Reload by itself when the configuration files change on disk (a
+  // ConfigMap's symlink swap), as SIGHUP does.
+  bool watch_config = false;
   // Longest a module may take to answer Allocate, GetPreferredAllocation or
   // PreStartContainer; the kubelet then gets DEADLINE_EXCEEDED instead of a
   // hung pod admission. Well below the kubelet's 30 s PreStartContainer limit.

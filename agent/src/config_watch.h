@@ -1,0 +1,63 @@
+// [agent] watch_config: devplugd notices its configuration files change on
+// disk and reloads as SIGHUP does. Made for a ConfigMap mounted in a pod,
+// which the kubelet updates by an atomic symlink swap (..data points at a
+// new folder): only the folders are watched, never the files, since the
+// files' targets are replaced wholesale.
+//
+// Any event in the main file's folder or in its conf.d/ arms a short
+// settle; then the files' contents are compared with those of the last
+// reload (or start), so that editors' temporary files, a touch, or a swap
+// that brings the same contents cause nothing.
+//
+// Thread safety: not thread-safe; owned by the agent's main loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "util/status.h"
+
+namespace devplug {
+
+class ConfigWatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Events this close together are one change (a swap is several).
+  static constexpr std::chrono::milliseconds kSettle{500};
+
+  ConfigWatch() = default;
+  ~ConfigWatch();
+  ConfigWatch(const ConfigWatch&) = delete;
+  ConfigWatch& operator=(const ConfigWatch&) = delete;
+
+  // Watches the folder of `main_file` and its conf.d/ (when there is one,
+  // or once it appears); what is on disk now is the baseline.
+  Status Start(const std::string& main_file);
+  void Stop();
+  bool active() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+
+  // Reads the pending events; arms the settle timer when any came.
+  void Drain(Clock::time_point now);
+  std::optional<Clock::time_point> deadline() const { return settle_at_; }
+  // At the deadline: true when the contents differ from the baseline,
+  // which they then become (a reload that fails is not tried again until
+  // the files change again).
+  bool Changed(Clock::time_point now);
+
+ private:
+  // The files the loader reads (main file, then conf.d/*.toml in order),
+  // names and contents, hashed.
+  uint64_t Fingerprint() const;
+  void WatchDropIns();
+
+  std::string main_, dir_, dropins_;
+  int fd_ = -1;
+  int dropins_wd_ = -1;
+  uint64_t baseline_ = 0;
+  std::optional<Clock::time_point> settle_at_;
+};
+
+}  // namespace devplug
