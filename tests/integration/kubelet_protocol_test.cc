@@ -21,11 +21,7 @@ namespace {
 
 using KubeletProtocolTest = AgentTest;
 
-std::optional<ino_t> Inode(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  return st.st_ino;
-}
+using testing::FileIdentity;
 
 // A client that is not the kubelet (grpcurl, a health probe): it opens
 // ListAndWatch on a resource socket, reads the first message and goes away.
@@ -99,7 +95,7 @@ TEST_F(KubeletProtocolTest, ADeadKubeletSockIsRetriedOnTheSameServer) {
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
   const std::string socket = plugin_dir() + "/" + kMinimalSocket;
   ASSERT_TRUE(agent_->WaitForLog("Register failed", kWait)) << agent_->Log();
-  const auto inode = Inode(socket);
+  const auto inode = FileIdentity(socket);
   ASSERT_TRUE(inode.has_value());
   // Three more attempts (0.5, 1 and 2 s apart).
   const auto end = std::chrono::steady_clock::now() + kWait;
@@ -108,7 +104,7 @@ TEST_F(KubeletProtocolTest, ADeadKubeletSockIsRetriedOnTheSameServer) {
   const std::string log = agent_->Log();
   ASSERT_GE(Count(log, "Register failed"), 4u) << log;
   EXPECT_EQ(Count(log, "warning resource \"fake.example/minimal\": Register failed"), 1u) << log;
-  EXPECT_EQ(Inode(socket), inode) << "the server was restarted for a retry";
+  EXPECT_EQ(FileIdentity(socket), inode) << "the server was restarted for a retry";
   EXPECT_EQ(Count(log, "serving on"), 1u) << log;
   // The kubelet comes back: registered, and the log says after how much.
   StartSim();

@@ -21,11 +21,7 @@ namespace {
 constexpr char kWatched[] = "fake.example/watched";
 constexpr char kDirect[] = "fake.example/direct";
 
-std::optional<ino_t> Inode(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  return st.st_ino;
-}
+using testing::FileIdentity;
 
 class PluginWatcherTest : public AgentTest {
  protected:
@@ -88,14 +84,14 @@ TEST_F(PluginWatcherTest, AKubeletRestartCostsDevplugdNothing) {
   StartSim();
   StartAgent(Resource(kWatched, FakeModule("fake_minimal")), "0s", Watched());
   ASSERT_TRUE(Registered(kWatched));
-  const auto before = Inode(socket());
+  const auto before = FileIdentity(socket());
   ASSERT_TRUE(before);
   ASSERT_TRUE(sim_->Restart(std::chrono::milliseconds(300)).ok());
   ASSERT_TRUE(Registered(kWatched, 2));
-  EXPECT_EQ(Inode(socket()), before) << "the socket was made anew";
+  EXPECT_EQ(FileIdentity(socket()), before) << "the socket was made anew";
   EXPECT_EQ(sim_->resource(kWatched)->probes, 2u);
   std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // past the re-probe check
-  EXPECT_EQ(Inode(socket()), before);
+  EXPECT_EQ(FileIdentity(socket()), before);
   EXPECT_EQ(sim_->resource(kWatched)->registrations, 2u);
   EXPECT_EQ(agent_->Log().find("serving " + socket() + " anew"), std::string::npos)
       << agent_->Log();
@@ -153,7 +149,7 @@ TEST_F(PluginWatcherTest, AReloadMovesOneResourceToThePluginWatcher) {
              "0s", agent_keys);
   ASSERT_TRUE(Registered(kDirect));
   ASSERT_TRUE(Registered(kWatched));
-  const auto direct = Inode(plugin_dir() + "/devplug-fake.example_direct.sock");
+  const auto direct = FileIdentity(plugin_dir() + "/devplug-fake.example_direct.sock");
   WriteFile(config_path(), Config(Resource(kDirect, FakeModule("fake_minimal")) +
                                       Resource(kWatched, FakeModule("fake_minimal"),
                                                "registration = \"plugin-watcher\""),
@@ -167,7 +163,7 @@ TEST_F(PluginWatcherTest, AReloadMovesOneResourceToThePluginWatcher) {
       kWait))
       << agent_->Log();
   EXPECT_FALSE(FileExists(plugin_dir() + "/devplug-fake.example_watched.sock"));
-  EXPECT_EQ(Inode(plugin_dir() + "/devplug-fake.example_direct.sock"), direct);
+  EXPECT_EQ(FileIdentity(plugin_dir() + "/devplug-fake.example_direct.sock"), direct);
   EXPECT_EQ(sim_->resource(kDirect)->registrations, 1u);
 }
 

@@ -53,6 +53,14 @@ bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor) {
 
 bool IsRoot() { return geteuid() == 0; }
 
+std::optional<std::pair<uint64_t, int64_t>> FileIdentity(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::make_pair(
+      static_cast<uint64_t>(st.st_ino),
+      static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
+}
+
 bool FileExists(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0;

@@ -4,8 +4,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace devplug::testing {
@@ -31,6 +33,10 @@ std::string ReadFile(const std::string& path);
 bool MakeCharDevice(const std::string& path, unsigned major, unsigned minor);
 bool IsRoot();
 bool FileExists(const std::string& path);
+// Which file is at `path` (following symlinks): its inode and change time
+// in ns, since a file made anew may get the inode number the old one just
+// gave up; nullopt when there is none.
+std::optional<std::pair<uint64_t, int64_t>> FileIdentity(const std::string& path);
 
 // A real misc device of this machine whose uevent file a test writes to (the
 // kernel then sends a real "change" uevent naming it): kvm where the machine
