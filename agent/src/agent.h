@@ -244,6 +244,10 @@ class Agent {
   void BeginReload(const char* why = "SIGHUP");
   // watch_config on or off as config_ says.
   void UpdateConfigWatch();
+  // Sockets an earlier devplugd left behind (killed, or its pod deleted
+  // without a clean exit) for resources this configuration does not have:
+  // the kubelet's plugin watcher would keep probing them.
+  void RemoveStaleSockets();
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();

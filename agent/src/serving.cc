@@ -1,6 +1,9 @@
 // Each resource's gRPC server, and the Env its kubelet::Registrar acts on.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <set>
 
 #include <spdlog/spdlog.h>
 
@@ -178,6 +181,35 @@ void Agent::StopServing(Resource& r, [[maybe_unused]] bool exiting) {
   r.server.reset();
   r.service.reset();
   r.registration.reset();
+}
+
+void Agent::RemoveStaleSockets() {
+  std::set<std::string> ours;
+  for (const auto& r : resources_) ours.insert(r->socket_path);
+  std::set<std::string> dirs{config_.plugin_dir};
+  for (const auto& r : resources_)
+    if (r->cfg.registration == RegistrationMode::kPluginWatcher)
+      dirs.insert(config_.plugins_registry_dir);
+  for (const std::string& dir : dirs) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      // Only names devplugd makes by default; a socket nobody answers on.
+      const std::string name = e->d_name;
+      const std::string path = StrCat(dir, "/", name);
+      struct stat st;
+      if (name.rfind("devplug-", 0) != 0 || name.size() < 5 ||
+          name.compare(name.size() - 5, 5, ".sock") != 0 || ours.count(path) ||
+          lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || UnixSocketIsLive(path))
+        continue;
+      if (unlink(path.c_str()) == 0)
+        spdlog::info(
+            "removed {}, a socket an earlier devplugd left for a resource not "
+            "configured now",
+            path);
+    }
+    closedir(d);
+  }
 }
 
 void Agent::OnKubeletRestart() {

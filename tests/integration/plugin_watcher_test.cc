@@ -4,7 +4,9 @@
 // kubelet's plugin manager does. Everything that holds for kubelet.sock
 // registration is checked here too: restarts, streams the kubelet ends,
 // sockets removed behind our back, reloads, exit, a second agent.
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,6 +24,22 @@ constexpr char kWatched[] = "fake.example/watched";
 constexpr char kDirect[] = "fake.example/direct";
 
 using testing::FileIdentity;
+
+// A Unix socket file at `path`: listening (the fd, to close later) or left
+// behind by a process that is gone (-1).
+int MakeSocket(const std::string& path, bool live) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path.c_str());
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << path;
+  if (live) {
+    EXPECT_EQ(listen(fd, 4), 0);
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
 
 class PluginWatcherTest : public AgentTest {
  protected:
@@ -204,6 +222,32 @@ TEST_F(PluginWatcherTest, ExitRemovesTheSocketAndASecondAgentCannotTakeIt) {
   EXPECT_EQ(agent_->Stop(SIGTERM, std::chrono::seconds(15)), std::optional<int>(0));
   EXPECT_FALSE(FileExists(socket()));
   EXPECT_TRUE(sim_->WaitUntil([](const auto& rs) { return !rs.at(kWatched).connected; }, kWait));
+}
+
+// Sockets a killed devplugd left for resources it no longer has would be
+// probed by the kubelet's plugin watcher for ever: removed at start. Live
+// ones (another agent's) and other programs' sockets are left alone.
+TEST_F(PluginWatcherTest, SocketsAnEarlierAgentLeftAreRemovedAtStart) {
+  std::filesystem::create_directories(registry());
+  std::filesystem::create_directories(plugin_dir());
+  const std::string stale_registry = registry() + "/devplug-old.example_gone.sock";
+  const std::string stale_plugins = plugin_dir() + "/devplug-old.example_gone.sock";
+  const std::string foreign = registry() + "/sriov.sock";
+  const std::string live = registry() + "/devplug-other.example_live.sock";
+  MakeSocket(stale_registry, false);
+  MakeSocket(stale_plugins, false);
+  MakeSocket(foreign, false);
+  MakeSocket(socket(), false);  // our own, from before: served again
+  const int live_fd = MakeSocket(live, true);
+  StartSim();
+  StartAgent(Resource(kWatched, FakeModule("fake_minimal")), "0s", Watched());
+  ASSERT_TRUE(Registered(kWatched));
+  EXPECT_FALSE(FileExists(stale_registry));
+  EXPECT_FALSE(FileExists(stale_plugins));
+  EXPECT_TRUE(FileExists(foreign));
+  EXPECT_TRUE(FileExists(live));
+  EXPECT_TRUE(agent_->WaitForLog("removed " + stale_registry, kWait));
+  close(live_fd);
 }
 
 }  // namespace
