@@ -15,6 +15,7 @@
 #include "gpu_fixture.h"
 #include "onload_fixture.h"
 #include "sysfs_fixture.h"
+#include "udev/udev_monitor.h"
 #include "udevd.h"
 
 namespace devplug {
@@ -392,7 +393,7 @@ TEST_F(UdevTest, NvidiaXidRecoversOnARealPciEvent) {
 
 TEST_F(UdevTest, AutoPicksKernelWithoutUdevd) {
   if (!testing::IsRoot()) GTEST_SKIP() << "needs root";
-  if (access("/run/udev/control", F_OK) == 0) GTEST_SKIP() << "a udevd runs on this host";
+  if (udev::UdevdRunning()) GTEST_SKIP() << "a udevd runs on this host";
   StartSim();
   StartAgent(Resource(kKvm, "kvm", "shares = 1"), "0s", "udev_source = \"auto\"");
   ASSERT_TRUE(Registered(kKvm));
@@ -406,6 +407,8 @@ TEST_F(UdevTest, UdevSourceThroughSystemdUdevd) {
   ASSERT_TRUE(UseMiscDevice()) << "no /sys/class/misc/kvm or /sys/class/misc/tun";
   testing::Udevd udevd;
   if (!udevd.ready()) GTEST_SKIP() << "systemd-udevd could not be started here";
+  // What "auto" asks: the real udevd answers on its control socket.
+  EXPECT_TRUE(udev::UdevdRunning(udevd.control_path()));
   ASSERT_TRUE(MakeMiscNode());
   StartSim();
   StartAgent(MiscResource(2), "0s", "udev_source = \"udev\"");

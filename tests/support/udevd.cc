@@ -29,7 +29,7 @@ Udevd::Udevd() {
   if (pid_ < 0) return;
   // unshare execs sh, which execs udevd: one pid throughout. It is ready when
   // its control socket exists inside its own mount namespace.
-  const std::string control = "/proc/" + std::to_string(pid_) + "/root/run/udev/control";
+  const std::string control = control_path();
   for (int i = 0; i < 500 && !ready_; ++i) {
     int status;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
@@ -39,6 +39,10 @@ Udevd::Udevd() {
     ready_ = access(control.c_str(), F_OK) == 0;
     if (!ready_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+std::string Udevd::control_path() const {
+  return "/proc/" + std::to_string(pid_) + "/root/run/udev/control";
 }
 
 Udevd::~Udevd() {

@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace devplug::testing {
 
 class Udevd {
@@ -15,6 +17,8 @@ class Udevd {
   Udevd(const Udevd&) = delete;
   Udevd& operator=(const Udevd&) = delete;
   bool ready() const { return ready_; }
+  // Its control socket, reached through its own mount namespace.
+  std::string control_path() const;
 
  private:
   pid_t pid_ = -1;

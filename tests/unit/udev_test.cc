@@ -1,6 +1,8 @@
 // The udev monitor against real kernel uevents, and the event pipeline of a
 // module instance (rate-limited rescans, hooks).
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -65,6 +67,37 @@ TEST(UdevMonitorTest, KernelSourceDeliversFilteredRealEvents) {
   EXPECT_EQ(e.syspath, misc->syspath);
   EXPECT_GT(e.seqnum, 0u);
   for (const auto& x : events) EXPECT_EQ(x.subsystem, "misc") << x.syspath;
+}
+
+// A listening Unix socket of `type` at `path`; the fd, or -1.
+int ListenAt(const std::string& path, int type) {
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(fd, 4) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// udevd's control socket is SOCK_SEQPACKET. A stream connect to it fails
+// with EPROTOTYPE, which once made "auto" pick "kernel" beside a running
+// udevd.
+TEST(UdevMonitorTest, UdevdRunningConnectsAsUdevadmDoes) {
+  testing::TempDir dir;
+  const int seqpacket = ListenAt(dir / "control", SOCK_SEQPACKET);
+  const int stream = ListenAt(dir / "stream", SOCK_STREAM);
+  ASSERT_GE(seqpacket, 0);
+  ASSERT_GE(stream, 0);
+  EXPECT_TRUE(udev::UdevdRunning(dir / "control"));
+  EXPECT_FALSE(udev::UdevdRunning(dir / "stream"));
+  EXPECT_FALSE(udev::UdevdRunning(dir / "missing"));
+  close(seqpacket);
+  EXPECT_FALSE(udev::UdevdRunning(dir / "control")) << "a stale socket file is no udevd";
+  close(stream);
 }
 
 TEST(UdevMonitorTest, AutoWithoutUdevdMeansKernel) {

@@ -13,13 +13,12 @@ namespace {
 // Large enough for event storms (thousands of VFs appearing at once);
 // libudev uses SO_RCVBUFFORCE, which root may exceed rmem_max with.
 constexpr int kReceiveBuffer = 32 * 1024 * 1024;
-constexpr char kUdevdControl[] = "/run/udev/control";
 
 std::string Str(const char* s) { return s ? s : ""; }
 
 }  // namespace
 
-bool UdevdRunning() { return UnixSocketIsLive(kUdevdControl); }
+bool UdevdRunning(const std::string& control) { return UnixSocketIsLive(control, SOCK_SEQPACKET); }
 
 UdevSource ResolveSource(UdevSource configured) {
   if (configured != UdevSource::kAuto) return configured;

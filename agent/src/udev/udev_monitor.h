@@ -44,6 +44,10 @@ class Monitor {
 // "auto": "udev" when systemd-udevd answers on its control socket, else
 // "kernel" (no udevd: minimal hosts, containers).
 UdevSource ResolveSource(UdevSource configured);
-bool UdevdRunning();
+
+inline constexpr char kUdevdControl[] = "/run/udev/control";
+// Whether systemd-udevd accepts connections on `control`, a SOCK_SEQPACKET
+// socket (udev-ctrl.c); a stale file left by a dead udevd does not count.
+bool UdevdRunning(const std::string& control = kUdevdControl);
 
 }  // namespace devplug::udev

@@ -8,10 +8,10 @@
 
 namespace devplug {
 
-bool UnixSocketIsLive(const std::string& path) {
+bool UnixSocketIsLive(const std::string& path, int type) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path)) return false;
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
