@@ -108,8 +108,6 @@ def start_udevd():
     if not os.access(UDEVD, os.X_OK):
         say("no systemd-udevd here: devplugd will listen to the kernel")
         return "kernel"
-    if not os.path.exists("/run/udev"):
-        open(f"{WORK}/udevd.created-run-udev", "w").close()
     script = ("for d in /lib/udev/rules.d /etc/udev/rules.d; do "
               "[ -d $d ] && mount -t tmpfs tmpfs $d; done; "
               f"exec {UDEVD} --resolve-names=never")
@@ -123,6 +121,23 @@ def start_udevd():
     return "udev"
 
 
+OURS = KUBELET_ROOT + "/.devplug-e2e"  # marks a kubelet root the e2e made
+
+
+def claim_node():
+    """Makes /var/lib/kubelet the e2e's own; fails where it holds state the
+    e2e did not make (a kubelet that is stopped now), which cleanup() would
+    otherwise remove."""
+    if os.path.isdir(KUBELET_ROOT) and os.listdir(KUBELET_ROOT) and not os.path.exists(OURS):
+        raise Failure(f"{KUBELET_ROOT} holds state the e2e did not make; move it away first")
+    cleanup()
+    os.makedirs(WORK)
+    os.makedirs(KUBELET_ROOT, exist_ok=True)
+    open(OURS, "w").close()
+    if not os.path.exists("/run/udev"):  # the pod's hostPath would make it
+        open(f"{WORK}/run-udev-absent", "w").close()
+
+
 def cleanup():
     if os.path.exists(f"{WORK}/udevd.pid"):
         with open(f"{WORK}/udevd.pid") as f:
@@ -131,10 +146,10 @@ def cleanup():
             except ProcessLookupError:
                 pass
         time.sleep(0.1)
-        if os.path.exists(f"{WORK}/udevd.created-run-udev"):
-            shutil.rmtree("/run/udev", ignore_errors=True)
-        elif os.path.exists("/run/udev/control"):
+        if os.path.exists("/run/udev/control"):
             os.unlink("/run/udev/control")  # ours, dead: no stale socket left
+    if os.path.exists(f"{WORK}/run-udev-absent"):
+        shutil.rmtree("/run/udev", ignore_errors=True)
     for pid in pids_of(f" --config {WORK}/kubelet.yaml"):
         os.kill(pid, signal.SIGKILL)
     if os.path.exists(CONTAINERD_SOCK):
@@ -151,7 +166,10 @@ def cleanup():
     time.sleep(0.2)
     for point in mounts_under(KUBELET_ROOT, WORK, "/run/containerd-e2e"):
         subprocess.run(["umount", "-l", point], stderr=subprocess.DEVNULL)
-    for path in [WORK, KUBELET_ROOT]:
+    paths = [WORK, "/run/containerd-e2e"]
+    if os.path.exists(OURS) or not os.path.exists(KUBELET_ROOT):
+        paths.append(KUBELET_ROOT)
+    for path in paths:
         shutil.rmtree(path, ignore_errors=True)
     for path in glob.glob(f"/var/log/pods/*-{NODE}_*") + glob.glob(f"/var/log/containers/*-{NODE}_*"):
         shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
