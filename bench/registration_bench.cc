@@ -18,13 +18,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "bench_agent.h"
+#include "bench_proc.h"
 #include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
@@ -32,25 +32,13 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using devplug::bench::CpuSeconds;
 using devplug::bench::Ms;
 using devplug::bench::Stats;
 using devplug::bench::Summarize;
 using namespace std::chrono_literals;
 
 constexpr char kName[] = "devices.example.com/bench";
-
-// User + system CPU time of a process, in ms.
-double CpuMs(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  std::istringstream fields(line.substr(line.rfind(')') + 2));
-  std::string f;
-  double ticks = 0;
-  for (int i = 3; fields >> f; ++i)
-    if (i == 14 || i == 15) ticks += std::stod(f);
-  return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 struct Result {
   Stats again;
@@ -85,7 +73,7 @@ Result Run(bool watcher, int restarts) {
   }
   std::vector<double> samples;
   size_t timeouts = 0;
-  const double cpu0 = CpuMs(agent);
+  const double cpu0 = CpuSeconds(agent) * 1000.0;
   for (int i = 0; i < restarts; ++i) {
     const auto before = devplug::testing::FileIdentity(socket);
     sim.Stop();
@@ -99,7 +87,7 @@ Result Run(bool watcher, int restarts) {
     if (devplug::testing::FileIdentity(socket) != before) ++out.sockets_made;
     std::this_thread::sleep_for(200ms);  // settle before the next one
   }
-  out.cpu_ms = CpuMs(agent) - cpu0;
+  out.cpu_ms = CpuSeconds(agent) * 1000.0 - cpu0;
   out.again = Summarize(samples, timeouts);
   devplug::testing::StopProcess(agent, SIGTERM);
   return out;

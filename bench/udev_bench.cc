@@ -31,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_proc.h"
 #include "bench_stats.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
@@ -38,6 +39,7 @@
 
 namespace {
 
+using devplug::bench::CpuSeconds;
 using devplug::bench::Stats;
 using devplug::bench::Summarize;
 
@@ -53,7 +55,6 @@ struct ThreadTicks {
   long switches = 0;
 };
 std::map<int, ThreadTicks> Threads(pid_t pid);
-double CpuSeconds(pid_t pid);
 
 struct Idle {
   double cpu_s = 0;
@@ -150,19 +151,6 @@ std::map<int, ThreadTicks> Threads(pid_t pid) {
     out[std::stoi(e.path().filename())] = t;
   }
   return out;
-}
-
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), {});
-  std::istringstream rest(s.substr(s.rfind(')') + 2));
-  std::string f;
-  long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> f; ++i) {
-    if (i == 14) utime = std::stol(f);
-    if (i == 15) stime = std::stol(f);
-  }
-  return double(utime + stime) / sysconf(_SC_CLK_TCK);
 }
 
 }  // namespace
