@@ -4,7 +4,6 @@ written as the kubelet's atomic writer does, and a cleanup that also mends
 what an earlier, killed run left."""
 import copy
 import glob
-import json
 import os
 import re
 import shutil
@@ -190,22 +189,8 @@ def build_images():
     run("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", f"{root}/pause",
         f"{SRC}/tests/e2e/pause.c")
     run("strip", f"{root}/pause")
-    layout = f"{WORK}/pause-oci"
-    run("umoci", "init", "--layout", layout)
-    run("umoci", "new", "--image", f"{layout}:1")
-    run("umoci", "insert", "--image", f"{layout}:1", root, "/")
-    run("umoci", "config", "--image", f"{layout}:1", "--config.entrypoint", "/pause",
-        "--architecture", "amd64", "--os", "linux")
-    run("umoci", "gc", "--layout", layout)
-    with open(f"{layout}/index.json") as f:
-        index = json.load(f)
-    for m in index["manifests"]:
-        m.setdefault("annotations", {}).update({
-            "org.opencontainers.image.ref.name": PAUSE_IMAGE,
-            "io.containerd.image.name": PAUSE_IMAGE})
-    with open(f"{layout}/index.json", "w") as f:
-        json.dump(index, f)
-    run("tar", "-C", layout, "-cf", f"{WORK}/pause.oci.tar", "oci-layout", "index.json", "blobs")
+    run(f"{SRC}/scripts/oci-archive", root, PAUSE_IMAGE, f"{WORK}/pause.oci.tar",
+        "--config.entrypoint", "/pause")
     return name, out
 
 
