@@ -2,9 +2,7 @@
 // it behave: probes that open their own ListAndWatch, a kubelet that
 // appears during our start, a dead kubelet.sock, our socket removed behind
 // our back, the plugin folder removed, and what the log says about each.
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -84,14 +82,7 @@ TEST_F(KubeletProtocolTest, ADeadKubeletSockIsRetriedOnTheSameServer) {
   // A socket file nobody listens on: what a kubelet that died leaves behind.
   std::filesystem::create_directories(plugin_dir());
   const std::string kubelet_sock = plugin_dir() + "/kubelet.sock";
-  {
-    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", kubelet_sock.c_str());
-    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    close(fd);
-  }
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(kubelet_sock));
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
   const std::string socket = plugin_dir() + "/" + kMinimalSocket;
   ASSERT_TRUE(agent_->WaitForLog("Register failed", kWait)) << agent_->Log();
@@ -201,14 +192,9 @@ TEST_F(KubeletProtocolTest, PluginFolderRemovedWhileAnotherSocketPinsIt) {
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
   sim_->Stop();
-  const int pin = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(pin, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
   const std::string pin_path = plugin_dir() + "/other-plugin.sock";
-  std::strncpy(addr.sun_path, pin_path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(bind(pin, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(pin, 1), 0);
+  const int pin = testing::ListenUnix(pin_path);
+  ASSERT_GE(pin, 0) << std::strerror(errno);
   std::filesystem::remove_all(plugin_dir());
   const std::optional<int> rc = agent_->Wait(kWait);
   close(pin);
@@ -257,12 +243,8 @@ TEST(SimulateKubeletTest, IsSafeOnARealNode) {
 
   // Another plugin's socket and the kubelet's checkpoint stay as they are.
   TempDir dir;
-  const int other = socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", (dir / "other.sock").c_str());
-  ASSERT_EQ(bind(other, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(other, 1), 0);
+  const int other = testing::ListenUnix(dir / "other.sock");
+  ASSERT_GE(other, 0);
   WriteFile(dir / "kubelet_internal_checkpoint", "the kubelet's own");
   r = SimulateKubelet({"--dir", dir.path(), "--duration", "0.3"});
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -4,9 +4,7 @@
 // kubelet's plugin manager does. Everything that holds for kubelet.sock
 // registration is checked here too: restarts, streams the kubelet ends,
 // sockets removed behind our back, reloads, exit, a second agent.
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -24,22 +22,6 @@ constexpr char kWatched[] = "fake.example/watched";
 constexpr char kDirect[] = "fake.example/direct";
 
 using testing::FileIdentity;
-
-// A Unix socket file at `path`: listening (the fd, to close later) or left
-// behind by a process that is gone (-1).
-int MakeSocket(const std::string& path, bool live) {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  std::snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path.c_str());
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << path;
-  if (live) {
-    EXPECT_EQ(listen(fd, 4), 0);
-    return fd;
-  }
-  close(fd);
-  return -1;
-}
 
 class PluginWatcherTest : public AgentTest {
  protected:
@@ -234,11 +216,12 @@ TEST_F(PluginWatcherTest, SocketsAnEarlierAgentLeftAreRemovedAtStart) {
   const std::string stale_plugins = plugin_dir() + "/devplug-old.example_gone.sock";
   const std::string foreign = registry() + "/sriov.sock";
   const std::string live = registry() + "/devplug-other.example_live.sock";
-  MakeSocket(stale_registry, false);
-  MakeSocket(stale_plugins, false);
-  MakeSocket(foreign, false);
-  MakeSocket(socket(), false);  // our own, from before: served again
-  const int live_fd = MakeSocket(live, true);
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(stale_registry));
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(stale_plugins));
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(foreign));
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(socket()));  // our own, from before: served again
+  const int live_fd = testing::ListenUnix(live);
+  ASSERT_GE(live_fd, 0);
   StartSim();
   StartAgent(Resource(kWatched, FakeModule("fake_minimal")), "0s", Watched());
   ASSERT_TRUE(Registered(kWatched));

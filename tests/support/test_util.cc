@@ -5,6 +5,7 @@
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,38 @@ std::optional<std::pair<uint64_t, int64_t>> FileIdentity(const std::string& path
   return std::make_pair(
       static_cast<uint64_t>(st.st_ino),
       static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
+}
+
+namespace {
+int BindUnix(const std::string& path, int type) {
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const bool fits = path.size() < sizeof(addr.sun_path);
+  if (fits) path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+  if (!fits || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+}  // namespace
+
+int ListenUnix(const std::string& path, int type) {
+  const int fd = BindUnix(path, type);
+  if (fd >= 0 && listen(fd, 8) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool LeaveDeadUnixSocket(const std::string& path) {
+  const int fd = BindUnix(path, SOCK_STREAM);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
 }
 
 bool FileExists(const std::string& path) {

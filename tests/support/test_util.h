@@ -1,6 +1,7 @@
 // Test helpers: temporary trees, device nodes, and a devplugd child process.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -37,6 +38,13 @@ bool FileExists(const std::string& path);
 // in ns, since a file made anew may get the inode number the old one just
 // gave up; nullopt when there is none.
 std::optional<std::pair<uint64_t, int64_t>> FileIdentity(const std::string& path);
+
+// A Unix socket of `type` listening at `path`: the fd (close it to stop), or
+// -1 when it cannot be made.
+int ListenUnix(const std::string& path, int type = SOCK_STREAM);
+// A Unix socket file at `path` nobody listens on, as a process that died
+// leaves one; false when it cannot be made.
+bool LeaveDeadUnixSocket(const std::string& path);
 
 // A real misc device of this machine whose uevent file a test writes to (the
 // kernel then sends a real "change" uevent naming it): kvm where the machine

@@ -2,7 +2,6 @@
 // module instance (rate-limited rescans, hooks).
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -69,27 +68,13 @@ TEST(UdevMonitorTest, KernelSourceDeliversFilteredRealEvents) {
   for (const auto& x : events) EXPECT_EQ(x.subsystem, "misc") << x.syspath;
 }
 
-// A listening Unix socket of `type` at `path`; the fd, or -1.
-int ListenAt(const std::string& path, int type) {
-  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(fd, 4) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // udevd's control socket is SOCK_SEQPACKET. A stream connect to it fails
 // with EPROTOTYPE, which once made "auto" pick "kernel" beside a running
 // udevd.
 TEST(UdevMonitorTest, UdevdRunningConnectsAsUdevadmDoes) {
   testing::TempDir dir;
-  const int seqpacket = ListenAt(dir / "control", SOCK_SEQPACKET);
-  const int stream = ListenAt(dir / "stream", SOCK_STREAM);
+  const int seqpacket = testing::ListenUnix(dir / "control", SOCK_SEQPACKET);
+  const int stream = testing::ListenUnix(dir / "stream", SOCK_STREAM);
   ASSERT_GE(seqpacket, 0);
   ASSERT_GE(stream, 0);
   EXPECT_TRUE(udev::UdevdRunning(dir / "control"));
