@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
+#include "model/kubelet_names.h"
 #include "util/unix_socket.h"
 
 namespace devplug {
@@ -198,8 +199,7 @@ void Agent::RemoveStaleSockets() {
       const std::string name = e->d_name;
       const std::string path = StrCat(dir, "/", name);
       struct stat st;
-      if (name.rfind("devplug-", 0) != 0 || name.size() < 5 ||
-          name.compare(name.size() - 5, 5, ".sock") != 0 || ours.count(path) ||
+      if (!kubelet::IsDefaultSocketName(name) || ours.count(path) ||
           lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || UnixSocketIsLive(path))
         continue;
       if (unlink(path.c_str()) == 0)

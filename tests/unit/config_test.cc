@@ -366,6 +366,13 @@ TEST(ConfigTest, DefaultSocketNamesAreAlwaysValid) {
         << name;
 }
 
+TEST(ConfigTest, DefaultSocketNamesAreRecognised) {
+  EXPECT_TRUE(kubelet::IsDefaultSocketName(DefaultSocketName("devices.kubevirt.io/kvm")));
+  for (const char* other : {"kubelet.sock", "devplug-.sock", "devplug-x.socket", "sriov.sock",
+                            "devplug-x", "x-devplug-y.sock"})
+    EXPECT_FALSE(kubelet::IsDefaultSocketName(other)) << other;
+}
+
 TEST(ConfigTest, DropInsAddResourcesInLexicalOrder) {
   TempDir dir;
   WriteFile(dir / "devplug.toml",

@@ -77,11 +77,22 @@ std::string CheckSocketName(std::string_view socket, std::string_view dir,
   return "";
 }
 
+namespace {
+constexpr std::string_view kSocketPrefix = "devplug-";
+constexpr std::string_view kSocketSuffix = ".sock";
+}  // namespace
+
 std::string DefaultSocketName(std::string_view resource_name) {
-  std::string s = "devplug-";
+  std::string s(kSocketPrefix);
   for (char c : resource_name) s.push_back(c == '/' ? '_' : c);
-  s += ".sock";
+  s += kSocketSuffix;
   return s;
+}
+
+bool IsDefaultSocketName(std::string_view f) {
+  return f.size() > kSocketPrefix.size() + kSocketSuffix.size() &&
+         f.substr(0, kSocketPrefix.size()) == kSocketPrefix &&
+         f.substr(f.size() - kSocketSuffix.size()) == kSocketSuffix;
 }
 
 }  // namespace devplug::kubelet

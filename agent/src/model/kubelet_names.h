@@ -21,7 +21,10 @@ std::string CheckResourceName(std::string_view name);
 std::string CheckSocketName(std::string_view socket, std::string_view dir,
                             std::string_view dir_key = "plugin_dir");
 
-// The default socket file name for a resource name.
+// The default socket file name for a resource name: devplug-<name, '/' as
+// '_'>.sock.
 std::string DefaultSocketName(std::string_view resource_name);
+// Whether a file name has that shape (a socket some devplugd may have made).
+bool IsDefaultSocketName(std::string_view file_name);
 
 }  // namespace devplug::kubelet
