@@ -429,5 +429,54 @@ TEST_F(WatchedRegistrarTest, AReloadServesAtOnceAndStopCancelsTimers) {
   EXPECT_EQ(watched_.state(), State::kDown);
 }
 
+// A GetInfo from a client other than the kubelet (an operator's grpcurl)
+// while registered changes nothing: the state stays registered, and the
+// end of the kubelet's own stream still counts (served anew).
+TEST_F(WatchedRegistrarTest, AForeignGetInfoChangesNothing) {
+  Registered();
+  const uint64_t kubelets = watched_.registration();
+  Probe();  // no NotifyRegistrationStatus follows
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_EQ(watched_.registration(), kubelets);
+  watched_.OnStreamEnded(kubelets);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  Run(Registrar::kReprobeDelay);
+  EXPECT_EQ(env_.serves, 2) << "the kubelet's stream end was ignored";
+}
+
+// The kubelet itself probing again while we count it registered: its
+// NotifyRegistrationStatus makes the new probe's stream the one that counts.
+TEST_F(WatchedRegistrarTest, AProbeTheKubeletConfirmsTakesOver) {
+  Registered();
+  const uint64_t first = watched_.registration();
+  const uint64_t second = Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_EQ(watched_.registration(), second);
+  watched_.OnStreamEnded(first);  // the old stream's end is stale now
+  EXPECT_TRUE(watched_.registered());
+}
+
+// A socket that cannot be served shows why in last_error (status), and the
+// reason clears once serving works; a re-served socket forgets what the
+// kubelet said about the previous one.
+TEST_F(WatchedRegistrarTest, AServeFailureShowsItsReason) {
+  env_.serve_error = FailedPreconditionError("socket /p/dev.sock is served by another process");
+  watched_.Start();
+  EXPECT_EQ(watched_.state(), State::kDown);
+  EXPECT_EQ(watched_.last_error(), "socket /p/dev.sock is served by another process");
+  env_.serve_error = OkStatus();
+  Run(Registrar::kMinBackoff);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  EXPECT_TRUE(watched_.last_error().empty());
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  ASSERT_TRUE(watched_.kubelet_status().has_value());
+  watched_.OnStreamEnded(watched_.registration());
+  Run(Registrar::kReprobeDelay);  // the running kubelet: served anew
+  EXPECT_EQ(env_.serves, 3);
+  EXPECT_FALSE(watched_.kubelet_status().has_value());
+}
+
 }  // namespace
 }  // namespace devplug::kubelet

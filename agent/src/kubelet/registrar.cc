@@ -1,6 +1,7 @@
 #include "kubelet/registrar.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -58,10 +59,18 @@ bool Registrar::Serve() {
   socket_check_at_.reset();
   if (Status st = env_->Serve(); !st.ok()) {
     spdlog::error("resource \"{}\": {}", names_.resource, st.message());
+    // Status shows why it does not serve, not only the log.
+    last_error_ = std::string(st.message());
+    serve_failed_ = true;
     state_ = State::kDown;
     ScheduleRetry(milliseconds(0));
     return false;
   }
+  if (serve_failed_) last_error_.clear();
+  serve_failed_ = false;
+  // A fresh socket: what the kubelet said about the previous one is past.
+  if (Watched()) kubelet_status_.reset();
+  candidate_probe_ = 0;
   return true;
 }
 
@@ -130,6 +139,16 @@ void Registrar::AwaitProbe() {
 
 void Registrar::OnProbed(uint64_t n) {
   if (!Watched() || state_ == State::kDown || n <= registration_) return;
+  if (state_ == State::kRegistered) {
+    // Anyone who can reach the socket may call GetInfo (an operator's
+    // grpcurl, a socket checker). While the kubelet's stream runs, a probe
+    // counts only once the kubelet confirms it (NotifyRegistrationStatus):
+    // until then the registration, and the stream whose end matters, stay.
+    candidate_probe_ = n;
+    spdlog::debug("resource \"{}\": GetInfo while registered; waiting for the kubelet's word",
+                  names_.resource);
+    return;
+  }
   registration_ = n;
   state_ = State::kRegistering;
   pending_kubelet_ = env_->Kubelet();
@@ -142,8 +161,18 @@ void Registrar::OnKubeletStatus(const Status& status) {
   if (!Watched()) return;
   kubelet_status_ = status;
   if (state_ == State::kDown) return;
+  if (state_ == State::kRegistered && candidate_probe_ != 0) {
+    // The kubelet probed again while we counted it registered: its new
+    // stream is the one that counts from now on.
+    registration_ = std::exchange(candidate_probe_, 0);
+    pending_kubelet_ = env_->Kubelet();
+    if (!status.ok()) state_ = State::kRegistering;  // handled as a refusal below
+  }
   if (status.ok()) {
-    if (state_ == State::kRegistered) return;
+    if (state_ == State::kRegistered) {
+      registered_kubelet_ = pending_kubelet_;
+      return;
+    }
     state_ = State::kRegistered;
     registered_kubelet_ = pending_kubelet_;
     spdlog::info(
@@ -254,6 +283,7 @@ void Registrar::OnStreamEnded(uint64_t n) {
   // resource is gone from the node after its grace period.
   if (n != registration_) return;
   if (state_ != State::kRegistered && state_ != State::kRegistering) return;
+  candidate_probe_ = 0;
   if (Watched()) {
     state_ = State::kWaitingKubelet;
     lost_kubelet_ = env_->Kubelet();

@@ -132,8 +132,10 @@ class Registrar {
   bool OnRegisterDone(uint64_t n, const Status& status);
   // The kubelet's ListAndWatch stream of registration `n` ended.
   void OnStreamEnded(uint64_t n);
-  // Plugin watcher: the kubelet called GetInfo; its stream will be
-  // registration `n` (the service armed the hub already).
+  // Plugin watcher: someone called GetInfo; its stream will be
+  // registration `n` (the service armed the hub already). While registered,
+  // only the kubelet's NotifyRegistrationStatus that follows makes it count:
+  // a GetInfo from another client changes nothing.
   void OnProbed(uint64_t n);
   // Plugin watcher: the kubelet's NotifyRegistrationStatus for the latest
   // probe: OK, or why it refused us.
@@ -193,6 +195,10 @@ class Registrar {
   std::optional<KubeletId> registered_kubelet_;  // ... and the accepted one
   std::optional<std::chrono::system_clock::time_point> registered_since_;
   std::string last_error_;
+  bool serve_failed_ = false;  // last_error_ says why serving failed
+  // Plugin watcher: a GetInfo that came while registered, counted only
+  // once the kubelet's NotifyRegistrationStatus follows (0: none).
+  uint64_t candidate_probe_ = 0;
 };
 
 }  // namespace devplug::kubelet
