@@ -343,8 +343,10 @@ int main(int argc, char** argv) {
   status->add_flag("--json", so.json, "Print devplugd's answer as JSON");
   status->add_flag("--devices", so.devices, "One row per device for every resource");
   status->add_flag("--ready", so.ready,
-                   "Readiness probe: exit 0 when devplugd runs and answers, 1 while it starts "
-                   "or cannot be reached; device health and registrations do not count");
+                   "Readiness probe: exit 0 once devplugd answers and every resource's first "
+                   "start attempt has ended (created, failed or given up), 1 before that or "
+                   "when devplugd cannot be reached; device health and registrations do not "
+                   "count");
 
   CLI11_PARSE(app, argc, argv);
   if (*status || *metrics) {

@@ -177,6 +177,12 @@ int PrintStatus(const StatusOptions& o) {
       return 1;
     }
     const json agent = answer->value("agent", json::object());
+    // An agent older than "started" answers only once it has started.
+    if (!agent.value("started", true)) {
+      std::printf("not ready: devplugd %s is starting (creating its module instances)\n",
+                  Str(agent, "version").c_str());
+      return 1;
+    }
     std::printf("ready: devplugd %s, %s\n", Str(agent, "version").c_str(),
                 Str(agent, "status").c_str());
     return 0;

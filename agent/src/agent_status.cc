@@ -111,6 +111,9 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
                 {"abi", StrCat(DEVPLUG_MODULE_ABI_MAJOR, ".", DEVPLUG_MODULE_ABI_MINOR)},
                 {"since", Iso8601(started_at_)},
                 {"status", last_status_},
+                // Every resource's first start attempt has ended (created,
+                // failed or given up): devplugctl status --ready waits for it.
+                {"started", started_},
                 {"reload_error", reload_error_.empty() ? json(nullptr) : json(reload_error_)}};
   json resources = json::array();
   bool found = only.empty();

@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -301,6 +302,66 @@ TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
   r = Ctl({"status", "--ready", "--socket", dir_ / "nothing.sock"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("not ready"), std::string::npos) << r.output;
+}
+
+// The readiness probe says 1 while devplugd is still starting (a module's
+// create() takes its time), though devplugd already answers; 0 once every
+// resource's first start attempt has ended.
+TEST_F(OperationsTest, NotReadyUntilEveryResourceHasStarted) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1\ncreate_delay_ms = 3000"));
+  const std::string sock = control_socket();
+  ASSERT_TRUE(Eventually([&] { return ops::ControlRequest(sock, "{\"status\": {}}", 1s).ok(); }));
+  auto r = Ctl({"status", "--ready", "--socket", sock});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("is starting"), std::string::npos) << r.output;
+  ASSERT_TRUE(Registered(kFull));
+  r = Ctl({"status", "--ready", "--socket", sock});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// A client that trickles its request one byte at a time holds up neither
+// `status` nor the readiness probe, and is cut off at its deadline.
+TEST_F(OperationsTest, ASlowControlClientBlocksNobody) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"));
+  ASSERT_TRUE(Registered(kFull));
+  const std::string sock = control_socket();
+  ASSERT_TRUE(Eventually([&] {
+    return Ctl({"status", "--ready", "--socket", sock}).exit_code == 0;
+  }));
+  std::atomic<bool> stop{false};
+  std::atomic<int> sent{0};
+  std::atomic<bool> cut_off{false};
+  std::thread drip([&] {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock.c_str());
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return;
+    const std::string request = "{\"status\": {\"devices\": true}}";
+    // 20 s of dripping: longer than devplugctl waits (10 s), so a server
+    // that served this client alone would fail every probe below.
+    for (size_t i = 0; !stop && i < 200; ++i) {
+      if (send(fd, &request[i % request.size()], 1, MSG_NOSIGNAL) != 1) {
+        cut_off = true;
+        break;
+      }
+      ++sent;
+      std::this_thread::sleep_for(100ms);
+    }
+    close(fd);
+  });
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(200ms);
+    auto r = Ctl({"status", "--ready", "--socket", sock});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  drip.join();
+  // The server stopped listening to it after 2 s: its later bytes found the
+  // connection closed (EPIPE), long before its 200th.
+  EXPECT_TRUE(cut_off) << "sent " << sent.load();
+  stop = true;
 }
 
 // The metrics count what happened: registrations, calls by result, health

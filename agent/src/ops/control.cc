@@ -9,7 +9,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -25,6 +27,8 @@ namespace {
 constexpr size_t kMaxRequest = 4096;
 constexpr auto kClientTimeout = std::chrono::seconds(2);
 constexpr auto kAnswerTimeout = std::chrono::seconds(5);
+// Clients served at once; more are refused at once with an error.
+constexpr size_t kMaxClients = 8;
 
 bool FillAddress(const std::string& path, sockaddr_un* a) {
   if (path.size() >= sizeof(a->sun_path)) return false;
@@ -141,23 +145,57 @@ void ControlServer::Loop() {
   pthread_setname_np(pthread_self(), "dp:control");
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
-    if (fds[1].revents & POLLIN) return;
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents & POLLIN) break;
     if (!(fds[0].revents & POLLIN)) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    Serve(fd);
-    close(fd);
+    std::erase_if(clients_, [](Client& c) {
+      if (!c.done->load()) return false;
+      c.thread.join();
+      return true;
+    });
+    if (clients_.size() >= kMaxClients) {
+      // Every slot is held by a slow client: this one is told at once
+      // instead of waiting behind them.
+      WriteAll(fd, "{\"error\": \"devplugd is busy with other control clients\"}\n");
+      close(fd);
+      continue;
+    }
+    // One short-lived thread per client, each under one deadline for its
+    // whole request: a client that sends slowly (or nothing) holds only
+    // its own thread, never the next status request or readiness probe.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    clients_.push_back({std::thread([this, fd, done] {
+                          Serve(fd);
+                          close(fd);
+                          done->store(true);
+                        }),
+                        done});
   }
+  // stop_fd_ stays readable: every client thread sees it and ends.
+  for (Client& c : clients_) c.thread.join();
+  clients_.clear();
 }
 
 void ControlServer::Serve(int fd) {
-  SetTimeouts(fd, kClientTimeout);
+  // A whole request within kClientTimeout, however it trickles in.
+  const auto deadline = std::chrono::steady_clock::now() + kClientTimeout;
+  SetTimeouts(fd, kClientTimeout);  // for the answer's send
   std::string request;
   char buf[512];
   while (request.find('\n') == std::string::npos && request.size() < kMaxRequest) {
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now())
+            .count();
+    if (left <= 0) return;  // too slow: no answer
+    pollfd fds[2] = {{fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    const int ready = poll(fds, 2, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0 || (fds[1].revents & POLLIN)) return;  // stopping
+    if (ready == 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;  // EOF ends a request too
     request.append(buf, static_cast<size_t>(n));
   }

@@ -1,13 +1,16 @@
 // devplugd's control socket ([agent] control_socket): read-only requests
 // from devplugctl (status, metrics), one JSON line in, one answer out, then
-// the connection closes. Its own thread accepts and talks to clients, so a
-// slow or silent client never holds up the agent's main loop; the answer is
-// built by the main loop, which owns the state (see Handler).
+// the connection closes. Its own thread accepts clients, and each client is
+// served on a short-lived thread of its own with one deadline for its whole
+// request, so a slow or silent client holds up neither the agent's main
+// loop nor other clients (the readiness probe); the answer is built by the
+// main loop, which owns the state (see Handler).
 //
 // The socket is created with mode 0600 (root only). A live socket at the
 // path (another devplugd) is left alone and Start fails.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <future>
 #include <memory>
@@ -15,6 +18,7 @@
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "util/status.h"
 
@@ -66,6 +70,11 @@ class ControlServer {
   int listen_fd_ = -1;
   int stop_fd_ = -1;
   std::thread thread_;
+  struct Client {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Client> clients_;  // the accepting thread's only
 };
 
 // The client side (devplugctl): sends `request` (one line) and returns the
