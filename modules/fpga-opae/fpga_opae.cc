@@ -121,12 +121,16 @@ class FpgaOpae : public Instance {
   bool StateChanged();
 
   // Threads: ListDevices, Allocate and PreferredAllocation run on the
-  // instance's worker, PreStart and Release on its slow lane at the same
-  // time (kConcurrentSlowCalls), the state poll on alarm_'s thread. The
-  // worker alone writes known_ (under state_mu_) and reads it freely; the
-  // slow lane reads it under state_mu_ (Find). holds_ is written by both,
-  // always under state_mu_. No lock is held across programming or a
-  // release action.
+  // instance's worker; PreStart and Release on the agent's lanes at the
+  // same time, those of different ports at the same time as each other
+  // (kConcurrentDevices: two pods' ports are programmed together, and one
+  // port's long scrub never delays another's container start); the state
+  // poll on alarm_'s thread. The worker alone writes known_ (under
+  // state_mu_) and reads it freely; the lanes read it under state_mu_
+  // (Find). holds_ is written by all, always under state_mu_. No lock is
+  // held across programming or a release action: the kernel serializes
+  // partial reconfigurations of one card (the FME's own lock), and
+  // fpgaconf and the release command are separate processes.
   const Settings s_;
   const devplug::fpga::DeviceOps& ops_;  // the driver's, or the test fixture's
   const HostRoot root_;
@@ -591,4 +595,4 @@ DEVPLUG_CXX_MODULE(fpga_opae_module, "fpga-opae", "1.0.0",
                    devplug::fpga::kSettingsKeys, kSubsystems, Create,
                    devplug::common::kHookAllocate | devplug::common::kHookPreferred |
                        devplug::common::kHookPreStart | devplug::common::kHookRelease |
-                       devplug::common::kConcurrentSlowCalls)
+                       devplug::common::kConcurrentDevices)

@@ -101,8 +101,9 @@ PIN_OFFSET(devplug_module, on_udev_event, 80);
 PIN_OFFSET(devplug_module, allocate, 88);
 PIN_OFFSET(devplug_module, preferred_allocation, 96);
 PIN_OFFSET(devplug_module, pre_start, 104);
-PIN_OFFSET(devplug_module, on_release, 112);  /* minor 2 */
-PIN_OFFSET(devplug_module, concurrency, 120); /* minor 7 */
+PIN_OFFSET(devplug_module, on_release, 112);     /* minor 2 */
+PIN_OFFSET(devplug_module, concurrency, 120);    /* minor 7 */
+PIN_OFFSET(devplug_module, max_slow_calls, 124); /* minor 8, reserved before */
 #endif
 
 /* Values other code relies on. */
@@ -115,7 +116,8 @@ DEVPLUG_STATIC_ASSERT(DEVPLUG_CONFIG_STRING == 1 && DEVPLUG_CONFIG_INT == 2 &&
                           DEVPLUG_CONFIG_ARRAY == 7 && DEVPLUG_CONFIG_OTHER == 8,
                       "config types");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_ALLOCATE_DEFAULT == 1, "allocate default");
-DEVPLUG_STATIC_ASSERT(DEVPLUG_CONCURRENT_SLOW_CALLS == 1, "concurrency flags");
+DEVPLUG_STATIC_ASSERT(DEVPLUG_CONCURRENT_SLOW_CALLS == 1 && DEVPLUG_CONCURRENT_DEVICES == 2,
+                      "concurrency flags");
 DEVPLUG_STATIC_ASSERT(DEVPLUG_LOG_ERROR == 0 && DEVPLUG_LOG_TRACE == 4, "log levels");
 
 /* The header alone is enough: this translation unit includes nothing else. */

@@ -4,6 +4,8 @@
 // port is reset and scrubbed (PodResources-driven release) before anyone
 // else gets it. The module is its test build, whose device operations act
 // on the fixture tree (no DFL driver exists here).
+#include <atomic>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -128,6 +130,47 @@ TEST_F(FpgaAgentTest, PrestartTimeoutBoundsProgramming) {
             std::string::npos)
       << agent_->Log();
   agent_.reset();
+}
+
+// Two pods' ports on two cards are programmed at the same time (per-device
+// lanes, ABI 1.8): fpgaconf takes 3 s here, and when the first
+// PreStartContainer returns, the second port's fpgaconf has already started.
+// With one lane the second would start only after the first had ended.
+TEST_F(FpgaAgentTest, TwoPortsAreProgrammedAtTheSameTime) {
+  FpgaCardSpec other;
+  other.pf = "0000:af:00.0";
+  other.bridge = "0000:ae:00.0";
+  other.region = 3;
+  other.fme = 1;
+  other.ports = {FpgaPortSpec{3, 0, kNlb0}};
+  fx_.AddCard(other);
+  fpgaconf_ = fx_.AddFpgaconf(0, 3);
+  StartSim();
+  StartAgent(Resource(kNlb3Res, FakeModule("fpga-opae-fixture"),
+                      "mode = \"region\"\nafu_id = \"" + std::string(kNlb3) +
+                          "\"\ninterface_id = \"" + kInterface + "\"\nfpgaconf = \"" + fpgaconf_ +
+                          "\"\nprogram_with = \"fpgaconf\""),
+             "0s", Agent());
+  ASSERT_TRUE(Registered(kNlb3Res));
+  ASSERT_TRUE(HealthyIs(kNlb3Res, 3, 3));
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.0"}, &resp).ok());
+  ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.3"}, &resp).ok());
+  std::atomic<int> done{0};
+  size_t started_when_first_done = 0;
+  std::mutex mu;
+  auto start = [&](const char* id) {
+    grpc::Status st = sim_->PreStartContainer(kNlb3Res, {id});
+    EXPECT_TRUE(st.ok()) << id << ": " << st.error_message();
+    std::lock_guard lock(mu);
+    if (done++ == 0) started_when_first_done = fx_.FpgaconfLog().size();
+  };
+  std::thread a(start, "dfl-port.0"), b(start, "dfl-port.3");
+  a.join();
+  b.join();
+  EXPECT_EQ(started_when_first_done, 2u) << "the second port waited for the first";
+  EXPECT_EQ(fx_.Afu("dfl-port.0"), kNlb3);
+  EXPECT_EQ(fx_.Afu("dfl-port.3"), kNlb3);
 }
 
 }  // namespace

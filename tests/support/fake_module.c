@@ -15,6 +15,9 @@
  *                    (ABI 1.7): pre_start() and on_release() on a lane of
  *                    their own (they read only configuration and append to
  *                    files, so they are safe beside the other calls)
+ *   fake_release_lanes  fake_release declaring DEVPLUG_CONCURRENT_DEVICES
+ *                    (ABI 1.8): those of different devices at the same time
+ *   fake_release_onelane  the same with max_slow_calls = 1
  *
  * Keys (fake_full, fake_minimal):
  *   count (int, default 4)       devices fake-0 .. fake-<count-1>
@@ -399,8 +402,13 @@ static const struct devplug_module fake_module = {
 #ifdef FAKE_RELEASE
     .on_release = fake_release,
 #endif
-#ifdef FAKE_CONCURRENT
+#if defined(FAKE_CONCURRENT_DEVICES)
+    .concurrency = DEVPLUG_CONCURRENT_SLOW_CALLS | DEVPLUG_CONCURRENT_DEVICES,
+#elif defined(FAKE_CONCURRENT)
     .concurrency = DEVPLUG_CONCURRENT_SLOW_CALLS,
+#endif
+#ifdef FAKE_MAX_SLOW_CALLS
+    .max_slow_calls = FAKE_MAX_SLOW_CALLS,
 #endif
 };
 

@@ -22,8 +22,8 @@
  * config_value, config_member, watch_path in 1.3; prestart_timeout_ms,
  * resource_index in 1.4; use_pre_start in 1.5), sink members
  * (set_health_reason in 1.2, set_numa_nodes in 1.6) and descriptor flags
- * (concurrency in 1.7). The devplug_*() helpers below call a member an
- * older agent may lack, returning -ENOTSUP when it does.
+ * (concurrency in 1.7, per-device slow calls and max_slow_calls in 1.8). The devplug_*() helpers
+ * below call a member an older agent may lack, returning -ENOTSUP when it does.
  *
  * Rules every module can rely on, and must follow:
  *
@@ -36,8 +36,13 @@
  *     second thread of the instance, one at a time between themselves, while
  *     the other calls go on on the first, so that a release or a
  *     programming that takes seconds never holds up the kubelet's Allocate
- *     of another device. Different instances run on different threads, so
- *     module-global state must be thread-safe.
+ *     of another device. With DEVPLUG_CONCURRENT_DEVICES (ABI minor 8)
+ *     pre_start and on_release of disjoint device sets also run at the same
+ *     time as each other, up to max_slow_calls at once, so that one
+ *     device's release never holds up another device's container start;
+ *     calls on a common device stay one at a time and in order. Different
+ *     instances run on different threads, so module-global state must be
+ *     thread-safe.
  *   - Host services may be called from the worker thread during any call.
  *     host->devices_changed and host->log may also be called from any thread
  *     the module owns, at any time between create() returning 0 and destroy()
@@ -82,7 +87,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 7
+#define DEVPLUG_MODULE_ABI_MINOR 8
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -664,11 +669,32 @@ struct devplug_module {
    * it, and the kubelet fails those pods' admission for good.
    */
   uint32_t concurrency;
-  uint32_t reserved2;
+
+  /* ---- ABI minor 8 (reserved, and zero, before) ---- */
+
+  /**
+   * With DEVPLUG_CONCURRENT_DEVICES: how many pre_start() and on_release()
+   * calls of an instance may run at once, each on its own thread, on
+   * disjoint device sets; 0 lets the agent choose (4). Calls that name a
+   * common device still run one at a time, in the order they were asked
+   * for (a release, then the PreStart of the device's next container).
+   * A limit of the hardware (a card that programs one port at a time)
+   * belongs here, or in a lock the module takes around that step only.
+   */
+  uint32_t max_slow_calls;
 };
 
 /** devplug_module.concurrency: pre_start and on_release apart (ABI minor 7). */
 #define DEVPLUG_CONCURRENT_SLOW_CALLS 1u
+/**
+ * devplug_module.concurrency: pre_start and on_release apart, and of
+ * different devices at the same time, up to max_slow_calls (ABI minor 8).
+ * Implies DEVPLUG_CONCURRENT_SLOW_CALLS. The module then guards what calls
+ * on different devices share. Set it when one device's programming or
+ * scrub may take long: without it the PreStart of another device waits
+ * behind it, and the kubelet fails that container's start after 30 s.
+ */
+#define DEVPLUG_CONCURRENT_DEVICES 2u
 
 /**
  * The one exported function. The agent passes its own ABI minor version;

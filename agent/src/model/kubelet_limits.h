@@ -3,6 +3,7 @@
 // host and the kubelet simulator.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 namespace devplug::kubelet {
@@ -14,6 +15,11 @@ inline constexpr size_t kMaxSocketPathBytes = 107;
 // plugin: a larger ListAndWatch message ends the stream for good, a larger
 // Allocate answer fails the pod.
 inline constexpr size_t kKubeletMaxMessageBytes = 4 * 1024 * 1024;
+
+// How long the kubelet waits for PreStartContainer
+// (pluginapi.KubeletPreStartContainerRPCTimeoutInSecs): an answer later
+// than this reaches nobody.
+inline constexpr std::chrono::seconds kKubeletPreStartWait{30};
 
 // The device plugin API's limit on a device ID.
 inline constexpr size_t kMaxDeviceIdLength = 63;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -179,8 +180,17 @@ bool LoadedModule::has_on_release() const { return DEVPLUG_OPTIONAL(on_release);
 #undef DEVPLUG_OPTIONAL
 bool LoadedModule::slow_calls_apart() const {
   return DEVPLUG_HAS_MEMBER(desc_, devplug_module, concurrency) &&
-         (desc_->concurrency & DEVPLUG_CONCURRENT_SLOW_CALLS) != 0 &&
+         (desc_->concurrency & (DEVPLUG_CONCURRENT_SLOW_CALLS | DEVPLUG_CONCURRENT_DEVICES)) != 0 &&
          (has_pre_start() || has_on_release());
+}
+
+size_t LoadedModule::slow_call_lanes() const {
+  if (!slow_calls_apart()) return 0;
+  if ((desc_->concurrency & DEVPLUG_CONCURRENT_DEVICES) == 0) return 1;
+  // max_slow_calls shares concurrency's struct_size (it was reserved before
+  // minor 8, and zero).
+  const uint32_t max = desc_->max_slow_calls;
+  return max > 0 ? std::min<size_t>(max, 64) : kDefaultSlowLanes;
 }
 
 uint32_t LoadedModule::KeyType(std::string_view key) const {

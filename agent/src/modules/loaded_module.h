@@ -48,6 +48,11 @@ class LoadedModule {
   // pre_start and on_release may run apart from the other calls (ABI 1.7,
   // DEVPLUG_CONCURRENT_SLOW_CALLS).
   bool slow_calls_apart() const;
+  // How many of them may run at once on disjoint devices: 0 (none apart: on
+  // the worker), 1 (one lane, ABI 1.7), or with DEVPLUG_CONCURRENT_DEVICES
+  // (ABI 1.8) the module's max_slow_calls, kDefaultSlowLanes when it says 0.
+  size_t slow_call_lanes() const;
+  static constexpr size_t kDefaultSlowLanes = 4;
 
   // Checks a [[resource]] table's module keys against the declared keys:
   // unknown keys, wrong types, missing required keys. Each problem is one

@@ -21,9 +21,10 @@
 namespace devplug::modules {
 
 thread_local ModuleInstance::CallContext* ModuleInstance::current_call_ = nullptr;
+thread_local ModuleInstance::CallContext ModuleInstance::lane_call_;
 
 ModuleInstance::CallContext& ModuleInstance::Call() {
-  if (current_call_ == &worker_call_ || current_call_ == &slow_call_) return *current_call_;
+  if (current_call_ != nullptr && current_call_->owner == this) return *current_call_;
   return worker_call_;
 }
 
@@ -33,6 +34,7 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
       resource_(std::move(resource)),
       options_(std::move(options)),
       devices_(std::make_shared<const DeviceList>()) {
+  worker_call_.owner = this;
   host_.struct_size = sizeof(host_);
   host_.abi_minor = DEVPLUG_MODULE_ABI_MINOR;
   host_.agent_data = this;
@@ -70,7 +72,15 @@ std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const Loa
   std::unique_ptr<ModuleInstance> self(
       new ModuleInstance(std::move(module), resource, std::move(options)));
   self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
-  if (self->slow_lane()) self->slow_worker_ = std::thread([p = self.get()] { p->SlowLaneLoop(); });
+  if (self->slow_lane()) {
+    // "dp+<module>": the lanes beside the worker "dp:<module>".
+    self->lanes_ = std::make_unique<DeviceLanes>(std::string("dp+").append(self->module_->name()),
+                                                 self->slow_lanes(), [p = self.get()] {
+                                                   lane_call_ = CallContext();
+                                                   lane_call_.owner = p;
+                                                   current_call_ = &lane_call_;
+                                                 });
+  }
   self->Post([p = self.get(), created = std::move(created)] { created(p->CreateOnWorker()); });
   return self;
 }
@@ -190,44 +200,17 @@ void ModuleInstance::Post(std::function<void()> task) {
   cv_.notify_one();
 }
 
-void ModuleInstance::PostSlow(std::function<void()> task) {
-  if (!slow_worker_.joinable()) {
+std::shared_ptr<const LaneWait> ModuleInstance::PostSlow(std::vector<std::string> devices,
+                                                         std::function<void()> task) {
+  if (!lanes_) {
     Post(std::move(task));
-    return;
+    return nullptr;
   }
-  {
-    std::lock_guard lock(slow_mu_);
-    slow_queue_.push_back(std::move(task));
-  }
-  slow_cv_.notify_one();
-}
-
-void ModuleInstance::SlowLaneLoop() {
-  // "dp+<module>": the slow lane beside "dp:<module>".
-  const std::string name = std::string("dp+").append(module_->name()).substr(0, 15);
-  pthread_setname_np(pthread_self(), name.c_str());
-  current_call_ = &slow_call_;
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lock(slow_mu_);
-      slow_cv_.wait(lock, [&] { return slow_stopping_ || !slow_queue_.empty(); });
-      if (slow_queue_.empty()) return;  // stopping and drained
-      task = std::move(slow_queue_.front());
-      slow_queue_.pop_front();
-    }
-    task();
-  }
+  return lanes_->Post(std::move(devices), std::move(task));
 }
 
 void ModuleInstance::StopSlowLane() {
-  if (!slow_worker_.joinable()) return;
-  {
-    std::lock_guard lock(slow_mu_);
-    slow_stopping_ = true;
-  }
-  slow_cv_.notify_one();
-  slow_worker_.join();
+  if (lanes_) lanes_->Stop();
 }
 
 void ModuleInstance::WorkerLoop() {
@@ -370,7 +353,14 @@ Status CheckIds(const std::string& resource, const DeviceList& list,
 }  // namespace
 
 bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> wanted,
-                              const std::function<void(Status)>& refuse, bool slow) {
+                              const std::function<void(Status)>& refuse) {
+  return PostSlowCall({}, std::move(run), std::move(wanted), refuse, nullptr, /*on_worker=*/true);
+}
+
+bool ModuleInstance::PostSlowCall(std::vector<std::string> devices, std::function<void()> run,
+                                  std::function<bool()> wanted,
+                                  const std::function<void(Status)>& refuse,
+                                  std::shared_ptr<const LaneWait>* wait, bool on_worker) {
   if (queued_calls_.fetch_add(1) >= kMaxQueuedCalls) {
     queued_calls_.fetch_sub(1);
     refuse(UnavailableError(StrCat(resource_.name, ": the module is busy (", kMaxQueuedCalls,
@@ -382,10 +372,12 @@ bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> w
     if (wanted && !wanted()) return;  // answered meanwhile (timed out): skip the module
     run();
   };
-  if (slow)
-    PostSlow(std::move(task));
-  else
+  if (on_worker) {
     Post(std::move(task));
+  } else {
+    auto w = PostSlow(std::move(devices), std::move(task));
+    if (wait != nullptr) *wait = std::move(w);
+  }
   return true;
 }
 
@@ -461,11 +453,15 @@ void ModuleInstance::PreferredAllocation(
       std::move(wanted), refuse);
 }
 
-void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
-                              std::function<bool()> wanted) {
+std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string> ids,
+                                                         std::function<void(Status)> done,
+                                                         std::function<bool()> wanted) {
   auto refuse = done;
   const auto began = std::chrono::steady_clock::now();
-  PostCall(
+  std::vector<std::string> devices = ids;
+  std::shared_ptr<const LaneWait> lane_wait;
+  PostSlowCall(
+      std::move(devices),
       [this, ids = std::move(ids), done = std::move(done), wanted, began] {
         if (inst_ == nullptr) {
           done(OkStatus());
@@ -507,7 +503,8 @@ void ModuleInstance::PreStart(std::vector<std::string> ids, std::function<void(S
         Call().prestart_began.reset();
         done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
       },
-      std::move(wanted), refuse, /*slow=*/true);
+      std::move(wanted), refuse, &lane_wait);
+  return lane_wait;
 }
 
 bool ModuleInstance::runs_pre_start() const {
@@ -544,7 +541,8 @@ int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string*
 
 void ModuleInstance::Release(std::vector<std::string> ids,
                              std::function<void(int rc, const std::string& why)> done) {
-  PostSlow([this, ids = std::move(ids), done = std::move(done)] {
+  std::vector<std::string> devices = ids;
+  PostSlow(std::move(devices), [this, ids = std::move(ids), done = std::move(done)] {
     std::string why;
     const int rc = RunRelease(ids, &why, false);
     if (done) done(rc, why);

@@ -5,8 +5,11 @@
 // into the module run on the instance's worker thread, one at a time, in the
 // order they were requested; a module that declares
 // DEVPLUG_CONCURRENT_SLOW_CALLS (ABI 1.7) has its pre_start() and
-// on_release() run on a second thread, the slow lane, so that they never
-// hold up Allocate, GetPreferredAllocation or scans. Completion callbacks
+// on_release() run on threads of their own, the lanes, so that they never
+// hold up Allocate, GetPreferredAllocation or scans: one lane, or with
+// DEVPLUG_CONCURRENT_DEVICES (ABI 1.8) one per device set, so that one
+// device's long release or programming never holds up another's PreStart
+// (see DeviceLanes). Completion callbacks
 // run on the thread that made the module call and must not block. Device
 // lists are published under their own lock, from the worker's scans and
 // from Republish() on the caller's thread, never through the module's
@@ -30,6 +33,7 @@
 #include "devplug/module.h"
 #include "model/scan_cause.h"
 #include "modules/device.h"
+#include "modules/device_lanes.h"
 #include "modules/loaded_module.h"
 #include "udev/event.h"
 #include "util/status.h"
@@ -183,8 +187,12 @@ class ModuleInstance {
   // back before this container starts (release tracking; -EAGAIN is asked
   // again every 100 ms while the call is wanted), then the module's
   // pre_start().
-  void PreStart(std::vector<std::string> ids, std::function<void(Status)> done,
-                std::function<bool()> wanted = {});
+  // Returns how long the call has waited for a lane behind other devices'
+  // work so far (its deadline should not count that); null when it runs on
+  // the worker.
+  std::shared_ptr<const LaneWait> PreStart(std::vector<std::string> ids,
+                                           std::function<void(Status)> done,
+                                           std::function<bool()> wanted = {});
 
   // True when the module has on_release() and this instance did not opt out
   // of release tracking in create() (host->track_releases(h, 0)).
@@ -192,16 +200,19 @@ class ModuleInstance {
   // The module has pre_start() and this instance did not opt out in
   // create() (host->use_pre_start(h, 0)).
   bool runs_pre_start() const;
-  // on_release(ids) on the slow lane (the worker without one); `done` gets
-  // its result and reason there, after options.release.released saw it.
+  // on_release(ids) on its device's lane (the worker without lanes);
+  // `done` gets its result and reason there, after options.release.released
+  // saw it.
   void Release(std::vector<std::string> ids,
                std::function<void(int rc, const std::string& why)> done = {});
   // Publishes the last scan again through options.release.apply (when what
   // the agent holds back changed), on the calling thread, without calling
   // the module and without waiting for its queue.
   void Republish();
-  // pre_start() and on_release() run on a lane of their own (ABI 1.7).
-  bool slow_lane() const { return module_->slow_calls_apart(); }
+  // pre_start() and on_release() run on lanes of their own (ABI 1.7), up
+  // to slow_lanes() at once on disjoint devices (ABI 1.8; 1 before).
+  bool slow_lane() const { return module_->slow_call_lanes() > 0; }
+  size_t slow_lanes() const { return module_->slow_call_lanes(); }
 
   // Number of completed list_devices() calls (for tests and benchmarks).
   uint64_t scans() const { return scans_.load(); }
@@ -211,16 +222,22 @@ class ModuleInstance {
                  Options options);
 
   void Post(std::function<void()> task);
-  // On the slow lane, or on the worker when the module has none.
-  void PostSlow(std::function<void()> task);
+  // On the lane of `devices`, or on the worker when the module has none
+  // (then no LaneWait).
+  std::shared_ptr<const LaneWait> PostSlow(std::vector<std::string> devices,
+                                           std::function<void()> task);
   Status CreateOnWorker();
-  // Queues a kubelet call (see kMaxQueuedCalls), on the slow lane when
-  // `slow`; false if it was refused.
+  // Queues a kubelet call (see kMaxQueuedCalls) on the worker; false if it
+  // was refused.
   bool PostCall(std::function<void()> run, std::function<bool()> wanted,
-                const std::function<void(Status)>& refuse, bool slow = false);
+                const std::function<void(Status)>& refuse);
+  // The same on the lane of `devices`; *wait (when given) tells how long
+  // it waits for a lane.
+  bool PostSlowCall(std::vector<std::string> devices, std::function<void()> run,
+                    std::function<bool()> wanted, const std::function<void(Status)>& refuse,
+                    std::shared_ptr<const LaneWait>* wait = nullptr, bool on_worker = false);
   void WorkerLoop();
-  void SlowLaneLoop();
-  // Ends the slow lane after the calls queued on it (worker, before destroy).
+  // Ends the lanes after the calls queued on them (worker, before destroy).
   void StopSlowLane();
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
@@ -273,16 +290,19 @@ class ModuleInstance {
   // What host services write during one module call: one per thread that
   // calls into the module (the worker, the slow lane).
   struct CallContext {
-    std::string error;     // set_error()
-    PodHolder pod_answer;  // what pod_of() points into
+    const ModuleInstance* owner = nullptr;  // whose calls this thread makes
+    std::string error;                      // set_error()
+    PodHolder pod_answer;                   // what pod_of() points into
     // Inside pre_start(): when its PreStartContainer began.
     std::optional<std::chrono::steady_clock::time_point> prestart_began;
   };
-  CallContext worker_call_, slow_call_;
+  CallContext worker_call_;
   // The calling thread's context (the worker's for threads of the module's
   // own, which make no calls that need one).
   CallContext& Call();
   static thread_local CallContext* current_call_;
+  // A lane thread's own context (each lane thread serves one instance).
+  static thread_local CallContext lane_call_;
 
   std::mutex publish_mu_;               // one publication at a time
   std::atomic<bool> published_{false};  // a list went out
@@ -317,12 +337,8 @@ class ModuleInstance {
   std::atomic<bool> abandoned_{false};
   std::thread worker_;
 
-  // The slow lane (ABI 1.7): its own queue and thread.
-  std::mutex slow_mu_;
-  std::condition_variable slow_cv_;
-  std::deque<std::function<void()>> slow_queue_;  // guarded by slow_mu_
-  bool slow_stopping_ = false;                    // guarded by slow_mu_
-  std::thread slow_worker_;
+  // The slow calls' lanes (ABI 1.7, per device since 1.8); null without.
+  std::unique_ptr<DeviceLanes> lanes_;
 };
 
 }  // namespace devplug::modules

@@ -200,6 +200,10 @@ enum Hooks : unsigned {
   // time as the other calls (DEVPLUG_CONCURRENT_SLOW_CALLS): the instance
   // guards what they share and holds no lock across slow work.
   kConcurrentSlowCalls = 1u << 5,
+  // ABI 1.8: besides, PreStart and Release of different devices run at the
+  // same time (DEVPLUG_CONCURRENT_DEVICES, up to the agent's default number
+  // of lanes): what they share is guarded too.
+  kConcurrentDevices = 1u << 6,
 };
 
 // Creates an instance; returns nullptr after host.ConfigError() for bad
@@ -317,7 +321,10 @@ constexpr devplug_module MakeModule(const char* name, const char* version, const
   m.preferred_allocation = (hooks & kHookPreferred) ? &T::Preferred : nullptr;
   m.pre_start = (hooks & kHookPreStart) ? &T::PreStart : nullptr;
   m.on_release = (hooks & kHookRelease) ? &T::Release : nullptr;
-  m.concurrency = (hooks & kConcurrentSlowCalls) ? DEVPLUG_CONCURRENT_SLOW_CALLS : 0;
+  m.concurrency =
+      ((hooks & kConcurrentSlowCalls) ? DEVPLUG_CONCURRENT_SLOW_CALLS : 0) |
+      ((hooks & kConcurrentDevices) ? DEVPLUG_CONCURRENT_SLOW_CALLS | DEVPLUG_CONCURRENT_DEVICES
+                                    : 0);
   return m;
 }
 
