@@ -29,6 +29,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/env.h"
@@ -56,10 +58,15 @@ constexpr std::chrono::milliseconds kNodeWait{2000};
 constexpr std::chrono::seconds kYoungLink{2};
 
 // Link-name prefixes in use, per network namespace: two resources with one
-// prefix would take each other's links.
+// prefix would take each other's links. Counted per instance: a reload's
+// new instance of the same resource (or one a refused reload staged) holds
+// the entry beside the running one, and the last one out removes it.
+struct PrefixOwner {
+  std::string resource;
+  int instances = 0;
+};
 std::mutex g_prefix_mu;
-std::map<std::pair<std::string, std::string>, std::string>
-    g_prefixes;  // (netns, prefix) -> resource
+std::map<std::pair<std::string, std::string>, PrefixOwner> g_prefixes;  // (netns, prefix)
 
 class Macvtap : public Instance {
  public:
@@ -76,7 +83,9 @@ class Macvtap : public Instance {
     {
       std::lock_guard lock(g_prefix_mu);
       auto it = g_prefixes.find({s_.netns, s_.link_prefix});
-      if (it != g_prefixes.end() && it->second == host().resource_name()) g_prefixes.erase(it);
+      if (it != g_prefixes.end() && it->second.resource == host().resource_name() &&
+          --it->second.instances == 0)
+        g_prefixes.erase(it);
     }
     if (netns_fd_ >= 0) close(netns_fd_);
   }
@@ -133,18 +142,34 @@ class Macvtap : public Instance {
     // Opened before any link is made, so that no uevent is missed.
     TapNodeWaiter nodes(netns_fd_, root_);
     std::string names;
-    for (std::string_view id_view : ids) {
-      const std::string id(id_view);
-      const int ifindex = Recreate(id, lower->link);
-      if (std::string why = nodes.Wait(ifindex, steady_clock::now() + kNodeWait); !why.empty()) {
-        rt_.Delete(ifindex);
-        throw ModuleError(ETIMEDOUT, "macvtap link " + id + ": " + why);
+    // The links this call made: a call that fails part-way takes them back,
+    // since no pod will ever hold them and no release would run for them.
+    std::vector<std::pair<std::string, int>> made;
+    try {
+      for (std::string_view id_view : ids) {
+        const std::string id(id_view);
+        const int ifindex = Recreate(id, lower->link);
+        made.emplace_back(id, ifindex);
+        if (std::string why = nodes.Wait(ifindex, steady_clock::now() + kNodeWait); !why.empty())
+          throw ModuleError(ETIMEDOUT, "macvtap link " + id + ": " + why);
+        const std::string node = "/dev/tap" + std::to_string(ifindex);
+        resp.Node(node, node, "rw");
+        names += (names.empty() ? "" : ",") + id;
       }
-      const std::string node = "/dev/tap" + std::to_string(ifindex);
-      resp.Node(node, node, "rw");
-      names += (names.empty() ? "" : ",") + id;
+    } catch (...) {
+      for (const auto& [id, ifindex] : made) {
+        const int del = rt_.Delete(ifindex);
+        if (del < 0 && del != -ENODEV)
+          host().Warn("taking back macvtap link " + id +
+                      " after a failed Allocate: " + strerror(-del));
+        else
+          host().Debug("took back macvtap link " + id + " after a failed Allocate");
+      }
+      throw;
+    }
+    {
       std::lock_guard lock(mu_);
-      made_[id] = {ifindex, steady_clock::now()};
+      for (const auto& [id, ifindex] : made) made_[id] = {ifindex, steady_clock::now()};
     }
     resp.Env(env_key_, names);
     return true;
@@ -265,16 +290,17 @@ std::unique_ptr<Instance> Create(Host& host) {
   }
   {
     std::lock_guard lock(g_prefix_mu);
-    auto [it, added] =
-        g_prefixes.emplace(std::make_pair(s->netns, s->link_prefix), host.resource_name());
-    if (!added && it->second != host.resource_name()) {
+    PrefixOwner& owner = g_prefixes[std::make_pair(s->netns, s->link_prefix)];
+    if (owner.instances > 0 && owner.resource != host.resource_name()) {
       host.ConfigError("link_prefix", "\"" + s->link_prefix + "\" is also the prefix of " +
-                                          it->second +
+                                          owner.resource +
                                           ": the two would take each other's links; give one a "
                                           "link_prefix of its own");
       if (netns_fd >= 0) close(netns_fd);
       return nullptr;
     }
+    owner.resource = host.resource_name();
+    ++owner.instances;  // given back by ~Macvtap, which every path below reaches
   }
   auto inst = std::make_unique<Macvtap>(host, std::move(*s), netns_fd);
   if (!inst->route().ok()) {

@@ -296,6 +296,58 @@ TEST_F(MacvtapTest, ANameTakenByAnotherKindOfLinkIsLeftAlone) {
   EXPECT_EQ(still->ifindex, veth->ifindex);
 }
 
+// An Allocate that fails part-way takes back the links it made already:
+// no pod will ever hold them, and no release would run for them.
+TEST_F(MacvtapTest, AFailedAllocateTakesBackTheLinksItMade) {
+  StartSim();
+  const std::string prefix = tag_ + "p";
+  Start(Module(lower_, "capacity = 3\nlink_prefix = \"" + prefix + "\""));
+  ASSERT_TRUE(Registered(kNet));
+  ASSERT_TRUE(HealthyIs(kNet, 3, 3));
+  cleanup_.push_back(prefix + "0");
+  // ID 1's name is taken by a veth: the call fails at its second ID.
+  ASSERT_EQ(Sh("ip link add " + prefix + "1 type veth peer name " + tag_ + "q1"), 0);
+  cleanup_.push_back(prefix + "1");
+  grpc::Status st;
+  Allocate(kNet, {prefix + "0", prefix + "1"}, &st);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("a veth link named " + prefix + "1"), std::string::npos)
+      << st.error_message();
+  EXPECT_FALSE(Link(prefix + "0")) << "the first ID's link was left in the host's namespace";
+  EXPECT_TRUE(Link(prefix + "1")) << "the other link was touched";
+  EXPECT_TRUE(agent_->WaitForLog("took back macvtap link " + prefix + "0", kWait)) << agent_->Log();
+}
+
+// The one-prefix-per-namespace check holds across reloads: a reload that
+// re-creates a macvtap resource must not erase its claim, so a later one
+// that adds a second resource with the same prefix is still refused.
+TEST_F(MacvtapTest, ThePrefixCheckSurvivesAReload) {
+  const std::string other = tag_ + "m";
+  ASSERT_EQ(AddVeth(other), 0);
+  StartSim();
+  const std::string prefix = "link_prefix = \"" + tag_ + "P\"";
+  Start(Module(lower_, "capacity = 2\n" + prefix));
+  ASSERT_TRUE(Registered(kNet));
+  auto rewrite = [&](const std::string& resources) {
+    std::string text = Config(resources, "0s");
+    const std::string root = "host_root = \"" + host_root() + "\"";
+    text.replace(text.find(root), root.size(), "host_root = \"/\"");
+    WriteFile(config_path(), text);
+  };
+  rewrite(Module(lower_, "capacity = 3\n" + prefix));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(HealthyIs(kNet, 3, 3));
+  // A refused reload that staged the same resource changes nothing either.
+  rewrite(Module(lower_, "capacity = 4\n" + prefix) +
+          Resource("fake.example/broken", FakeModule("fake_createfail")));
+  ASSERT_FALSE(Reload()) << agent_->Log();
+  rewrite(Module(lower_, "capacity = 3\n" + prefix) +
+          Module(other, "capacity = 2\n" + prefix, kNet2));
+  EXPECT_FALSE(Reload()) << "a second resource took the same prefix\n" << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("is also the prefix of " + std::string(kNet), 0s))
+      << agent_->Log();
+}
+
 // netns: the links live in another network namespace (an agent in a pod
 // without host networking names the host's); the node is still found.
 TEST_F(MacvtapTest, WorksInTheNetworkNamespaceNamedByNetns) {

@@ -100,18 +100,52 @@ class PendingCall {
            const std::shared_ptr<PendingCall>& self) {
     std::lock_guard lock(mu_);
     timers_ = timers;
-    timer_id_ = timers->Schedule(
-        Timers::Clock::now() + timeout, [weak = std::weak_ptr<PendingCall>(self), timeout] {
-          auto call = weak.lock();
-          if (!call) return;
-          const std::string msg = call->what_ + ": the module did not answer within " +
-                                  std::to_string(timeout.count()) + " ms";
-          if (call->Complete(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, msg)))
-            spdlog::error("{}", msg);
-        });
+    timeout_ = timeout;
+    ScheduleLocked(start_ + timeout, self);
+  }
+
+  // Time the call spends waiting for a lane behind other devices' work does
+  // not count against its deadline: at the deadline, the deadline moves on
+  // by that much, but never past `cap` after the call came (the kubelet's
+  // own wait).
+  void NotCounting(std::shared_ptr<const modules::LaneWait> wait, std::chrono::milliseconds cap) {
+    std::lock_guard lock(mu_);
+    lane_wait_ = std::move(wait);
+    cap_ = cap;
   }
 
  private:
+  void ScheduleLocked(Timers::Clock::time_point when, const std::shared_ptr<PendingCall>& self) {
+    timer_id_ = timers_->Schedule(when, [weak = std::weak_ptr<PendingCall>(self)] {
+      auto call = weak.lock();
+      if (!call) return;
+      std::string msg;
+      {
+        std::lock_guard lock(call->mu_);
+        if (call->done_) return;
+        std::chrono::milliseconds waited{0};
+        if (call->lane_wait_) {
+          const auto now = Timers::Clock::now();
+          waited =
+              std::chrono::duration_cast<std::chrono::milliseconds>(call->lane_wait_->Waited(now));
+          const auto later =
+              std::min(call->start_ + call->timeout_ + waited, call->start_ + call->cap_);
+          if (later > now) {  // it waited behind other devices: not counted
+            call->ScheduleLocked(later, call);
+            return;
+          }
+        }
+        msg = StrCat(call->what_, ": the module did not answer within ", call->timeout_.count(),
+                     " ms");
+        if (waited.count() > 0)
+          StrAppend(&msg, " (not counting ", waited.count(),
+                    " ms queued behind other devices' work)");
+      }
+      if (call->Complete(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, msg)))
+        spdlog::error("{}", msg);
+    });
+  }
+
   std::mutex mu_;
   grpc::ServerUnaryReactor* const reactor_;
   const std::string what_;
@@ -119,9 +153,12 @@ class PendingCall {
   const Rpc rpc_;
   const std::shared_ptr<RpcObserver> metrics_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool done_ = false;         // guarded by mu_
-  Timers* timers_ = nullptr;  // guarded by mu_
-  uint64_t timer_id_ = 0;     // guarded by mu_
+  bool done_ = false;                                   // guarded by mu_
+  Timers* timers_ = nullptr;                            // guarded by mu_
+  uint64_t timer_id_ = 0;                               // guarded by mu_
+  std::chrono::milliseconds timeout_{0};                // guarded by mu_
+  std::chrono::milliseconds cap_{0};                    // guarded by mu_
+  std::shared_ptr<const modules::LaneWait> lane_wait_;  // guarded by mu_: not counted
 };
 
 v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance) {
@@ -219,8 +256,27 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
       : call_(std::move(call)),
         instance_(instance),
         resp_(resp),
-        on_allocated_(std::move(on_allocated)) {
+        on_allocated_(std::move(on_allocated)),
+        resource_(instance->resource().name),
+        module_allocates_(instance->module().has_allocate()) {
     for (const auto& c : req.container_requests()) requests_.push_back(ToVector(c.devices_ids()));
+  }
+
+  // The call ends here, however it ended. The module's allocate() may have
+  // set up devices of containers it answered (macvtap makes a link) while
+  // the call as a whole failed: a later container was refused, or the
+  // kubelet's deadline passed (what was still queued is then skipped, and
+  // this is where the last reference goes). No pod will hold those devices,
+  // so they are reported as handed out: release tracking releases them
+  // once unseen_timeout has passed with no pod listing them.
+  ~AllocateCall() {
+    // (The instance may be gone by now: only what was copied is used.)
+    if (answered_ || answered_ids_.empty() || !on_allocated_ || !module_allocates_) return;
+    spdlog::info(
+        "{}: Allocate did not succeed after the module set up {}; releasing them once "
+        "no pod holds them",
+        resource_, StrJoin(answered_ids_, ","));
+    on_allocated_(answered_ids_);
   }
 
   void Next() {
@@ -229,10 +285,13 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
         call_->Complete(ToGrpc(st));
         return;
       }
-      if (call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); }) && on_allocated_) {
-        std::vector<std::string> ids;
-        for (const auto& r : requests_) ids.insert(ids.end(), r.begin(), r.end());
-        on_allocated_(ids);
+      if (call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); })) {
+        answered_ = true;
+        if (on_allocated_) {
+          std::vector<std::string> ids;
+          for (const auto& r : requests_) ids.insert(ids.end(), r.begin(), r.end());
+          on_allocated_(ids);
+        }
       }
       return;
     }
@@ -244,6 +303,8 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
             self->call_->Complete(ToGrpc(recipe.status()));
             return;
           }
+          const auto& ids = self->requests_[self->built_.container_responses_size()];
+          self->answered_ids_.insert(self->answered_ids_.end(), ids.begin(), ids.end());
           FillContainerResponse(*recipe, self->built_.add_container_responses());
           self->Next();
         },
@@ -258,6 +319,10 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
   std::vector<std::vector<std::string>> requests_;
   v1beta1::AllocateResponse built_;
+  const std::string resource_;
+  const bool module_allocates_;
+  std::vector<std::string> answered_ids_;  // of the containers the module answered
+  bool answered_ = false;                  // the kubelet got our OK
 };
 
 class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
@@ -357,9 +422,10 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
                     IdsForLog(
                         std::vector<std::vector<std::string>>{ids},
                         [](const auto& c) -> const auto& { return c; }));
-  instance_->PreStart(
+  auto lane_wait = instance_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },
       [call] { return call->waiting(); });
+  if (lane_wait) call->NotCounting(std::move(lane_wait), kKubeletPreStartWait);
   return r;
 }
 
