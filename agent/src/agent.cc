@@ -11,6 +11,8 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <thread>
+#include <utility>
 
 #include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
@@ -305,10 +307,14 @@ int Agent::Run(int signal_fd) {
     }
     if (fds[5].revents & POLLIN) {
       // Our sockets in plugins_registry; the kubelet never removes them.
-      for (const std::string& name : registry_watch_.Drain().removed)
-        for (auto& r : resources_)
-          if (r->cfg.registration == RegistrationMode::kPluginWatcher && name == r->cfg.socket)
-            r->registrar->OnSocketRemoved();
+      // The folder itself gone: every socket in it is, and each is served
+      // again (the next serve watches the folder anew, making it if needed).
+      const kubelet::PluginDirWatch::Events ev = registry_watch_.Drain();
+      for (auto& r : resources_) {
+        if (r->cfg.registration != RegistrationMode::kPluginWatcher) continue;
+        if (ev.dir_gone || std::count(ev.removed.begin(), ev.removed.end(), r->cfg.socket) > 0)
+          r->registrar->OnSocketRemoved();
+      }
     }
     if (fds[6].revents & POLLIN) config_watch_.Drain(Clock::now());
     if (config_watch_.Changed(Clock::now())) BeginReload("configuration files changed");
@@ -317,6 +323,7 @@ int Agent::Run(int signal_fd) {
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
     if (!plugin_dir_lost_) FireTimers();
+    if (!reload_ && reload_again_) BeginReload(*std::exchange(reload_again_, std::nullopt));
     if (plugin_dir_lost_) {
       // A directory created anew (kubeadm reset, an operator) is a
       // different directory: under systemd's ProtectSystem= our view of it
@@ -353,16 +360,14 @@ void Agent::Shutdown() {
     for (auto& r : reload_->staged) resources_.push_back(std::move(r));
     reload_.reset();
   }
-  for (auto& r : resources_) {
-    const bool served = r->server != nullptr;
-    StopServer(*r, /*exiting=*/true);
-    if (served) unlink(r->socket_path.c_str());
-  }
+  for (auto& r : resources_) Withdraw(*r, /*exiting=*/true);
   const auto t_servers = Clock::now();
   // Destroy module instances after every server is down: no call can reach
-  // them any more. All stop at once, under one deadline; a module stuck in a
-  // call costs its thread, not the shutdown.
-  const auto deadline = Clock::now() + config_.start_timeout;
+  // them any more. All stop at once, under one deadline well inside a pod's
+  // grace period (30 s by default); a module stuck in a call (a release,
+  // a programming) costs its thread, not the shutdown.
+  const auto stop_timeout = std::min<milliseconds>(config_.start_timeout, kStopTimeout);
+  const auto deadline = Clock::now() + stop_timeout;
   for (auto& r : resources_) {
     if (r->instance) r->instance->RequestStop();
     if (r->starting) r->starting->RequestStop();
@@ -372,7 +377,7 @@ void Agent::Shutdown() {
       if (!*inst) continue;
       if (!(*inst)->WaitStopped(deadline)) {
         spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
-                      r->cfg.name, r->module->name(), config_.start_timeout.count());
+                      r->cfg.name, r->module->name(), stop_timeout.count());
         (void)inst->release();  // its thread may still use it
       }
       inst->reset();
@@ -383,8 +388,15 @@ void Agent::Shutdown() {
     std::unique_lock lock(register_mu_);
     register_cv_.wait(lock, [&] { return registers_in_flight_ == 0; });
   }
-  // Resources a reload retired: their threads end within their deadline.
-  for (Retiring& t : retiring_) t.thread.join();
+  // Resources a reload retired: their threads end within their own
+  // deadline, or are left to run out with the process at ours.
+  for (Retiring& t : retiring_) {
+    while (!t.done->load() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+    if (t.done->load())
+      t.thread.join();
+    else
+      t.thread.detach();
+  }
   retiring_.clear();
   mailbox_->Close();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };

@@ -63,6 +63,11 @@ namespace devplug {
 // process (a fresh sandbox under systemd) is the only way to see the new one.
 inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 
+// At SIGTERM, module instances get this long (or start_timeout, if shorter)
+// to finish a call under way and destroy(); past it they are abandoned and
+// the process exits: well inside a pod's 30 s grace period.
+inline constexpr std::chrono::milliseconds kStopTimeout{5000};
+
 class Agent {
  public:
   struct Options {
@@ -232,6 +237,11 @@ class Agent {
   // Ends the streams and stops the server, if one runs.
   void StopServing(Resource& r, bool exiting = false);
   Status StartServer(Resource& r);
+  // Where gRPC binds a resource's socket before it is renamed into place.
+  static std::string BindPath(const std::string& socket_path);
+  // StopServer, then removes the socket file if it is still the one this
+  // server bound (never another process's socket at the same name).
+  void Withdraw(Resource& r, bool exiting = false);
   void OnKubeletRestart();
 
   // ---- reload (SIGHUP) ----
@@ -287,6 +297,9 @@ class Agent {
   ops::ControlServer control_;
   const std::chrono::system_clock::time_point started_at_ = std::chrono::system_clock::now();
   std::unique_ptr<PendingReload> reload_;
+  // A reload asked for while one was under way (SIGHUP, or the files
+  // changed again): what asked, run as soon as that one ends.
+  std::optional<const char*> reload_again_;
   std::string reload_error_;  // the last reload's first error ("" after one that worked)
   // Retired resources' stop threads; joined (within start_timeout) at shutdown.
   struct Retiring {

@@ -38,7 +38,7 @@ Status ConfigWatch::Start(const std::string& main_file) {
   dropins_ = dir_ + "/conf.d";
   fd_ = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   if (fd_ < 0) return InternalError(StrCat("inotify: ", std::strerror(errno)));
-  if (inotify_add_watch(fd_, dir_.c_str(), kDirEvents) < 0) {
+  if (!WatchDir()) {
     const int e = errno;
     Stop();
     return UnavailableError(StrCat("cannot watch ", dir_, ": ", std::strerror(e)));
@@ -51,14 +51,21 @@ Status ConfigWatch::Start(const std::string& main_file) {
 void ConfigWatch::Stop() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
+  dir_wd_ = -1;
   dropins_wd_ = -1;
   settle_at_.reset();
+  rewatch_at_.reset();
+}
+
+bool ConfigWatch::WatchDir() {
+  dir_wd_ = inotify_add_watch(fd_, dir_.c_str(), kDirEvents | IN_ONLYDIR);
+  return dir_wd_ >= 0;
 }
 
 void ConfigWatch::WatchDropIns() {
   if (dropins_wd_ >= 0) return;
   // conf.d may itself be a mount that is swapped: watched the same way.
-  dropins_wd_ = inotify_add_watch(fd_, dropins_.c_str(), kDirEvents);
+  dropins_wd_ = inotify_add_watch(fd_, dropins_.c_str(), kDirEvents | IN_ONLYDIR);
 }
 
 void ConfigWatch::Drain(Clock::time_point now) {
@@ -69,22 +76,43 @@ void ConfigWatch::Drain(Clock::time_point now) {
     for (char* p = buf; p < buf + len;) {
       const auto* ev = reinterpret_cast<const inotify_event*>(p);
       p += sizeof(inotify_event) + ev->len;
-      if (ev->wd == dropins_wd_ && (ev->mask & IN_IGNORED)) dropins_wd_ = -1;  // conf.d gone
+      if (ev->mask & IN_IGNORED) {
+        if (ev->wd == dropins_wd_) dropins_wd_ = -1;  // conf.d gone
+        if (ev->wd == dir_wd_) dir_wd_ = -1;          // the folder itself gone
+      }
       any = true;
     }
   }
   if (!any) return;
-  WatchDropIns();  // conf.d made (or made anew) meanwhile
+  if (dir_wd_ < 0 && !rewatch_at_) rewatch_at_ = now;  // made again already, perhaps
+  WatchDropIns();                                      // conf.d made (or made anew) meanwhile
   settle_at_ = now + kSettle;
 }
 
+std::optional<ConfigWatch::Clock::time_point> ConfigWatch::deadline() const {
+  if (settle_at_ && rewatch_at_) return std::min(*settle_at_, *rewatch_at_);
+  return settle_at_ ? settle_at_ : rewatch_at_;
+}
+
 bool ConfigWatch::Changed(Clock::time_point now) {
+  if (fd_ < 0) return false;
+  if (rewatch_at_ && now >= *rewatch_at_) {
+    if (WatchDir()) {
+      // Back: whatever it holds now is compared with the baseline.
+      rewatch_at_.reset();
+      WatchDropIns();
+      settle_at_ = now;
+    } else {
+      rewatch_at_ = now + kRewatch;
+    }
+  }
   if (!settle_at_ || now < *settle_at_) return false;
   settle_at_.reset();
-  const uint64_t now_print = Fingerprint();
-  if (now_print == baseline_) return false;
-  baseline_ = now_print;
-  return true;
+  return Fingerprint() != baseline_;
+}
+
+void ConfigWatch::Taken() {
+  if (fd_ >= 0) baseline_ = Fingerprint();
 }
 
 uint64_t ConfigWatch::Fingerprint() const {

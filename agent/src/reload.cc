@@ -47,9 +47,13 @@ bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig&
 
 void Agent::BeginReload(const char* why) {
   if (reload_) {
-    spdlog::warn("{}: a reload is already under way; ignoring this one", why);
+    // Applied once the one under way ends (its files may predate this).
+    if (!reload_again_)
+      spdlog::info("{}: a reload is already under way; reloading again once it ends", why);
+    reload_again_ = why;
     return;
   }
+  config_watch_.Taken();
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   sd::Notify(StrCat("RELOADING=1\nMONOTONIC_USEC=", static_cast<uint64_t>(ts.tv_sec) * 1'000'000 +
@@ -234,9 +238,11 @@ void Agent::CommitReload() {
       changed.push_back(cfg.name);
       // The old stream ends first; the new registration follows once the
       // kubelet has seen that end.
-      const bool served = old->server != nullptr;
-      StopServer(*old);
-      if (served && old->socket_path != fresh->socket_path) unlink(old->socket_path.c_str());
+      // (At the same path the new server's socket replaces it.)
+      if (old->socket_path != fresh->socket_path)
+        Withdraw(*old);
+      else
+        StopServer(*old);
       Retire(std::move(old));
       fresh->registrar->StartAfter(kReloadRegisterDelay);
     } else {
@@ -252,9 +258,7 @@ void Agent::CommitReload() {
   }
   for (auto& old : resources_) {
     removed.push_back(old->cfg.name);
-    const bool served = old->server != nullptr;
-    StopServer(*old);
-    if (served) unlink(old->socket_path.c_str());
+    Withdraw(*old);
     Retire(std::move(old));
   }
   resources_ = std::move(serving);
@@ -297,7 +301,9 @@ void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
 }
 
 void Agent::ApplyTracking(Resource& r) {
-  if (!r.tracker || !r.instance) return;
+  // The one place a tracker's settings change, and only for a resource that
+  // serves: a staged one may share its running predecessor's tracker.
+  if (!r.tracker || !r.instance || r.staged) return;
   r.tracker->set_timing(Timing(config_));
   const bool on = config_.pod_resources_poll.count() > 0;
   if (on == r.tracker->enabled()) return;

@@ -123,14 +123,16 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
     // off for instances that keep running. A resource a reload re-creates
     // takes over its predecessor's: no release state is lost, and releases
     // still running in the old instance report to it.
-    const bool on = cfg.pod_resources_poll.count() > 0;
-    if (carried) {
-      carried->set_timing(Timing(cfg));
-      (void)carried->SetEnabled(on);
+    //
+    // A carried tracker belongs to the running resource until the reload
+    // commits: staging only reads it (the first scan's held-back devices).
+    // Its timing and on/off change in ApplyTracking, which runs on serving
+    // resources only, so a refused reload leaves it exactly as it was.
+    if (carried)
       r.tracker = std::move(carried);
-    } else {
-      r.tracker = std::make_shared<lifecycle::ReleaseTracker>(Timing(cfg), on);
-    }
+    else
+      r.tracker = std::make_shared<lifecycle::ReleaseTracker>(Timing(cfg),
+                                                              cfg.pod_resources_poll.count() > 0);
     opts.release.apply = [tracker = r.tracker](modules::DeviceList& list) {
       return tracker->Apply(list);
     };

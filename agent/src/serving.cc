@@ -3,6 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -101,14 +104,23 @@ Status Agent::StartServer(Resource& r) {
   const bool watched = r.cfg.registration == RegistrationMode::kPluginWatcher;
   if (watched) {
     // The folder is the kubelet's, which never removes it; watch it for
-    // our sockets removed behind our back (made when missing).
-    if (registry_watch_.fd() < 0)
+    // our sockets removed behind our back (made when missing). Removed and
+    // made again by someone, it is another folder: watched anew, or later
+    // removals of our socket would go unnoticed.
+    if (registry_watch_.fd() < 0 || registry_watch_.Gone())
       if (Status st = registry_watch_.Start(config_.plugins_registry_dir); !st.ok()) return st;
   }
   if (UnixSocketIsLive(r.socket_path))
     return FailedPreconditionError(
         StrCat("socket ", r.socket_path, " is served by another process (a second devplugd?)"));
-  // gRPC removes a stale file at the path before it binds.
+  // gRPC binds a hidden name, which is then renamed into place. gRPC
+  // unlinks the path it bound when its server stops, whatever file is there
+  // by then; bound at the shared name, that could be another process's
+  // live socket. The hidden name is ours alone, and both the kubelet's
+  // plugin watcher and our own watches ignore dot files. The shared name is
+  // removed by us, and only while it is still the file we bound.
+  const std::string bind_path = BindPath(r.socket_path);
+  unlink(bind_path.c_str());  // one a killed devplugd left
   std::function<void(const std::vector<std::string>&)> on_allocated =
       [handed = r.handed_out, tracker = r.tracker, mailbox = mailbox_,
        i = r.id](const std::vector<std::string>& ids) {
@@ -122,7 +134,7 @@ Status Agent::StartServer(Resource& r) {
       r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
       std::move(on_allocated), r.metrics);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + r.socket_path, grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());
   if (watched) {
     kubelet::RegistrationService::Callbacks cb;
@@ -147,10 +159,31 @@ Status Agent::StartServer(Resource& r) {
     return UnavailableError(
         StrCat("cannot serve on ", r.socket_path, " (is the directory writable?)"));
   }
+  if (bind_path != r.socket_path && rename(bind_path.c_str(), r.socket_path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    StopServing(r);
+    unlink(bind_path.c_str());
+    return UnavailableError(StrCat("cannot serve on ", r.socket_path, ": rename: ", why));
+  }
   struct stat st;
   if (stat(r.socket_path.c_str(), &st) == 0) r.socket_file = std::make_pair(st.st_dev, st.st_ino);
   spdlog::debug("resource \"{}\": serving on {}", r.cfg.name, r.socket_path);
   return OkStatus();
+}
+
+std::string Agent::BindPath(const std::string& socket_path) {
+  const size_t slash = socket_path.rfind('/');
+  const std::string hidden =
+      StrCat(socket_path.substr(0, slash + 1), ".", socket_path.substr(slash + 1), ".bind");
+  // sun_path holds 107 bytes: a path too long for the hidden name is bound
+  // as it is (gRPC's unlink at stop is then the one left risk).
+  return hidden.size() < 108 ? hidden : socket_path;
+}
+
+void Agent::Withdraw(Resource& r, bool exiting) {
+  const std::optional<std::pair<dev_t, ino_t>> bound = r.socket_file;
+  StopServer(r, exiting);
+  if (bound) UnlinkIfSame(r.socket_path, *bound);
 }
 
 void Agent::StopServer(Resource& r, bool exiting) {
@@ -187,10 +220,10 @@ void Agent::StopServing(Resource& r, [[maybe_unused]] bool exiting) {
 void Agent::RemoveStaleSockets() {
   std::set<std::string> ours;
   for (const auto& r : resources_) ours.insert(r->socket_path);
-  std::set<std::string> dirs{config_.plugin_dir};
-  for (const auto& r : resources_)
-    if (r->cfg.registration == RegistrationMode::kPluginWatcher)
-      dirs.insert(config_.plugins_registry_dir);
+  // Both folders, whatever the resources use now: an earlier devplugd may
+  // have served through the plugin watcher (its dead socket there would be
+  // probed by the kubelet for ever).
+  const std::set<std::string> dirs{config_.plugin_dir, config_.plugins_registry_dir};
   for (const std::string& dir : dirs) {
     DIR* d = opendir(dir.c_str());
     if (d == nullptr) continue;

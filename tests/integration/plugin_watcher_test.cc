@@ -233,5 +233,62 @@ TEST_F(PluginWatcherTest, SocketsAnEarlierAgentLeftAreRemovedAtStart) {
   close(live_fd);
 }
 
+// plugins_registry removed and made again: devplugd serves its socket in
+// the new folder and watches that folder, so a later removal of its socket
+// is noticed and served again too. (The check is on the socket file: the
+// simulator's own watch, like the kubelet's, dies with the folder.)
+TEST_F(PluginWatcherTest, ARegistryFolderMadeAnewIsWatchedAgain) {
+  StartSim();
+  StartAgent(Resource(kWatched, FakeModule("fake_minimal")), "0s", Watched());
+  ASSERT_TRUE(Registered(kWatched));
+  std::filesystem::remove_all(registry());
+  std::this_thread::sleep_for(2s);
+  std::filesystem::create_directories(registry());
+  ASSERT_TRUE(Eventually([&] { return FileExists(socket()); })) << "not served in the new folder";
+  const auto served = testing::FileIdentity(socket());
+  ASSERT_EQ(unlink(socket().c_str()), 0);
+  ASSERT_TRUE(Eventually([&] { return FileExists(socket()); }))
+      << "a removal in the new folder went unnoticed";
+  EXPECT_NE(testing::FileIdentity(socket()), served);
+}
+
+// No resource uses the plugin watcher now, but a killed devplugd that did
+// left its dead socket in plugins_registry: swept at start all the same.
+TEST_F(PluginWatcherTest, TheRegistryIsSweptWhenNoResourceUsesIt) {
+  std::filesystem::create_directories(registry());
+  const std::string stale = registry() + "/devplug-fake.example_watched.sock";
+  ASSERT_TRUE(testing::LeaveDeadUnixSocket(stale));
+  StartSim();
+  StartAgent(Resource(kDirect, FakeModule("fake_minimal")), "0s",
+             "plugins_registry_dir = \"" + registry() + "\"");
+  ASSERT_TRUE(Registered(kDirect));
+  EXPECT_FALSE(FileExists(stale));
+  EXPECT_TRUE(agent_->WaitForLog("removed " + stale, kWait)) << agent_->Log();
+}
+
+// Another process binds our socket's name after ours was removed: devplugd
+// refuses to serve there, says why in status, and neither re-serving nor
+// its exit removes the other process's live socket.
+TEST_F(PluginWatcherTest, AnotherProcesssSocketAtOurNameIsNeverRemoved) {
+  StartSim();
+  StartAgent(Resource(kDirect, FakeModule("fake_minimal")), "0s");
+  ASSERT_TRUE(Registered(kDirect));
+  const std::string path = plugin_dir() + "/devplug-fake.example_direct.sock";
+  ASSERT_TRUE(FileExists(path));
+  ASSERT_EQ(unlink(path.c_str()), 0);
+  const int other = testing::ListenUnix(path);
+  ASSERT_GE(other, 0);
+  const auto theirs = testing::FileIdentity(path);
+  ASSERT_TRUE(agent_->WaitForLog("is served by another process", kWait)) << agent_->Log();
+  EXPECT_EQ(testing::FileIdentity(path), theirs) << "devplugd removed the other socket";
+  EXPECT_TRUE(Eventually([&] {
+    return Status(kDirect).value("last_error", "").find("served by another process") !=
+           std::string::npos;
+  })) << Status(kDirect);
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0));
+  EXPECT_EQ(testing::FileIdentity(path), theirs) << "devplugd's exit removed the other socket";
+  close(other);
+}
+
 }  // namespace
 }  // namespace devplug

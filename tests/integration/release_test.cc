@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
 
@@ -305,6 +306,66 @@ TEST_F(ReleaseTest, AReloadKeepsAFailedReleaseAndReleasesItLater) {
   EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
 }
 
+// A refused reload is inert. Staged here: the released resource changed
+// (a new key), release tracking switched off and the grace re-timed, and a
+// second resource whose module cannot be created, so the whole reload is
+// refused. The running tracker must not have heard of any of it: the
+// resources' status is the same before and after, the device whose scrub
+// failed stays held back (another Allocate republishes the list), and no
+// container gets it unscrubbed.
+TEST_F(ReleaseTest, ARefusedReloadLeavesTheRunningTrackerAlone) {
+  const std::string fail = dir_ / "fail";
+  const std::string other = Resource(kFull, FakeModule("fake_full"), "count = 1");
+  StartSim();
+  StartAgent(Module("release_fail = \"" + fail + "\"") + other, "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  WriteFile(fail, "");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(
+      agent_->WaitForLog("device fake-0 is Unhealthy (release failed: scrub failed)", kWait))
+      << agent_->Log();
+  auto resources = [&] {
+    auto answer = ops::ControlRequest(control_socket(), R"({"status": {"devices": true}})", 5s);
+    EXPECT_TRUE(answer.ok()) << answer.status().message();
+    return answer.ok() ? nlohmann::json::parse(*answer)["resources"] : nlohmann::json();
+  };
+  const nlohmann::json before = resources();
+  ASSERT_EQ(before[0]["devices"][0]["release_state"], "release failed") << before.dump();
+
+  Rewrite(Module("release_fail = \"" + fail + "\"\nrelease_delay_ms = 1") +
+              Resource(kFull, FakeModule("fake_createfail")),
+          Agent("1s", "0s"));
+  ASSERT_FALSE(Reload()) << agent_->Log();
+  EXPECT_EQ(resources(), before);
+  EXPECT_FALSE(agent_->WaitForLog("release tracking is off", 0s)) << agent_->Log();
+
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());  // republishes the list
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(HealthyIs(kRel, 2, 1)) << "an unscrubbed device came back Healthy";
+  EXPECT_EQ(resources()[0]["devices"][0]["release_state"], "release failed");
+  // The running configuration still releases it once the scrub works.
+  std::remove(fail.c_str());
+  ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
+// The second form: a refused reload that set a one-hour release_grace must
+// not re-time the running tracker (grace 500 ms).
+TEST_F(ReleaseTest, ARefusedReloadKeepsTheRunningReleaseTiming) {
+  StartSim();
+  StartAgent(Module() + Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  std::string slow = Agent();
+  slow.replace(slow.find("release_grace = \"500ms\""), 24, "release_grace = \"1h\"");
+  Rewrite(Module("release_delay_ms = 1") + Resource(kFull, FakeModule("fake_createfail")), slow);
+  ASSERT_FALSE(Reload()) << agent_->Log();
+  sim_->DeletePod("ns", "a");
+  EXPECT_TRUE(WaitLines("release", 1)) << "the refused 1 h grace took effect\n" << agent_->Log();
+}
+
 // A release still running in the instance a reload replaces: the new
 // instance holds the device back until it is done, and a pod that gets the
 // device meanwhile starts only after it, with no second release.
@@ -471,6 +532,103 @@ TEST_F(ReleaseTest, ReleasingIsPublishedWhileTheModuleIsBusy) {
   EXPECT_TRUE(HealthyIs(kRel, 2, 1));
   EXPECT_FALSE(answered.load()) << "shown Unhealthy only after the module's call ended";
   slow.join();
+}
+
+// SIGTERM while a release is stuck in the module (start_timeout 30 s, the
+// default): the sockets go at once, the module gets 5 s, and devplugd exits
+// well inside a pod's 30 s grace period.
+TEST_F(ReleaseTest, SigtermWithAStuckReleaseExitsInsideTheGracePeriod) {
+  const std::string block = dir_ / "block";
+  WriteFile(block, "");
+  StartSim();
+  StartAgent(
+      Resource(kRel, FakeModule("fake_release_apart"),
+               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
+      "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  // 15 s: three times the stop deadline, half the old 30 s wait.
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("did not stop within 5000 ms; abandoning it", 0s))
+      << agent_->Log();
+  std::remove(block.c_str());
+}
+
+// One device's long release never makes an unrelated device's PreStart
+// time out: a module with per-device lanes (ABI 1.8) runs the PreStart of
+// fake-1 beside the blocked release of fake-0, well within a 4 s
+// prestart_timeout. (The review's reproduction: with one lane it failed
+// with DEADLINE_EXCEEDED after 4 s.)
+TEST_F(ReleaseTest, APreStartNeverWaitsBehindAnotherDevicesRelease) {
+  const std::string block = dir_ / "block";
+  WriteFile(block, "");
+  StartSim();
+  StartAgent(
+      Resource(kRel, FakeModule("fake_release_lanes"),
+               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
+      "0s", Agent() + "\nprestart_timeout = \"4s\"");
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());
+  grpc::Status st = sim_->PreStartContainer(kRel, {"fake-1"});
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
+  std::remove(block.c_str());
+  ASSERT_TRUE(WaitLines("release fake-0", 1));
+  ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+}
+
+// The same device's work stays in order: a PreStart of fake-0 while its
+// release runs waits for that release (and runs no second one).
+TEST_F(ReleaseTest, APreStartWaitsForItsOwnDevicesRelease) {
+  StartSim();
+  StartAgent(Resource(kRel, FakeModule("fake_release_lanes"),
+                      "count = 2\nrelease_log = \"" + log() + "\"\nrelease_delay_ms = 1500"),
+             "0s", Agent());
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-0"}, &resp).ok());
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-0"});
+  grpc::Status st = sim_->PreStartContainer(kRel, {"fake-0"});
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  // The release had ended before the new container started.
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
+}
+
+// A module that allows one slow call at a time (max_slow_calls = 1): the
+// PreStart of fake-1 queues behind the release of fake-0 for about 3 s,
+// longer than its 2 s prestart_timeout, and still succeeds: time spent
+// waiting behind another device's work does not count against it.
+TEST_F(ReleaseTest, TimeQueuedBehindOtherDevicesIsNotCountedAgainstPreStart) {
+  const std::string block = dir_ / "block";
+  WriteFile(block, "");
+  StartSim();
+  StartAgent(
+      Resource(kRel, FakeModule("fake_release_onelane"),
+               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
+      "0s", Agent() + "\nprestart_timeout = \"2s\"");
+  ASSERT_TRUE(Registered(kRel));
+  Give("fake-0", "a");
+  sim_->DeletePod("ns", "a");
+  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  v1beta1::ContainerAllocateResponse resp;
+  ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());
+  std::thread unblock([&] {
+    std::this_thread::sleep_for(3s);
+    std::remove(block.c_str());
+  });
+  grpc::Status st = sim_->PreStartContainer(kRel, {"fake-1"});
+  unblock.join();
+  EXPECT_TRUE(st.ok()) << st.error_message() << "\n" << agent_->Log();
+  EXPECT_EQ(Lines("release"), std::vector<std::string>{"release fake-0"});
 }
 
 }  // namespace

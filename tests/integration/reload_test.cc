@@ -225,13 +225,18 @@ TEST_F(ReloadTest, AHungCreateFailsTheReloadAtItsDeadline) {
   WriteFile(config_path(), Config(full + Resource("fake.example/hung", FakeModule("fake_full"),
                                                   "hang_create = true"),
                                   "0s", "start_timeout = \"1s\""));
-  // One reload at a time: a SIGHUP while one is under way is ignored.
+  // One reload at a time: a SIGHUP while one is under way runs once that
+  // one ends (its files may be newer than what the first one read).
   ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
   ASSERT_TRUE(agent_->WaitForLog("SIGHUP: reloading the configuration", kWait));
   ASSERT_FALSE(Reload()) << agent_->Log();
-  EXPECT_NE(agent_->Log().find("SIGHUP: a reload is already under way; ignoring this one"),
-            std::string::npos)
+  EXPECT_NE(
+      agent_->Log().find("SIGHUP: a reload is already under way; reloading again once it ends"),
+      std::string::npos)
       << agent_->Log();
+  ASSERT_TRUE(Eventually([&] {
+    return Count(agent_->Log(), "reload failed, the old configuration keeps running") == 2;
+  })) << agent_->Log();
   EXPECT_TRUE(agent_->WaitForLog("fake.example/hung", kWait));
   EXPECT_EQ(Seen(kFull), std::make_pair(1ul, 0ul));
   // Serving as before: Allocate still works.
@@ -489,6 +494,58 @@ TEST_F(ConfigMapReloadTest, ABadEditKeepsTheOldConfiguration) {
   ASSERT_TRUE(agent_->WaitForLog("reloaded: 1 unchanged", kWait)) << agent_->Log();
   EXPECT_EQ(Reloads("failed"), 1);
   EXPECT_EQ(Reloads("ok"), 1);
+}
+
+// An edit that lands while a reload is still creating its instances is
+// applied once that reload ends, not dropped (the files and what runs would
+// stay different for good, with no error to show for it).
+TEST_F(ConfigMapReloadTest, AnEditDuringAReloadIsAppliedAfterIt) {
+  ConfigMapDir cm(cm_dir());
+  StartSim();
+  auto full = [&](int count) {
+    return Config(Resource(kFull, FakeModule("fake_full"),
+                           "count = " + std::to_string(count) + "\ncreate_delay_ms = 1500"),
+                  "0s", "watch_config = true");
+  };
+  cm.Write("devplug.toml", full(2));
+  agent_ = std::make_unique<testing::AgentProcess>(std::vector<std::string>{"--config", cm_file()});
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(agent_->WaitForLog("watching " + cm_file(), kWait));
+  cm.Write("devplug.toml", full(3));
+  ASSERT_TRUE(agent_->WaitForLog("configuration files changed: reloading the configuration", kWait))
+      << agent_->Log();
+  cm.Write("devplug.toml", full(4));  // the first reload's create() still sleeps
+  ASSERT_TRUE(agent_->WaitForLog(
+      "configuration files changed: a reload is already under way; reloading again once it ends",
+      kWait))
+      << agent_->Log();
+  EXPECT_TRUE(HealthyIs(kFull, 4, 4)) << agent_->Log();
+  EXPECT_EQ(Reloads("ok"), 2);
+  EXPECT_EQ(Count(agent_->Log(), "reloaded: "), 2u);
+}
+
+// The main file's folder removed and made again (a package reinstall,
+// configuration management): it is watched again, its new contents are
+// applied, later edits too, and the error a missing file caused clears.
+TEST_F(ConfigMapReloadTest, AFolderRemovedAndMadeAgainIsWatchedAgain) {
+  StartSim();
+  auto full = [&](int count) {
+    return Resource(kFull, FakeModule("fake_full"), "count = " + std::to_string(count));
+  };
+  StartAgent(full(2), "0s", "watch_config = true");
+  ASSERT_TRUE(Registered(kFull));
+  ASSERT_TRUE(agent_->WaitForLog("watching " + config_path(), kWait));
+  Rewrite(full(3), "watch_config = true");
+  ASSERT_TRUE(HealthyIs(kFull, 3, 3)) << agent_->Log();
+  const auto folder = std::filesystem::path(config_path()).parent_path();
+  std::filesystem::remove_all(folder);
+  std::this_thread::sleep_for(ConfigWatch::kSettle * 2);
+  Rewrite(full(4), "watch_config = true");  // makes the folder again
+  ASSERT_TRUE(HealthyIs(kFull, 4, 4)) << agent_->Log();
+  Rewrite(full(5), "watch_config = true");
+  ASSERT_TRUE(HealthyIs(kFull, 5, 5)) << agent_->Log();
+  const auto status = Status({"--json"});
+  EXPECT_NE(status.output.find("\"reload_error\": null"), std::string::npos) << status.output;
 }
 
 // A drop-in added to conf.d/ is a change too; without watch_config nothing

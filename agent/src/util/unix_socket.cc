@@ -1,6 +1,7 @@
 #include "util/unix_socket.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,6 +19,12 @@ bool UnixSocketIsLive(const std::string& path, int type) {
   const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   return live;
+}
+
+bool UnlinkIfSame(const std::string& path, std::pair<dev_t, ino_t> file) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || std::make_pair(st.st_dev, st.st_ino) != file) return false;
+  return unlink(path.c_str()) == 0;
 }
 
 }  // namespace devplug
