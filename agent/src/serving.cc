@@ -195,23 +195,28 @@ void Agent::StopServing(Resource& r, [[maybe_unused]] bool exiting) {
   r.hub->ExpectKubeletStream(0);
   r.socket_file.reset();
   if (!r.server) return;
-  // End our streams first so the kubelet sees a clean end, then stop the
-  // server; Shutdown waits for calls in flight up to the deadline.
-  r.hub->CloseAll();
-  r.service->AbortPending();
-  r.server->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   if (exiting) {
-    // The process ends right after; destroying the server would wait for
-    // gRPC's callback threads (milliseconds of SIGTERM-to-exit). Its
-    // service stays alive with it. Sanitizer builds destroy both, so that
-    // leaks and errors at exit still show there.
+    // The process ends right after, and its end closes every connection:
+    // the kubelet's ListAndWatch ends as it would after our own Finish (it
+    // reads an error either way and lets the endpoint go). Ending streams
+    // and shutting the server down gracefully would wait for gRPC's
+    // threads and for the kubelet to close its side after our GOAWAY (100
+    // ms from a gRPC C++ client, up to kServerStopGrace), each wake-up
+    // delayed on a loaded node. The caller removes the socket's name; the
+    // server and its service stay alive until the exit. Sanitizer builds
+    // stop and destroy both, so that leaks and errors at exit still show.
     (void)r.server.release();
     (void)r.service.release();
     (void)r.registration.release();
     return;
   }
 #endif
+  // End our streams first so the kubelet sees a clean end; Shutdown waits
+  // for calls in flight up to the deadline.
+  r.hub->CloseAll();
+  r.service->AbortPending();
+  r.server->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   r.server.reset();
   r.service.reset();
   r.registration.reset();

@@ -141,6 +141,17 @@ void ControlServer::Stop() {
     unlink(path_.c_str());
 }
 
+void ControlServer::Abandon() {
+  if (!thread_.joinable()) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof(one));
+  struct stat st;
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+      std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino) == bound_)
+    unlink(path_.c_str());
+  bound_ = {0, 0};  // Stop() later removes nothing more
+}
+
 void ControlServer::Loop() {
   pthread_setname_np(pthread_self(), "dp:control");
   for (;;) {
