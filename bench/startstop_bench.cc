@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -75,9 +75,9 @@ class CpuLoad {
 };
 
 struct Plugin {
-  std::string name;                // row label
-  std::string resource;            // what it registers
-  std::vector<std::string> argv;   // how to start it
+  std::string name;               // row label
+  std::string resource;           // what it registers
+  std::vector<std::string> argv;  // how to start it
 };
 
 }  // namespace
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   const std::string config = dir + "/devplug.toml";
   std::ofstream(config) << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \""
                         << DEVPLUG_BENCH_MODULE_DIR << "\"\nhost_root = \"" << host_root
-                        << "\"\nlog_level = \"" << (getenv("DEVPLUG_BENCH_LOG") ? "debug" : "warn") << "\"\nresync_interval = \"0s\"\n"
+                        << "\"\nlog_level = \"" << (getenv("DEVPLUG_BENCH_LOG") ? "debug" : "warn")
+                        << "\"\nresync_interval = \"0s\"\n"
                         << "[[resource]]\nname = \"bench.example/kvm\"\nmodule = \"kvm\"\n"
                         << "shares = 110\n";
 
@@ -112,11 +113,11 @@ int main(int argc, char** argv) {
       {"devplugd", "bench.example/kvm", {DEVPLUG_BENCH_DEVPLUGD, "--config", config}}};
   const bool have_go = access(go_plugin.c_str(), X_OK) == 0;
   if (have_go)
-    plugins_to_run.push_back({"Go plugin",
-                              "bench.example/go",
-                              {go_plugin, "-dir", plugins, "-resource", "bench.example/go",
-                               "-node", host_root == "/" ? "/dev/kvm" : host_root + "/dev/kvm",
-                               "-count", "110"}});
+    plugins_to_run.push_back(
+        {"Go plugin",
+         "bench.example/go",
+         {go_plugin, "-dir", plugins, "-resource", "bench.example/go", "-node",
+          host_root == "/" ? "/dev/kvm" : host_root + "/dev/kvm", "-count", "110"}});
 
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
@@ -139,8 +140,7 @@ int main(int argc, char** argv) {
         30s);
     *ms = Ms(Clock::now() - t0);
     if (!ok) {
-      std::fprintf(stderr, "%s did not register; see %s/plugin.log\n", p.name.c_str(),
-                   dir.c_str());
+      std::fprintf(stderr, "%s did not register; see %s/plugin.log\n", p.name.c_str(), dir.c_str());
       std::exit(1);
     }
     return pid;
@@ -181,8 +181,10 @@ int main(int argc, char** argv) {
       "start and exit, %d runs per row (%u cores); one resource of 110 shares; "
       "loaded = %u busy processes\n\n",
       runs, std::thread::hardware_concurrency(), std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("| plugin     | machine | measurement                     | median    | p90       |\n");
-  std::printf("|------------|---------|---------------------------------|-----------|-----------|\n");
+  std::printf(
+      "| plugin     | machine | measurement                     | median    | p90       |\n");
+  std::printf(
+      "|------------|---------|---------------------------------|-----------|-----------|\n");
   for (const bool loaded : {false, true}) {
     for (const Plugin& p : plugins_to_run) {
       const Series& s = results[{p.name, loaded}];
