@@ -1,7 +1,9 @@
 // Start and exit as a user sees them, beside a Go device plugin: devplugd
 // serving one kvm resource of 110 shares, and bench/goplugin (grpc-go and the
 // kubelet's own Go API) serving 110 shares of the same node, each against the
-// kubelet simulator in this process.
+// kubelet simulator in this process; and, for exit only, a bare gRPC C++
+// server (agent_bench's), which registers nothing: what the gRPC C++
+// runtime's own threads cost a process at exit.
 //
 //   start: posix_spawn -> registered, with its first device list received;
 //   exit:  kill(SIGTERM) -> the parent's waitpid() returns, either 50 ms
@@ -76,8 +78,9 @@ class CpuLoad {
 
 struct Plugin {
   std::string name;               // row label
-  std::string resource;           // what it registers
+  std::string resource;           // what it registers ("": nothing; `socket` tells it is up)
   std::vector<std::string> argv;  // how to start it
+  std::string socket;             // where it serves, when it registers nothing
 };
 
 }  // namespace
@@ -110,14 +113,21 @@ int main(int argc, char** argv) {
                         << "shares = 110\n";
 
   std::vector<Plugin> plugins_to_run{
-      {"devplugd", "bench.example/kvm", {DEVPLUG_BENCH_DEVPLUGD, "--config", config}}};
+      {"devplugd", "bench.example/kvm", {DEVPLUG_BENCH_DEVPLUGD, "--config", config}, ""}};
   const bool have_go = access(go_plugin.c_str(), X_OK) == 0;
   if (have_go)
     plugins_to_run.push_back(
         {"Go plugin",
          "bench.example/go",
          {go_plugin, "-dir", plugins, "-resource", "bench.example/go", "-node",
-          host_root == "/" ? "/dev/kvm" : host_root + "/dev/kvm", "-count", "110"}});
+          host_root == "/" ? "/dev/kvm" : host_root + "/dev/kvm", "-count", "110"},
+         ""});
+
+  // A bare gRPC C++ server (agent_bench's, answering Allocate), which
+  // registers nothing: what the gRPC C++ runtime alone costs at exit.
+  const std::string bare_socket = dir + "/bare.sock";
+  plugins_to_run.push_back(
+      {"bare gRPC", "", {DEVPLUG_BENCH_AGENT_BENCH, "--echo-server", bare_socket}, bare_socket});
 
   devplug::sim::KubeletSim::Options o;
   o.dir = plugins;
@@ -130,7 +140,13 @@ int main(int argc, char** argv) {
   auto start = [&](const Plugin& p, double* ms) -> pid_t {
     const uint64_t want = ++registrations[p.resource];
     const auto t0 = Clock::now();
+    if (!p.socket.empty()) fs::remove(p.socket);
     const pid_t pid = devplug::testing::SpawnProcess(p.argv, dir + "/plugin.log");
+    if (p.resource.empty()) {
+      for (int i = 0; i < 3000 && !fs::exists(p.socket); ++i) std::this_thread::sleep_for(1ms);
+      *ms = Ms(Clock::now() - t0);
+      return pid;
+    }
     const bool ok = sim.WaitUntil(
         [&](const auto& rs) {
           auto it = rs.find(p.resource);
@@ -192,7 +208,7 @@ int main(int argc, char** argv) {
         std::printf("| %-10s | %-7s | %-31s | %6.1f ms | %6.1f ms |\n", p.name.c_str(),
                     loaded ? "loaded" : "quiet", what, Quantile(v, 0.5), Quantile(v, 0.9));
       };
-      row("spawn -> registered, first list", s.start);
+      if (!p.resource.empty()) row("spawn -> registered, first list", s.start);
       row("SIGTERM -> exit, 50 ms after", s.exit_quick);
       row("SIGTERM -> exit, 1 s after", s.exit_settled);
     }
