@@ -58,9 +58,10 @@ class ControlServer {
   Status Start(const std::string& path, Handler handler);
   // Stops serving and removes the socket (idempotent).
   void Stop();
-  // The process is about to end: removes the socket (if still ours) and
-  // tells the serving threads to stop, without waiting for them (they end
-  // with the process, or are joined by Stop() or the destructor).
+  // The process is about to end: removes the socket (if still ours), and
+  // leaves the serving threads be (they end with the process; Stop() or the
+  // destructor still stops and joins them). A client already connected
+  // learns that devplugd stops.
   void Abandon();
 
  private:
