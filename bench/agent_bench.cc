@@ -28,6 +28,7 @@
 #include <grpcpp/grpcpp.h>
 #include <CLI/CLI.hpp>
 
+#include "bench_agent.h"
 #include "bench_stats.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet_sim.h"
@@ -156,11 +157,7 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/devplug-bench.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string plugins = dir + "/p";
-  // A fixture /dev/kvm (as root), else the host's own.
-  std::string host_root = "/";
-  fs::create_directories(dir + "/host/dev");
-  if (mknod((dir + "/host/dev/kvm").c_str(), S_IFCHR | 0600, makedev(10, 232)) == 0)
-    host_root = dir + "/host";
+  const std::string host_root = devplug::bench::KvmHostRoot(dir);
 
   auto write_config = [&](int n, const std::string& path) {
     std::string cfg = "[agent]\nplugin_dir = \"" + plugins + "\"\nmodule_dir = \"" +

@@ -1,11 +1,24 @@
 // Helpers of the benchmarks that run devplugd against the kubelet simulator.
 #pragma once
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <filesystem>
 #include <string>
 
 #include "kubelet_sim.h"
 
 namespace devplug::bench {
+
+// A fixture /dev/kvm under <dir>/host (as root, which mknod needs): that
+// host_root; else "/", the host's own.
+inline std::string KvmHostRoot(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/host/dev");
+  if (mknod((dir + "/host/dev/kvm").c_str(), S_IFCHR | 0600, makedev(10, 232)) == 0)
+    return dir + "/host";
+  return "/";
+}
 
 // The [agent] table these benchmarks start from: the built modules, a
 // fixture host_root, warnings only, no resync. Callers append their own

@@ -17,15 +17,12 @@
 //
 //   devplug_startstop_bench [--runs 15] [--go-plugin PATH]
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -35,6 +32,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_agent.h"
 #include "kubelet_sim.h"
 #include "test_util.h"
 
@@ -98,17 +96,10 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/devplug-bench.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string plugins = dir + "/p";
-  // A fixture /dev/kvm (as root), else the host's own; the Go plugin hands
-  // out the same node.
-  std::string host_root = "/";
-  fs::create_directories(dir + "/host/dev");
-  if (mknod((dir + "/host/dev/kvm").c_str(), S_IFCHR | 0600, makedev(10, 232)) == 0)
-    host_root = dir + "/host";
+  // The Go plugin hands out the same node as devplugd's kvm resource.
+  const std::string host_root = devplug::bench::KvmHostRoot(dir);
   const std::string config = dir + "/devplug.toml";
-  std::ofstream(config) << "[agent]\nplugin_dir = \"" << plugins << "\"\nmodule_dir = \""
-                        << DEVPLUG_BENCH_MODULE_DIR << "\"\nhost_root = \"" << host_root
-                        << "\"\nlog_level = \"" << (getenv("DEVPLUG_BENCH_LOG") ? "debug" : "warn")
-                        << "\"\nresync_interval = \"0s\"\n"
+  std::ofstream(config) << devplug::bench::AgentTable(plugins, host_root)
                         << "[[resource]]\nname = \"bench.example/kvm\"\nmodule = \"kvm\"\n"
                         << "shares = 110\n";
 
@@ -129,10 +120,7 @@ int main(int argc, char** argv) {
   plugins_to_run.push_back(
       {"bare gRPC", "", {DEVPLUG_BENCH_AGENT_BENCH, "--echo-server", bare_socket}, bare_socket});
 
-  devplug::sim::KubeletSim::Options o;
-  o.dir = plugins;
-  o.owns_dir = true;
-  devplug::sim::KubeletSim sim(o);
+  devplug::sim::KubeletSim sim(devplug::bench::SimOptions(plugins));
   if (!sim.Start().ok()) return 1;
 
   std::map<std::string, uint64_t> registrations;
@@ -191,7 +179,7 @@ int main(int argc, char** argv) {
     load.Stop();
   }
   sim.Stop();
-  if (getenv("DEVPLUG_BENCH_LOG") == nullptr) fs::remove_all(dir);
+  fs::remove_all(dir);
 
   std::printf(
       "start and exit, %d runs per row (%u cores); one resource of 110 shares; "

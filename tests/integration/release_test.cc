@@ -56,6 +56,22 @@ class ReleaseTest : public AgentTest {
     sim_->BindPod("ns", pod, "main", kRel, {id});
     ASSERT_TRUE(sim_->PreStartContainer(kRel, {id}).ok());
   }
+  // devplugd with `module`'s resource of `count` devices, whose release of
+  // fake-0 (pod "a" deleted) runs and stays blocked while block() exists.
+  void StartWithABlockedRelease(const std::string& module, const std::string& agent_extra = "",
+                                int count = 2) {
+    WriteFile(block(), "");
+    StartSim();
+    StartAgent(Resource(kRel, FakeModule(module),
+                        "count = " + std::to_string(count) + "\nrelease_log = \"" + log() +
+                            "\"\nrelease_block = \"" + block() + "\""),
+               "0s", Agent() + agent_extra);
+    ASSERT_TRUE(Registered(kRel));
+    Give("fake-0", "a");
+    sim_->DeletePod("ns", "a");
+    ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  }
+  std::string block() const { return dir_ / "block"; }
   bool WaitLines(const std::string& prefix, size_t n) {
     const auto end = std::chrono::steady_clock::now() + kWait;
     while (Lines(prefix).size() < n && std::chrono::steady_clock::now() < end)
@@ -342,6 +358,7 @@ TEST_F(ReleaseTest, ARefusedReloadLeavesTheRunningTrackerAlone) {
 
   v1beta1::ContainerAllocateResponse resp;
   ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());  // republishes the list
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-1"});         // held: no release of it
   std::this_thread::sleep_for(500ms);
   EXPECT_TRUE(HealthyIs(kRel, 2, 1)) << "an unscrubbed device came back Healthy";
   EXPECT_EQ(resources()[0]["devices"][0]["release_state"], "release failed");
@@ -476,17 +493,8 @@ TEST_F(ReleaseTest, AResourceAddedByAReloadListsAtOnce) {
 // devices are answered, well within a call_timeout of 2 s that a queued call
 // would run into, and the kubelet never fails those pods' admission.
 TEST_F(ReleaseTest, AllocateIsAnsweredWhileAReleaseRunsApart) {
-  const std::string block = dir_ / "block";
-  WriteFile(block, "");
-  StartSim();
-  StartAgent(
-      Resource(kRel, FakeModule("fake_release_apart"),
-               "count = 3\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
-      "0s", Agent() + "\ncall_timeout = \"2s\"");
-  ASSERT_TRUE(Registered(kRel));
-  Give("fake-0", "a");
-  sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  StartWithABlockedRelease("fake_release_apart", "\ncall_timeout = \"2s\"", 3);
+  if (HasFatalFailure()) return;
   for (int i = 0; i < 3; ++i) {
     v1beta1::ContainerAllocateResponse resp;
     grpc::Status st = sim_->Allocate(kRel, {"fake-1"}, &resp);
@@ -496,7 +504,7 @@ TEST_F(ReleaseTest, AllocateIsAnsweredWhileAReleaseRunsApart) {
     EXPECT_TRUE(st.ok()) << st.error_message();
   }
   EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
-  std::remove(block.c_str());
+  std::remove(block().c_str());
   ASSERT_TRUE(WaitLines("release fake-0", 1));
   ASSERT_TRUE(HealthyIs(kRel, 3, 3));
 }
@@ -538,22 +546,13 @@ TEST_F(ReleaseTest, ReleasingIsPublishedWhileTheModuleIsBusy) {
 // default): the sockets go at once, the module gets 5 s, and devplugd exits
 // well inside a pod's 30 s grace period.
 TEST_F(ReleaseTest, SigtermWithAStuckReleaseExitsInsideTheGracePeriod) {
-  const std::string block = dir_ / "block";
-  WriteFile(block, "");
-  StartSim();
-  StartAgent(
-      Resource(kRel, FakeModule("fake_release_apart"),
-               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
-      "0s", Agent());
-  ASSERT_TRUE(Registered(kRel));
-  Give("fake-0", "a");
-  sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  StartWithABlockedRelease("fake_release_apart");
+  if (HasFatalFailure()) return;
   // 15 s: three times the stop deadline, half the old 30 s wait.
   EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
   EXPECT_TRUE(agent_->WaitForLog("did not stop within 5000 ms; abandoning it", 0s))
       << agent_->Log();
-  std::remove(block.c_str());
+  std::remove(block().c_str());
 }
 
 // One device's long release never makes an unrelated device's PreStart
@@ -562,23 +561,15 @@ TEST_F(ReleaseTest, SigtermWithAStuckReleaseExitsInsideTheGracePeriod) {
 // prestart_timeout. (The review's reproduction: with one lane it failed
 // with DEADLINE_EXCEEDED after 4 s.)
 TEST_F(ReleaseTest, APreStartNeverWaitsBehindAnotherDevicesRelease) {
-  const std::string block = dir_ / "block";
-  WriteFile(block, "");
-  StartSim();
-  StartAgent(
-      Resource(kRel, FakeModule("fake_release_lanes"),
-               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
-      "0s", Agent() + "\nprestart_timeout = \"4s\"");
-  ASSERT_TRUE(Registered(kRel));
-  Give("fake-0", "a");
-  sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  StartWithABlockedRelease("fake_release_lanes", "\nprestart_timeout = \"4s\"");
+  if (HasFatalFailure()) return;
   v1beta1::ContainerAllocateResponse resp;
   ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-1"});
   grpc::Status st = sim_->PreStartContainer(kRel, {"fake-1"});
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
-  std::remove(block.c_str());
+  std::remove(block().c_str());
   ASSERT_TRUE(WaitLines("release fake-0", 1));
   ASSERT_TRUE(HealthyIs(kRel, 2, 2));
 }
@@ -608,22 +599,16 @@ TEST_F(ReleaseTest, APreStartWaitsForItsOwnDevicesRelease) {
 // longer than its 2 s prestart_timeout, and still succeeds: time spent
 // waiting behind another device's work does not count against it.
 TEST_F(ReleaseTest, TimeQueuedBehindOtherDevicesIsNotCountedAgainstPreStart) {
-  const std::string block = dir_ / "block";
-  WriteFile(block, "");
-  StartSim();
-  StartAgent(
-      Resource(kRel, FakeModule("fake_release_onelane"),
-               "count = 2\nrelease_log = \"" + log() + "\"\nrelease_block = \"" + block + "\""),
-      "0s", Agent() + "\nprestart_timeout = \"2s\"");
-  ASSERT_TRUE(Registered(kRel));
-  Give("fake-0", "a");
-  sim_->DeletePod("ns", "a");
-  ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
+  StartWithABlockedRelease("fake_release_onelane", "\nprestart_timeout = \"2s\"");
+  if (HasFatalFailure()) return;
   v1beta1::ContainerAllocateResponse resp;
   ASSERT_TRUE(sim_->Allocate(kRel, {"fake-1"}, &resp).ok());
+  // Listed as the kubelet lists it (else unseen_timeout, 3 s, would
+  // release it while its PreStart waits).
+  sim_->BindPod("ns", "b", "main", kRel, {"fake-1"});
   std::thread unblock([&] {
     std::this_thread::sleep_for(3s);
-    std::remove(block.c_str());
+    std::remove(block().c_str());
   });
   grpc::Status st = sim_->PreStartContainer(kRel, {"fake-1"});
   unblock.join();

@@ -504,7 +504,7 @@ TEST_F(ConfigMapReloadTest, AnEditDuringAReloadIsAppliedAfterIt) {
   StartSim();
   auto full = [&](int count) {
     return Config(Resource(kFull, FakeModule("fake_full"),
-                           "count = " + std::to_string(count) + "\ncreate_delay_ms = 1500"),
+                           "count = " + std::to_string(count) + "\ncreate_delay_ms = 3000"),
                   "0s", "watch_config = true");
   };
   cm.Write("devplug.toml", full(2));
