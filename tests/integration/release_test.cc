@@ -72,6 +72,14 @@ class ReleaseTest : public AgentTest {
     ASSERT_TRUE(WaitLines("releasing fake-0", 1)) << agent_->Log();
   }
   std::string block() const { return dir_ / "block"; }
+  // The blocked release of fake-0 ran all along; let go, it ends and all
+  // `count` devices are Healthy again.
+  void LetTheBlockedReleaseEnd(size_t count) {
+    EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
+    std::remove(block().c_str());
+    ASSERT_TRUE(WaitLines("release fake-0", 1));
+    ASSERT_TRUE(HealthyIs(kRel, count, count));
+  }
   bool WaitLines(const std::string& prefix, size_t n) {
     const auto end = std::chrono::steady_clock::now() + kWait;
     while (Lines(prefix).size() < n && std::chrono::steady_clock::now() < end)
@@ -503,10 +511,7 @@ TEST_F(ReleaseTest, AllocateIsAnsweredWhileAReleaseRunsApart) {
     st = sim_->GetPreferredAllocation(kRel, {"fake-1", "fake-2"}, {}, 1, &preferred);
     EXPECT_TRUE(st.ok()) << st.error_message();
   }
-  EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
-  std::remove(block().c_str());
-  ASSERT_TRUE(WaitLines("release fake-0", 1));
-  ASSERT_TRUE(HealthyIs(kRel, 3, 3));
+  LetTheBlockedReleaseEnd(3);
 }
 
 // What the agent holds back reaches the kubelet at once, even while the
@@ -568,10 +573,7 @@ TEST_F(ReleaseTest, APreStartNeverWaitsBehindAnotherDevicesRelease) {
   sim_->BindPod("ns", "b", "main", kRel, {"fake-1"});
   grpc::Status st = sim_->PreStartContainer(kRel, {"fake-1"});
   EXPECT_TRUE(st.ok()) << st.error_message();
-  EXPECT_TRUE(Lines("release").empty()) << "the release was not running all along";
-  std::remove(block().c_str());
-  ASSERT_TRUE(WaitLines("release fake-0", 1));
-  ASSERT_TRUE(HealthyIs(kRel, 2, 2));
+  LetTheBlockedReleaseEnd(2);
 }
 
 // The same device's work stays in order: a PreStart of fake-0 while its

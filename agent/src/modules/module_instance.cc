@@ -353,14 +353,9 @@ Status CheckIds(const std::string& resource, const DeviceList& list,
 }  // namespace
 
 bool ModuleInstance::PostCall(std::function<void()> run, std::function<bool()> wanted,
-                              const std::function<void(Status)>& refuse) {
-  return PostSlowCall({}, std::move(run), std::move(wanted), refuse, nullptr, /*on_worker=*/true);
-}
-
-bool ModuleInstance::PostSlowCall(std::vector<std::string> devices, std::function<void()> run,
-                                  std::function<bool()> wanted,
-                                  const std::function<void(Status)>& refuse,
-                                  std::shared_ptr<const LaneWait>* wait, bool on_worker) {
+                              const std::function<void(Status)>& refuse,
+                              std::vector<std::string>* lane,
+                              std::shared_ptr<const LaneWait>* wait) {
   if (queued_calls_.fetch_add(1) >= kMaxQueuedCalls) {
     queued_calls_.fetch_sub(1);
     refuse(UnavailableError(StrCat(resource_.name, ": the module is busy (", kMaxQueuedCalls,
@@ -372,12 +367,12 @@ bool ModuleInstance::PostSlowCall(std::vector<std::string> devices, std::functio
     if (wanted && !wanted()) return;  // answered meanwhile (timed out): skip the module
     run();
   };
-  if (on_worker) {
+  if (lane == nullptr) {
     Post(std::move(task));
-  } else {
-    auto w = PostSlow(std::move(devices), std::move(task));
-    if (wait != nullptr) *wait = std::move(w);
+    return true;
   }
+  auto w = PostSlow(std::move(*lane), std::move(task));
+  if (wait != nullptr) *wait = std::move(w);
   return true;
 }
 
@@ -460,8 +455,7 @@ std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string
   const auto began = std::chrono::steady_clock::now();
   std::vector<std::string> devices = ids;
   std::shared_ptr<const LaneWait> lane_wait;
-  PostSlowCall(
-      std::move(devices),
+  PostCall(
       [this, ids = std::move(ids), done = std::move(done), wanted, began] {
         if (inst_ == nullptr) {
           done(OkStatus());
@@ -503,7 +497,7 @@ std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string
         Call().prestart_began.reset();
         done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
       },
-      std::move(wanted), refuse, &lane_wait);
+      std::move(wanted), refuse, &devices, &lane_wait);
   return lane_wait;
 }
 

@@ -227,15 +227,12 @@ class ModuleInstance {
   std::shared_ptr<const LaneWait> PostSlow(std::vector<std::string> devices,
                                            std::function<void()> task);
   Status CreateOnWorker();
-  // Queues a kubelet call (see kMaxQueuedCalls) on the worker; false if it
-  // was refused.
+  // Queues a kubelet call (see kMaxQueuedCalls) on the worker, or with
+  // `lane` on the lane of those devices (then *wait, when given, tells how
+  // long it waits for a lane). False if it was refused.
   bool PostCall(std::function<void()> run, std::function<bool()> wanted,
-                const std::function<void(Status)>& refuse);
-  // The same on the lane of `devices`; *wait (when given) tells how long
-  // it waits for a lane.
-  bool PostSlowCall(std::vector<std::string> devices, std::function<void()> run,
-                    std::function<bool()> wanted, const std::function<void(Status)>& refuse,
-                    std::shared_ptr<const LaneWait>* wait = nullptr, bool on_worker = false);
+                const std::function<void(Status)>& refuse, std::vector<std::string>* lane = nullptr,
+                std::shared_ptr<const LaneWait>* wait = nullptr);
   void WorkerLoop();
   // Ends the lanes after the calls queued on them (worker, before destroy).
   void StopSlowLane();

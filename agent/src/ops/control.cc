@@ -135,20 +135,14 @@ void ControlServer::Stop() {
   close(stop_fd_);
   listen_fd_ = stop_fd_ = -1;
   // Only our own socket: whatever replaced it meanwhile is left alone.
-  struct stat st;
-  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
-      std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino) == bound_)
-    unlink(path_.c_str());
+  UnlinkIfSame(path_, bound_);
 }
 
 void ControlServer::Abandon() {
   if (!thread_.joinable()) return;
   // Its threads are not even woken: each thread woken now is one more for
   // a loaded node to schedule before the process can end.
-  struct stat st;
-  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
-      std::pair<uint64_t, uint64_t>(st.st_dev, st.st_ino) == bound_)
-    unlink(path_.c_str());
+  UnlinkIfSame(path_, bound_);
   bound_ = {0, 0};  // Stop() later removes nothing more
 }
 

@@ -10,6 +10,8 @@
 // path (another devplugd) is left alone and Start fails.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <functional>
 #include <future>
@@ -70,7 +72,7 @@ class ControlServer {
 
   std::string path_;
   // The socket file we bound (device, inode): only that one is removed.
-  std::pair<uint64_t, uint64_t> bound_{0, 0};
+  std::pair<dev_t, ino_t> bound_{0, 0};
   Handler handler_;
   int listen_fd_ = -1;
   int stop_fd_ = -1;
