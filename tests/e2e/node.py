@@ -137,20 +137,26 @@ def claim_node():
         open(f"{WORK}/run-udev-absent", "w").close()
 
 
+def kill(pid):
+    """SIGKILL, where the process may have gone between its lookup and now
+    (a shim exits on its own once its last task is killed)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def cleanup():
     if os.path.exists(f"{WORK}/udevd.pid"):
         with open(f"{WORK}/udevd.pid") as f:
-            try:
-                os.kill(int(f.read()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill(int(f.read()))
         time.sleep(0.1)
         if os.path.exists("/run/udev/control"):
             os.unlink("/run/udev/control")  # ours, dead: no stale socket left
     if os.path.exists(f"{WORK}/run-udev-absent"):
         shutil.rmtree("/run/udev", ignore_errors=True)
     for pid in pids_of(f" --config {WORK}/kubelet.yaml"):
-        os.kill(pid, signal.SIGKILL)
+        kill(pid)
     if os.path.exists(CONTAINERD_SOCK):
         ctr = ["ctr", "--address", CONTAINERD_SOCK, "-n", "k8s.io"]
         tasks = subprocess.run(ctr + ["tasks", "ls", "-q"], text=True,
@@ -159,9 +165,9 @@ def cleanup():
             subprocess.run(ctr + ["tasks", "kill", "-s", "SIGKILL", t],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for pid in pids_of(f"containerd-shim-runc-v2 .*{WORK}/"):
-        os.kill(pid, signal.SIGKILL)
+        kill(pid)
     for pid in pids_of(f"containerd --config {WORK}/"):
-        os.kill(pid, signal.SIGKILL)
+        kill(pid)
     time.sleep(0.2)
     for point in mounts_under(KUBELET_ROOT, WORK, "/run/containerd-e2e"):
         subprocess.run(["umount", "-l", point], stderr=subprocess.DEVNULL)
