@@ -1,9 +1,12 @@
 // Start and exit as a user sees them, beside a Go device plugin: devplugd
 // serving one kvm resource of 110 shares, and bench/goplugin (grpc-go and the
 // kubelet's own Go API) serving 110 shares of the same node, each against the
-// kubelet simulator in this process; and, for exit only, a bare gRPC C++
+// kubelet simulator in this process (devplugd both without CAP_SYS_NICE, as
+// deployed, and with it); and, for exit only, a bare gRPC C++
 // server (agent_bench's), which registers nothing: what the gRPC C++
-// runtime's own threads cost a process at exit.
+// runtime's own threads cost a process at exit. The Go plugin watches its
+// folder for a new kubelet.sock (fsnotify), as one that registers again
+// after a kubelet restart must; devplugd holds two inotify instances.
 //
 //   start: posix_spawn -> registered, with its first device list received;
 //   exit:  kill(SIGTERM) -> the parent's waitpid() returns, either 50 ms
@@ -13,7 +16,9 @@
 // Each is measured on a quiet machine and under a CPU load this bench makes
 // itself (one busy process per core, as a build on every core is), runs
 // alternating between the two plugins so that the machine's drift hits
-// both alike. Prints medians and p90s; exits 0 whatever the numbers.
+// both alike. Prints medians and p90s, and how many threads each holds at
+// the SIGTERM (each one is scheduled once more before the process is gone);
+// exits 0 whatever the numbers.
 //
 //   devplug_startstop_bench [--runs 15] [--go-plugin PATH]
 #include <signal.h>
@@ -103,8 +108,16 @@ int main(int argc, char** argv) {
                         << "[[resource]]\nname = \"bench.example/kvm\"\nmodule = \"kvm\"\n"
                         << "shares = 110\n";
 
+  // devplugd as its systemd unit and DaemonSet run it, without
+  // CAP_SYS_NICE, and with it: then a stop runs at nice -10
+  // (util/exit_priority.h).
   std::vector<Plugin> plugins_to_run{
-      {"devplugd", "bench.example/kvm", {DEVPLUG_BENCH_DEVPLUGD, "--config", config}, ""}};
+      {"devplugd",
+       "bench.example/kvm",
+       {"/usr/bin/setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice",
+        DEVPLUG_BENCH_DEVPLUGD, "--config", config},
+       ""},
+      {"devplugd+SYS_NICE", "bench.example/kvm", {DEVPLUG_BENCH_DEVPLUGD, "--config", config}, ""}};
   const bool have_go = access(go_plugin.c_str(), X_OK) == 0;
   if (have_go)
     plugins_to_run.push_back(
@@ -149,6 +162,16 @@ int main(int argc, char** argv) {
     }
     return pid;
   };
+  // Threads the process holds when it is told to stop: each must be
+  // scheduled once more to die before the parent's waitpid() returns.
+  std::map<std::string, int> threads;
+  auto count_threads = [](pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    return 0;
+  };
   auto stop = [&](pid_t pid) {
     const auto t0 = Clock::now();
     devplug::testing::StopProcess(pid, SIGTERM);
@@ -173,6 +196,7 @@ int main(int argc, char** argv) {
         pid = start(p, &ms);
         s.start.push_back(ms);
         std::this_thread::sleep_for(1s);
+        threads[p.name] = std::max(threads[p.name], count_threads(pid));
         s.exit_settled.push_back(stop(pid));
       }
     }
@@ -186,14 +210,16 @@ int main(int argc, char** argv) {
       "loaded = %u busy processes\n\n",
       runs, std::thread::hardware_concurrency(), std::max(1u, std::thread::hardware_concurrency()));
   std::printf(
-      "| plugin     | machine | measurement                     | median    | p90       |\n");
+      "| plugin            | machine | measurement                     | median    | p90       "
+      "|\n");
   std::printf(
-      "|------------|---------|---------------------------------|-----------|-----------|\n");
+      "|-------------------|---------|---------------------------------|-----------|-----------"
+      "|\n");
   for (const bool loaded : {false, true}) {
     for (const Plugin& p : plugins_to_run) {
       const Series& s = results[{p.name, loaded}];
       auto row = [&](const char* what, const std::vector<double>& v) {
-        std::printf("| %-10s | %-7s | %-31s | %6.1f ms | %6.1f ms |\n", p.name.c_str(),
+        std::printf("| %-17s | %-7s | %-31s | %6.1f ms | %6.1f ms |\n", p.name.c_str(),
                     loaded ? "loaded" : "quiet", what, Quantile(v, 0.5), Quantile(v, 0.9));
       };
       if (!p.resource.empty()) row("spawn -> registered, first list", s.start);
@@ -201,6 +227,9 @@ int main(int argc, char** argv) {
       row("SIGTERM -> exit, 1 s after", s.exit_settled);
     }
   }
+  std::printf("\nthreads at SIGTERM, 1 s after the first list (most seen):");
+  for (const Plugin& p : plugins_to_run) std::printf(" %s %d;", p.name.c_str(), threads[p.name]);
+  std::printf("\n");
   if (!have_go)
     std::printf("\n(no Go plugin at %s: cmake --build <dir> --target devplug_goplugin builds it)\n",
                 go_plugin.c_str());

@@ -21,6 +21,7 @@
 #include "conflicts.h"
 #include "log.h"
 #include "modules/loaded_module.h"
+#include "util/exit_priority.h"
 #include "util/systemd.h"
 #include "util/unix_socket.h"
 
@@ -346,6 +347,8 @@ void Agent::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   const auto t0 = Clock::now();
+  // Ahead of any load on the node: each thread must run once more to end.
+  RaiseExitPriority(kExitNice);
   sd::Notify("STOPPING=1");
   watch_.StopWatching();
   registry_watch_.StopWatching();

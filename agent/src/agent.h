@@ -67,6 +67,8 @@ inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 // to finish a call under way and destroy(); past it they are abandoned and
 // the process exits: well inside a pod's 30 s grace period.
 inline constexpr std::chrono::milliseconds kStopTimeout{5000};
+// The nice value every thread takes once a stop begins (util/exit_priority.h).
+inline constexpr int kExitNice = -10;
 
 class Agent {
  public:

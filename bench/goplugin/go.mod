@@ -3,6 +3,7 @@ module devplug.example/bench/goplugin
 go 1.24.0
 
 require (
+	github.com/fsnotify/fsnotify v1.9.0
 	google.golang.org/grpc v1.75.0
 	k8s.io/kubelet v0.34.2
 )

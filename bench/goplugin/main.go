@@ -1,8 +1,10 @@
 // A minimal Go device plugin, the yardstick for devplugd's start and exit
 // benchmarks: what a vendor writes with the kubelet's own Go API and grpc-go.
 // It serves `-count` shares of one device node as one extended resource on
-// its own socket, registers with kubelet.sock, and on SIGTERM stops its
-// server, removes its socket and exits, as Go device plugins commonly do.
+// its own socket, registers with kubelet.sock, registers again when the
+// kubelet makes kubelet.sock anew (watched with fsnotify, that is inotify),
+// and on SIGTERM stops its server, removes its socket and exits, as Go
+// device plugins commonly do.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -73,22 +76,45 @@ func main() {
 	pluginapi.RegisterDevicePluginServer(server, p)
 	go func() { _ = server.Serve(lis) }()
 
-	conn, err := grpc.NewClient("unix://"+filepath.Join(*dir, "kubelet.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	kubelet := filepath.Join(*dir, "kubelet.sock")
+	register := func() error {
+		conn, err := grpc.NewClient("unix://"+kubelet,
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+			Version: pluginapi.Version, Endpoint: endpoint, ResourceName: *resource,
+		})
+		return err
+	}
+	// A kubelet that restarts makes kubelet.sock anew and forgets every
+	// plugin: register again when it appears.
+	watcher, err := fsnotify.NewWatcher()
+	if err == nil {
+		err = watcher.Add(*dir)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "watch:", err)
 		os.Exit(1)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: *resource,
-	})
-	cancel()
-	conn.Close()
-	if err != nil {
+	defer watcher.Close()
+	if err := register(); err != nil {
 		fmt.Fprintln(os.Stderr, "register:", err)
 		os.Exit(1)
 	}
+	go func() {
+		for ev := range watcher.Events {
+			if ev.Name == kubelet && ev.Op.Has(fsnotify.Create) {
+				if err := register(); err != nil {
+					fmt.Fprintln(os.Stderr, "register:", err)
+				}
+			}
+		}
+	}()
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
