@@ -1,5 +1,8 @@
 #include "apbus.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -26,11 +29,30 @@ std::optional<int> Hex(std::string_view s) {
   return s.empty() ? std::nullopt : std::optional<int>(v);
 }
 
-// "0"/"1" attributes; nullopt when absent or not a number.
-std::optional<bool> Flag(const std::string& path) {
-  auto v = common::ReadIntAttr(path);
+// A "0"/"1" attribute at `rel` below the directory `dir_fd`: one open, one
+// read, one close (a sysfs attribute is read whole by its first read);
+// nullopt when absent or not a number.
+std::optional<bool> Flag(int dir_fd, const std::string& rel) {
+  const int fd = openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[32];
+  const ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return std::nullopt;
+  auto v = common::ParseInt(common::TrimRight(std::string_view(buf, static_cast<size_t>(n))));
   if (!v) return std::nullopt;
   return *v != 0;
+}
+
+// The last component of the symlink at `rel` below `dir_fd` ("cex4queue"
+// for driver -> ../../../../bus/ap/drivers/cex4queue); "" when none.
+std::string LinkBase(int dir_fd, const std::string& rel) {
+  char buf[512];
+  const ssize_t n = readlinkat(dir_fd, rel.c_str(), buf, sizeof buf);
+  if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return "";
+  std::string_view target(buf, static_cast<size_t>(n));
+  const size_t slash = target.rfind('/');
+  return std::string(slash == std::string_view::npos ? target : target.substr(slash + 1));
 }
 
 }  // namespace
@@ -99,50 +121,56 @@ int GenerationOf(std::optional<int64_t> hwtype, std::string_view type) {
 }
 
 ApBus ScanApBus(const HostRoot& root) {
+  // One directory fd per card, every attribute read with openat() relative
+  // to it: syscalls, most of them path walks, are a rescan's whole cost
+  // (bench/cex_bench.cc).
   ApBus bus;
-  const std::string base = root.Path("/sys/devices/ap");
-  auto entries = common::ListDir(base);
-  if (!entries) return bus;
+  auto ap = common::Dir::Open(root.Path("/sys/devices/ap"));
+  if (!ap) return bus;
   bus.present = true;
+  auto entries = ap->List("card");
+  if (!entries) return bus;
   for (const std::string& name : *entries) {
-    if (name.size() != 6 || name.rfind("card", 0) != 0) continue;
+    if (name.size() != 6) continue;
     auto adapter = Hex(name.substr(4));
     if (!adapter) continue;
-    const std::string dir = base + "/" + name;
+    auto dir = ap->Sub(name.c_str());
+    if (!dir) continue;  // removed during the walk
+    const int fd = dir->fd();
     Card card;
     card.adapter = *adapter;
-    card.bound = common::LinkName(dir + "/driver").value_or("") == "cex4card";
-    card.type = common::ReadAttr(dir + "/type").value_or("");
-    auto hwtype = common::ReadIntAttr(dir + "/hwtype");
-    auto functions = common::ReadHexAttr(dir + "/ap_functions");
+    card.bound = LinkBase(fd, "driver") == "cex4card";
+    card.type = dir->Read("type").value_or("");
+    auto hwtype = dir->ReadInt("hwtype");
+    auto functions = dir->ReadHex("ap_functions");
     card.generation =
         GenerationOf(hwtype ? std::optional<int64_t>(*hwtype) : std::nullopt, card.type);
     card.mode = ModeOf(functions ? std::optional<uint32_t>(*functions) : std::nullopt, card.type);
-    card.online = Flag(dir + "/online").value_or(false);
-    card.config = Flag(dir + "/config").value_or(true);
-    card.chkstop = Flag(dir + "/chkstop").value_or(false);
+    card.online = Flag(fd, "online").value_or(false);
+    card.config = Flag(fd, "config").value_or(true);
+    card.chkstop = Flag(fd, "chkstop").value_or(false);
     bus.cards.push_back(card);
     if (!card.bound) {
       // zcrypt serves a queue only through its card's cex4card driver.
       bus.skipped.push_back(name + ": no cex4card driver");
       continue;
     }
-
-    auto queues = common::ListDir(dir);
-    if (!queues) continue;  // removed during the walk
+    // Queues of card XX are XX.YYYY; their attributes are read relative to
+    // the card's directory.
+    auto queues = dir->List(name.substr(4) + ".");
+    if (!queues) continue;
     for (const std::string& qname : *queues) {
       auto apqn = ParseApqn(qname);
-      if (!apqn || qname.substr(0, 2) != name.substr(4)) continue;
-      const std::string qdir = dir + "/" + qname;
+      if (!apqn) continue;
       Queue q;
       q.apqn = *apqn;
-      q.driver = common::LinkName(qdir + "/driver").value_or("");
+      q.driver = LinkBase(fd, qname + "/driver");
       if (q.driver != "cex4queue") {
         bus.skipped.push_back(qname + ": " +
                               (q.driver.empty() ? "bound to no driver" : "bound to " + q.driver));
         continue;
       }
-      auto online = Flag(qdir + "/online");
+      auto online = Flag(fd, qname + "/online");
       if (!online) {
         // zcrypt adds `online` while cex4queue is bound: gone means the
         // queue was unbound or removed during the walk.
@@ -150,8 +178,8 @@ ApBus ScanApBus(const HostRoot& root) {
         continue;
       }
       q.online = *online;
-      q.config = Flag(qdir + "/config").value_or(true);
-      q.chkstop = Flag(qdir + "/chkstop").value_or(false);
+      q.config = Flag(fd, qname + "/config").value_or(true);
+      q.chkstop = Flag(fd, qname + "/chkstop").value_or(false);
       bus.queues.push_back(q);
     }
   }

@@ -5,6 +5,7 @@
 // out by the module's test build (modules/cex/emulator.h).
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
