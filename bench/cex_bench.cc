@@ -18,9 +18,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apbus.h"
 #include "bench_agent.h"
 #include "bench_module.h"
-#include "apbus.h"
 #include "bench_stats.h"
 #include "cex_fixture.h"
 #include "kubelet_sim.h"
@@ -139,9 +139,9 @@ int main(int argc, char** argv) {
   devplug::testing::StopProcess(agent, SIGTERM);
 
   std::printf("\n| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
-  devplug::bench::PrintRow("rescan of " + std::to_string(cards) + " cards x " +
-                               std::to_string(domains) + " domains",
-                           rescan, "p99 <= 2 ms", 2.0);
+  devplug::bench::PrintRow(
+      "rescan of " + std::to_string(cards) + " cards x " + std::to_string(domains) + " domains",
+      rescan, "p99 <= 2 ms", 2.0);
   devplug::bench::PrintRow("  of which the AP bus walk (sysfs reads)", walk, "", 0.0);
   devplug::bench::PrintRow("PreStartContainer, new node (create, masks, /dev), via gRPC",
                            Summarize(fresh, failed), "p50 <= 10 ms", 10.0,

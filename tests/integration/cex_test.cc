@@ -41,8 +41,7 @@ class CexAgentTest : public AgentTest {
 
 TEST_F(CexAgentTest, OnlyAnAllowedPodGetsItsOwnNodeAndNothingIsLeftAfterIt) {
   StartSim();
-  StartAgent(Resource(kRes, FakeModule("cex-fixture"), "namespaces = [\"team-a\"]"), "0s",
-             Agent());
+  StartAgent(Resource(kRes, FakeModule("cex-fixture"), "namespaces = [\"team-a\"]"), "0s", Agent());
   ASSERT_TRUE(Registered(kRes));
   ASSERT_TRUE(HealthyIs(kRes, 2, 2));
   EXPECT_TRUE(sim_->resource(kRes)->options.pre_start_required());
@@ -94,8 +93,9 @@ TEST_F(CexAgentTest, ARestartedAgentDestroysTheNodesNoPodHolds) {
   sim_->BindPod("default", "holder", "main", kRes, {"04.0006"});
   StartAgent(Resource(kRes, FakeModule("cex-fixture"), ""), "0s", Agent());
   ASSERT_TRUE(Registered(kRes));
-  ASSERT_TRUE(Eventually([&] { return !testing::FileExists(fx_.NodeDir("devplug-cex-03.0006-0")); }))
-      << agent_->Log();
+  ASSERT_TRUE(Eventually([&] {
+    return !testing::FileExists(fx_.NodeDir("devplug-cex-03.0006-0"));
+  })) << agent_->Log();
   EXPECT_TRUE(testing::FileExists(fx_.NodeDir("devplug-cex-04.0006-0")));
   EXPECT_TRUE(testing::FileExists(fx_.NodeDir("zcrypt-apqn-3-6-0")));
 }
