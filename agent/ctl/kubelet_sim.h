@@ -15,9 +15,9 @@
 //  - rewrites kubelet_internal_checkpoint through a dot-prefixed temp file
 //    and a rename on every update (inotify noise a plugin must ignore);
 //  - Allocate with one ContainerAllocateRequest, using container_responses[0];
-//  - with pod_resources_socket set, the PodResources v1 API on its own
-//    socket: List (active pods; a device once per NUMA node it sits on) and
-//    GetAllocatableResources (healthy devices), behind the kubelet's token
+//  - with pod_resources_socket set (kubelet_sim_pod_resources.cc), the
+//    PodResources v1 API on its own socket: List (active pods; a device
+//    once per NUMA node it sits on) and GetAllocatableResources (healthy devices), behind the kubelet's token
 //    bucket (100 QPS, burst 10; RESOURCE_EXHAUSTED beyond). Tests bind
 //    allocated IDs to pods (BindPod) and end pods (DeletePod);
 //  - with plugins_registry set, the plugin watcher (kubelet_sim_watcher.cc):
@@ -160,7 +160,7 @@ class KubeletSim {
 
  private:
   class RegistrationService;
-  class PodResourcesService;
+  friend class PodResourcesService;  // kubelet_sim_pod_resources.cc
   struct Endpoint;
   struct PodRecord {
     // container -> resource -> IDs
@@ -169,6 +169,7 @@ class KubeletSim {
   grpc::Status HandleList(v1::ListPodResourcesResponse* out);
   grpc::Status HandleAllocatable(v1::AllocatableResourcesResponse* out);
   bool TakeToken();
+  std::unique_ptr<grpc::Service> MakePodResourcesService();
 
   // The kubelet's check of a resource name (IsExtendedResourceName).
   static bool AcceptsResourceName(const std::string& name);
@@ -197,7 +198,7 @@ class KubeletSim {
   const Options options_;
   std::unique_ptr<RegistrationService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<PodResourcesService> pod_service_;
+  std::unique_ptr<grpc::Service> pod_service_;
   std::unique_ptr<grpc::Server> pod_server_;
 
   mutable std::mutex mu_;
