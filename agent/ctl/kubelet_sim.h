@@ -17,9 +17,9 @@
 //  - Allocate with one ContainerAllocateRequest, using container_responses[0];
 //  - with pod_resources_socket set (kubelet_sim_pod_resources.cc), the
 //    PodResources v1 API on its own socket: List (active pods; a device
-//    once per NUMA node it sits on) and GetAllocatableResources (healthy devices), behind the kubelet's token
-//    bucket (100 QPS, burst 10; RESOURCE_EXHAUSTED beyond). Tests bind
-//    allocated IDs to pods (BindPod) and end pods (DeletePod);
+//    once per NUMA node it sits on) and GetAllocatableResources (healthy devices), behind the
+//    kubelet's token bucket (100 QPS, burst 10; RESOURCE_EXHAUSTED beyond). Tests bind allocated
+//    IDs to pods (BindPod) and end pods (DeletePod);
 //  - with plugins_registry set, the plugin watcher (kubelet_sim_watcher.cc):
 //    the folder walked at start and watched; every second (reconcile) each
 //    new socket is probed: dial (10 s), GetInfo (1 s), type "DevicePlugin",
