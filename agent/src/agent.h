@@ -98,7 +98,7 @@ class Agent {
 
   // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), then
   // stops serving and removes the sockets. SIGHUP reloads the configuration
-  // (contracts/operations.md): resources that did not change keep serving
+  // (docs/design.md, "Reload, status, metrics"): resources that did not change keep serving
   // untouched, the others start, stop or restart alone, and a configuration
   // with any mistake changes nothing. Returns the process exit status: 0, or
   // kExitPluginDirLost.

@@ -1,5 +1,5 @@
 // What devplugd tells about itself: STATUS= for systemd, the control
-// socket's status JSON (contracts/operations.md) and metrics answers. Part of
+// socket's status JSON (docs/design.md, "Reload, status, metrics") and metrics answers. Part of
 // Agent; runs on the main loop.
 #include <algorithm>
 #include <ctime>

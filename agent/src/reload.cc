@@ -1,4 +1,4 @@
-// The SIGHUP reload (contracts/operations.md), resource by resource: stage
+// The SIGHUP reload (docs/design.md, "Reload, status, metrics"), resource by resource: stage
 // the added and changed resources, commit once every one is created, or keep
 // the old configuration whole. Part of Agent; runs on the main loop.
 #include <sys/stat.h>

@@ -2,8 +2,7 @@
 // an APQN (adapter x domain) bound to cex4queue, or one share of it; the
 // container gets its own zcrypt node, made at PreStart with masks that let
 // it reach exactly its APQNs, mounted as /dev/z90crypt, and destroyed after
-// the pod. Contract: contracts/cex.md; keys and decisions: README.md
-// beside this file.
+// the pod. Keys, behaviour and decisions: README.md beside this file.
 //
 // Beside this file: apbus (the AP bus in sysfs), zcrypt (node names, masks,
 // the kernel's writes), emulator (those writes acted out on a fixture tree,

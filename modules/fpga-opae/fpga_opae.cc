@@ -1,8 +1,8 @@
 // fpga-opae module: FPGA ports of the DFL and intel-fpga drivers, handed out
 // already programmed (mode "af") or programmed with the resource's
 // accelerator before the container starts (modes "region", "region-devel"),
-// and cleaned up after the pod (release_actions). Contract:
-// contracts/fpga-opae.md; keys and behaviour: README.md beside this file.
+// and cleaned up after the pod (release_actions). Keys and behaviour:
+// README.md beside this file.
 //
 // Devices: one per port, ID = the port's name ("dfl-port.0"). Instances of
 // this module share the hardware; claims.h decides which one serves a port.

@@ -1,5 +1,5 @@
 // generic module: any character or block device node or host file, by path
-// or glob, and USB devices by vendor/product (contracts/generic.md).
+// or glob, and USB devices by vendor/product (README.md beside this file).
 //
 // Keys (see README.md): paths (strings, or tables {path, container_path,
 // type, permissions, read_only, optional}), group, shares, permissions,

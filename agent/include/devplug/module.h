@@ -606,7 +606,9 @@ struct devplug_module {
 
   /**
    * Builds the Allocate answer for one container that was given ids[0..n).
-   * The agent has already checked that every ID is known and healthy.
+   * The agent has already checked that every ID is known, and healthy or
+   * only held back while a release runs (the kubelet may not have seen
+   * that yet; the release then runs at PreStart).
    * Returns 0 with resp filled, DEVPLUG_ALLOCATE_DEFAULT to use the default
    * recipes, or a negative errno (the kubelet fails the pod's admission).
    */

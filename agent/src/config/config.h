@@ -100,7 +100,7 @@ struct AgentConfig {
   // call_timeout. Modules see it as host->prestart_timeout_ms.
   std::chrono::milliseconds prestart_timeout{std::chrono::seconds(28)};
 
-  // ---- pod identity and device release (contracts/lifecycle.md) ----
+  // ---- pod identity and device release (docs/design.md, "Pod identity and release") ----
   // The kubelet's PodResources socket.
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   // List period while a tracked device is not free; zero turns tracking off.
@@ -112,7 +112,7 @@ struct AgentConfig {
   // An allocated device never seen in List this long is released.
   std::chrono::milliseconds unseen_timeout{std::chrono::seconds(120)};
 
-  // ---- operations (contracts/operations.md) ----
+  // ---- operations (docs/design.md, "Reload, status, metrics") ----
   // devplugctl's read-only control socket; "" turns it off.
   std::string control_socket = "/run/devplug/control.sock";
   // Prometheus metrics over HTTP, "host:port"; "" (the default) is off.

@@ -1,6 +1,6 @@
 // Who still holds each device of one resource, and when a device is given
-// back: the release state machine of contracts/lifecycle.md, for resources
-// whose module has on_release().
+// back: the release state machine (docs/design.md, "Pod identity and
+// release"), for resources whose module has on_release().
 //
 //   FREE ──Allocate returned it──▶ ASSIGNED ──seen in List──▶ HELD
 //   HELD ──absent ≥ grace and ≥ 2 Lists, kubelet settled──▶ RELEASING

@@ -1,4 +1,4 @@
-// devplugd's metrics (contracts/operations.md): plain atomics written on the
+// devplugd's metrics (docs/design.md, "Reload, status, metrics"): plain atomics written on the
 // hot paths (gRPC reactors, module workers, the main loop) without a lock,
 // read and turned into Prometheus metric families only when scraped. Served
 // over HTTP by prometheus-cpp's exposer ([agent] metrics_address) and as text
