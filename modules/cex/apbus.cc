@@ -1,8 +1,5 @@
 #include "apbus.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -29,30 +26,12 @@ std::optional<int> Hex(std::string_view s) {
   return s.empty() ? std::nullopt : std::optional<int>(v);
 }
 
-// A "0"/"1" attribute at `rel` below the directory `dir_fd`: one open, one
-// read, one close (a sysfs attribute is read whole by its first read);
-// nullopt when absent or not a number.
-std::optional<bool> Flag(int dir_fd, const std::string& rel) {
-  const int fd = openat(dir_fd, rel.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[32];
-  const ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
-  if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return std::nullopt;
-  auto v = common::ParseInt(common::TrimRight(std::string_view(buf, static_cast<size_t>(n))));
+// A "0"/"1" attribute (`rel` may name one below the directory); nullopt
+// when absent or not a number.
+std::optional<bool> Flag(const common::Dir& dir, const std::string& rel) {
+  auto v = dir.ReadInt(rel.c_str());
   if (!v) return std::nullopt;
   return *v != 0;
-}
-
-// The last component of the symlink at `rel` below `dir_fd` ("cex4queue"
-// for driver -> ../../../../bus/ap/drivers/cex4queue); "" when none.
-std::string LinkBase(int dir_fd, const std::string& rel) {
-  char buf[512];
-  const ssize_t n = readlinkat(dir_fd, rel.c_str(), buf, sizeof buf);
-  if (n <= 0 || n == static_cast<ssize_t>(sizeof buf)) return "";
-  std::string_view target(buf, static_cast<size_t>(n));
-  const size_t slash = target.rfind('/');
-  return std::string(slash == std::string_view::npos ? target : target.substr(slash + 1));
 }
 
 }  // namespace
@@ -121,8 +100,8 @@ int GenerationOf(std::optional<int64_t> hwtype, std::string_view type) {
 }
 
 ApBus ScanApBus(const HostRoot& root) {
-  // One directory fd per card, every attribute read with openat() relative
-  // to it: syscalls, most of them path walks, are a rescan's whole cost
+  // One open directory per card, its queues' attributes read relative to
+  // it: syscalls, most of them path walks, are a rescan's whole cost
   // (bench/cex_bench.cc).
   ApBus bus;
   auto ap = common::Dir::Open(root.Path("/sys/devices/ap"));
@@ -136,19 +115,18 @@ ApBus ScanApBus(const HostRoot& root) {
     if (!adapter) continue;
     auto dir = ap->Sub(name.c_str());
     if (!dir) continue;  // removed during the walk
-    const int fd = dir->fd();
     Card card;
     card.adapter = *adapter;
-    card.bound = LinkBase(fd, "driver") == "cex4card";
+    card.bound = dir->LinkName("driver").value_or("") == "cex4card";
     card.type = dir->Read("type").value_or("");
     auto hwtype = dir->ReadInt("hwtype");
     auto functions = dir->ReadHex("ap_functions");
     card.generation =
         GenerationOf(hwtype ? std::optional<int64_t>(*hwtype) : std::nullopt, card.type);
     card.mode = ModeOf(functions ? std::optional<uint32_t>(*functions) : std::nullopt, card.type);
-    card.online = Flag(fd, "online").value_or(false);
-    card.config = Flag(fd, "config").value_or(true);
-    card.chkstop = Flag(fd, "chkstop").value_or(false);
+    card.online = Flag(*dir, "online").value_or(false);
+    card.config = Flag(*dir, "config").value_or(true);
+    card.chkstop = Flag(*dir, "chkstop").value_or(false);
     bus.cards.push_back(card);
     if (!card.bound) {
       // zcrypt serves a queue only through its card's cex4card driver.
@@ -164,13 +142,13 @@ ApBus ScanApBus(const HostRoot& root) {
       if (!apqn) continue;
       Queue q;
       q.apqn = *apqn;
-      q.driver = LinkBase(fd, qname + "/driver");
+      q.driver = dir->LinkName((qname + "/driver").c_str()).value_or("");
       if (q.driver != "cex4queue") {
         bus.skipped.push_back(qname + ": " +
                               (q.driver.empty() ? "bound to no driver" : "bound to " + q.driver));
         continue;
       }
-      auto online = Flag(fd, qname + "/online");
+      auto online = Flag(*dir, qname + "/online");
       if (!online) {
         // zcrypt adds `online` while cex4queue is bound: gone means the
         // queue was unbound or removed during the walk.
@@ -178,8 +156,8 @@ ApBus ScanApBus(const HostRoot& root) {
         continue;
       }
       q.online = *online;
-      q.config = Flag(fd, qname + "/config").value_or(true);
-      q.chkstop = Flag(fd, qname + "/chkstop").value_or(false);
+      q.config = Flag(*dir, qname + "/config").value_or(true);
+      q.chkstop = Flag(*dir, qname + "/chkstop").value_or(false);
       bus.queues.push_back(q);
     }
   }

@@ -166,6 +166,8 @@ class Cex : public Instance {
   struct Served {
     std::vector<std::pair<Apqn, std::string>> health;  // per served APQN: reason
     bool multi_node = false;
+    // This machine's ID when machine_id names another (nothing served).
+    std::string other_machine;
   };
   // What this instance serves now, and why each is unhealthy.
   Served Scan(ApBus* bus_out);
@@ -200,7 +202,12 @@ Cex::Served Cex::Scan(ApBus* bus_out) {
   ApBus bus = devplug::cex::ScanApBus(root_);
   out.multi_node =
       devplug::common::Exists(root_.Path(std::string(devplug::cex::kZcryptClass) + "/create"));
-  if (!s_.machine_id.empty() && MachineId(root_) != s_.machine_id) {
+  if (!s_.machine_id.empty()) {
+    out.other_machine = MachineId(root_);
+    if (out.other_machine.empty()) out.other_machine = "unknown: no /proc/sysinfo fields";
+    if (out.other_machine == s_.machine_id) out.other_machine.clear();
+  }
+  if (!out.other_machine.empty()) {
     if (bus_out) *bus_out = std::move(bus);
     return out;
   }
@@ -220,9 +227,9 @@ void Cex::ListDevices(DeviceSink& sink) {
   ApBus bus;
   Served served = Scan(&bus);
   if (!bus.present) host().Warn("no AP bus at /sys/devices/ap: this node has no crypto adapters");
-  if (!s_.machine_id.empty() && served.health.empty() && MachineId(root_) != s_.machine_id)
-    host().Info("machine_id \"" + s_.machine_id + "\" is not this machine (\"" + MachineId(root_) +
-                "\"): nothing served");
+  if (!served.other_machine.empty())
+    host().Info("machine_id \"" + s_.machine_id + "\" is not this machine (\"" +
+                served.other_machine + "\"): nothing served");
   std::string skipped;
   for (const std::string& why : bus.skipped) skipped += (skipped.empty() ? "" : "; ") + why;
   if (skipped != last_skipped_ && !skipped.empty()) host().Info("not served: " + skipped);

@@ -91,7 +91,7 @@ class Emulator : public ZcryptOps {
     std::ofstream(root + "/zcrypt-ops.log", std::ios::app) << line << "\n";
   }
   static void Log(const common::HostRoot& root, const std::string& line) {
-    LogAt(root.root().empty() ? std::string() : root.root(), line);
+    LogAt(root.root(), line);
   }
   static int DoCreate(const common::HostRoot& root, std::string name) {
     const std::string nodes = root.Path(kZcryptNodes);

@@ -120,8 +120,6 @@ class Dir {
   ~Dir();
 
   const std::string& path() const { return path_; }
-  // The open directory, for *at() calls of one's own; owned by this Dir.
-  int fd() const { return fd_; }
   // A subdirectory (following symlinks, as sysfs device links need).
   Result<Dir> Sub(const char* name) const;
   Result<std::string> Read(const char* name) const;
