@@ -1,0 +1,10 @@
+// The etcd server command: the published server module's own entry point.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
