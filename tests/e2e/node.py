@@ -183,19 +183,21 @@ def cleanup():
 # ---- the images ------------------------------------------------------------------------
 
 
-def build_images():
-    out = f"{WORK}/devplug.oci.tar"
+def build_images(work=WORK):
+    """devplug's image and the pause image, as OCI archives under work."""
+    os.makedirs(work, exist_ok=True)
+    out = f"{work}/devplug.oci.tar"
     log = run(f"{SRC}/scripts/build-image", "--out", out)
     print(log, end="")
     name = re.search(r"build-image: (\S+) ->", log).group(1)
 
     # The sandbox and the test workload: one static binary, one layer.
-    root = f"{WORK}/pause-root"
+    root = f"{work}/pause-root"
     os.makedirs(root)
     run("gcc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", f"{root}/pause",
         f"{SRC}/tests/e2e/pause.c")
     run("strip", f"{root}/pause")
-    run(f"{SRC}/scripts/oci-archive", root, PAUSE_IMAGE, f"{WORK}/pause.oci.tar",
+    run(f"{SRC}/scripts/oci-archive", root, PAUSE_IMAGE, f"{work}/pause.oci.tar",
         "--config.entrypoint", "/pause")
     return name, out
 
