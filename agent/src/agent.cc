@@ -89,6 +89,7 @@ Status Agent::Start() {
   for (size_t i = 0; i < config_.resources.size(); ++i)
     resources_.push_back(NewResource(config_.resources[i], i));
   RemoveStaleSockets();
+  RemoveStaleSpecs();
   // Load every module first: their subsystems make up the udev filter, and
   // the monitor must listen before the first scans so no event is lost.
   // A mistake in a module's keys is fatal at start, like a TOML error: the

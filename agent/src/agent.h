@@ -33,6 +33,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "cdi/resource_cdi.h"
 #include "config/config.h"
 #include "config_watch.h"
 #include "kubelet/device_plugin_service.h"
@@ -146,6 +147,8 @@ class Agent {
     std::optional<std::pair<dev_t, ino_t>> socket_file;  // the file our server bound
 
     std::shared_ptr<ops::ResourceMetrics> metrics;
+    // Devices by CDI name (null while cdi is "off"): its spec file.
+    std::shared_ptr<cdi::ResourceCdi> cdi;
     // A reload's new resource, not serving until the reload commits.
     bool staged = false;
 
@@ -260,6 +263,9 @@ class Agent {
   // without a clean exit) for resources this configuration does not have:
   // the kubelet's plugin watcher would keep probing them.
   void RemoveStaleSockets();
+  // devplugd's CDI specs that no resource of the running configuration
+  // writes (`also`: the folders of the configuration before a reload).
+  void RemoveStaleSpecs(const config::AgentConfig* also = nullptr);
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();

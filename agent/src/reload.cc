@@ -29,7 +29,8 @@ constexpr milliseconds kReloadRegisterDelay{1000};
 // files does not matter).
 bool SameResource(const config::ResourceConfig& a, const config::ResourceConfig& b) {
   if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
-      a.registration != b.registration || a.required != b.required ||
+      a.registration != b.registration || a.required != b.required || a.cdi != b.cdi ||
+      a.cdi_dir != b.cdi_dir || a.cdi_only != b.cdi_only ||
       a.module_keys.size() != b.module_keys.size())
     return false;
   for (const auto& [key, value] : a.module_keys) {
@@ -219,6 +220,8 @@ void Agent::CommitReload() {
     }
     fresh->staged = false;
     fresh->failure = OkStatus();
+    // Its spec replaces the old resource's before the kubelet hears of it.
+    if (fresh->cdi) fresh->cdi->Activate();
     if (fresh->tracker && !fresh->instance->tracks_releases()) fresh->tracker.reset();
     // An added resource's first List is the truth about what is held (a
     // carried tracker has seen one already; one more costs nothing).
@@ -262,6 +265,7 @@ void Agent::CommitReload() {
     Retire(std::move(old));
   }
   resources_ = std::move(serving);
+  RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
   RebuildUdevMonitor();
   std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;

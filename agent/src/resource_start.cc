@@ -30,6 +30,16 @@ std::unique_ptr<Agent::Resource> Agent::NewResource(const config::ResourceConfig
   // A reload's resource is counted from its create() on, but exported only
   // once the reload commits (one series per resource name).
   r->metrics = staged ? std::make_shared<ops::ResourceMetrics>(cfg.name) : metrics_->Add(cfg.name);
+  if (cfg.cdi != CdiMode::kOff) {
+    // The configuration refused names without a CDI kind.
+    auto c = cdi::ResourceCdi::Make({.resource = cfg.name,
+                                     .mode = cfg.cdi,
+                                     .dir = cfg.cdi_dir,
+                                     .host_root = config_.host_root,
+                                     .only = cfg.cdi_only,
+                                     .active = !staged});
+    if (c.ok()) r->cdi = *c;
+  }
   return r;
 }
 
@@ -77,7 +87,9 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
     return StrCat(list.size(), " devices make a ", bytes,
                   " byte device list, over the kubelet's 4 MiB message limit; not sending it");
   };
-  opts.on_change = [hub = r.hub.get(), checked](modules::DeviceListPtr list) {
+  // The CDI spec names a list's devices before the kubelet sees the list.
+  opts.on_change = [hub = r.hub.get(), checked, cdi = r.cdi](modules::DeviceListPtr list) {
+    if (cdi) cdi->Publish(*list);
     hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
   };
   opts.start_timeout = cfg.start_timeout;

@@ -99,6 +99,18 @@ std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
       static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
 }
 
+void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
+  std::set<std::string> dirs, keep;
+  for (const config::AgentConfig* c : {static_cast<const config::AgentConfig*>(&config_), also}) {
+    if (c == nullptr) continue;
+    dirs.insert(c->cdi_dir);
+    for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
+  }
+  for (const auto& r : resources_)
+    if (r->cdi) keep.insert(r->cdi->dir() + "/" + r->cdi->file_name());
+  cdi::RemoveStale(config_.host_root, dirs, keep);
+}
+
 Status Agent::StartServer(Resource& r) {
   StopServing(r);
   const bool watched = r.cfg.registration == RegistrationMode::kPluginWatcher;
@@ -132,7 +144,7 @@ Status Agent::StartServer(Resource& r) {
       };
   r.service = std::make_unique<kubelet::DevicePluginService>(
       r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
-      std::move(on_allocated), r.metrics);
+      std::move(on_allocated), r.metrics, r.cdi);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());

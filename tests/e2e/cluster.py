@@ -296,6 +296,8 @@ class Node:
         # /var/lib/kubelet in the node's mount namespace.
         self.kubelet_root = f"{self.dir}/kubelet"
         self.plugin_dir = f"{self.kubelet_root}/device-plugins"
+        # The node's /var/run/cdi, where devplugd writes and containerd reads.
+        self.cdi_dir = f"{self.dir}/cdi"
 
     def cgroup_roots(self):
         return [f"/sys/fs/cgroup/{c}/{self.name}" for c in os.listdir("/sys/fs/cgroup")
@@ -345,7 +347,8 @@ class Node:
 
     def start_mounts(self):
         """The holder of the node's mount namespace: the node's own folders
-        bound over /var/lib/kubelet and the kubelet's log folders; in node
+        bound over /var/lib/kubelet, the kubelet's log folders and
+        /var/run/cdi; in node
         2's network namespace, a sysfs of that namespace (as `ip netns exec`
         mounts one) with the host's cgroup hierarchies bound back under it."""
         steps = ["mount --make-rslave /"]
@@ -355,7 +358,8 @@ class Node:
                       "mount -t sysfs sysfs /sys", f"mount --rbind {keep} /sys/fs/cgroup",
                       f"umount -l {keep}"]
         for src, dst in [(self.kubelet_root, KUBELET_ROOT), (f"{self.dir}/log/pods", "/var/log/pods"),
-                         (f"{self.dir}/log/containers", "/var/log/containers")]:
+                         (f"{self.dir}/log/containers", "/var/log/containers"),
+                         (self.cdi_dir, "/run/cdi")]:
             steps.append(f"mkdir -p {src} {dst} && mount --bind {src} {dst}")
         argv = ["unshare", "--mount", "--propagation", "unchanged", "sh", "-ec",
                 " && ".join(steps) + " && exec sleep infinity"]

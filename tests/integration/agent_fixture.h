@@ -120,6 +120,7 @@ class AgentTest : public ::testing::Test {
     o.plugins_registry = sim_plugins_registry_;
     o.reconcile_period = sim_reconcile_period_;
     o.refuse_probes = sim_refuse_probes_;
+    o.on_event = sim_on_event_;
     sim_ = std::make_unique<KubeletSim>(o);
     ASSERT_TRUE(sim_->Start().ok());
   }
@@ -234,6 +235,8 @@ class AgentTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  // Told everything the simulator sees, on its threads (set before StartSim).
+  std::function<void(const std::string&)> sim_on_event_;
   // The simulator also serves PodResources here when set.
   std::string sim_pod_resources_;
   double sim_pod_resources_qps_ = 100;

@@ -360,6 +360,55 @@ TEST(ConfigTest, RegistrationIsTheAgentsUnlessTheTableSaysOtherwise) {
   EXPECT_EQ(plain->resources[0].registration, RegistrationMode::kKubelet);
 }
 
+TEST(ConfigTest, CdiIsTheAgentsUnlessTheTableSaysOtherwise) {
+  auto cfg = LoadString(
+      "[agent]\ncdi = \"cri\"\ncdi_dir = \"/run/cdi/\"\n"
+      "[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\n"
+      "[[resource]]\nname = \"a.example/y\"\nmodule = \"kvm\"\ncdi = \"both\"\ncdi_only = true\n"
+      "cdi_dir = \"/etc/cdi\"\n"
+      "[[resource]]\nname = \"a.example/1z\"\nmodule = \"kvm\"\ncdi = \"off\"\n",
+      "/etc/devplug/devplug.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->cdi, CdiMode::kCri);
+  EXPECT_EQ(cfg->resources[0].cdi, CdiMode::kCri);
+  EXPECT_EQ(cfg->resources[0].cdi_dir, "/run/cdi");
+  EXPECT_EQ(cfg->resources[1].cdi, CdiMode::kBoth);
+  EXPECT_TRUE(cfg->resources[1].cdi_only);
+  EXPECT_EQ(cfg->resources[1].cdi_dir, "/etc/cdi");
+  EXPECT_EQ(cfg->resources[2].cdi, CdiMode::kOff);  // no CDI kind, and none needed
+  // The default: off, specs in /var/run/cdi.
+  auto plain = LoadString(kOneResource, "/etc/devplug/devplug.toml", Opts());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->resources[0].cdi, CdiMode::kOff);
+  EXPECT_EQ(plain->resources[0].cdi_dir, "/var/run/cdi");
+}
+
+TEST(ConfigTest, CdiMistakesNameFileLineAndKey) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\ncdi = \"yes\"\n",
+       "devplug.toml:4: resource[0].cdi: unknown mode \"yes\" (expected off|cri|annotations|both)"},
+      {"[agent]\ncdi = 1\n[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\n",
+       "devplug.toml:2: agent.cdi: must be a string"},
+      {"[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\ncdi_only = true\n",
+       "devplug.toml:4: resource[0].cdi_only: needs cdi = "},
+      {"[[resource]]\nname = \"a.example/1x\"\nmodule = \"kvm\"\ncdi = \"cri\"\n",
+       "devplug.toml:4: resource[0].cdi: resource \"a.example/1x\" has no CDI kind: its CDI class"},
+      {"[agent]\ncdi = \"cri\"\n[[resource]]\nname = \"a.example/x.y\"\nmodule = \"kvm\"\n"
+       "[[resource]]\nname = \"a.example/x_y\"\nmodule = \"kvm\"\n",
+       "resource[1].cdi: resource \"a.example/x_y\" has the CDI kind \"devplug.a.example/x_y\" of "
+       "resource \"a.example/x.y\""},
+      {"[[resource]]\nname = \"a.example/x\"\nmodule = \"kvm\"\ncdi_dir = \"run/cdi\"\n",
+       "devplug.toml:4: resource[0].cdi_dir: must be an absolute path"},
+  };
+  for (const auto& [toml, expect] : cases) {
+    auto cfg = LoadString(toml, "/etc/devplug/devplug.toml", Opts());
+    ASSERT_FALSE(cfg.ok()) << toml;
+    EXPECT_NE(cfg.status().message().find(expect), std::string::npos)
+        << "expected: " << expect << "\nerror was:\n"
+        << cfg.status().message();
+  }
+}
+
 TEST(ConfigTest, DefaultSocketNamesAreAlwaysValid) {
   for (const char* name : {"devices.kubevirt.io/kvm", "intel.com/qat_vf", "a/B-c_d.e"})
     EXPECT_EQ(CheckSocketName(DefaultSocketName(name), "/var/lib/kubelet/device-plugins"), "")

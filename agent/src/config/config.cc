@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "model/cdi_names.h"
 #include "model/kubelet_names.h"
 
 namespace devplug::config {
@@ -212,6 +213,11 @@ class Parser {
         if (s == nullptr) continue;
         if (!ParseRegistrationMode(*s, &cfg_.registration))
           Error(node, key, StrCat("unknown mode \"", *s, "\" (expected kubelet|plugin-watcher)"));
+      } else if (name == "cdi") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (!ParseCdiMode(*s, &cfg_.cdi))
+          Error(node, key, StrCat("unknown mode \"", *s, "\" (expected off|cri|annotations|both)"));
       } else if (name == "udev_source") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -224,11 +230,18 @@ class Parser {
         else
           Error(node, key, StrCat("unknown source \"", *s, "\" (expected auto|udev|kernel)"));
       } else {
-        std::vector<std::string> known{"plugin_dir",     "plugins_registry_dir",
-                                       "registration",   "module_dir",
-                                       "host_root",      "log_level",
-                                       "udev_source",    "pod_resources_socket",
-                                       "control_socket", "metrics_address"};
+        std::vector<std::string> known{"plugin_dir",
+                                       "plugins_registry_dir",
+                                       "registration",
+                                       "module_dir",
+                                       "host_root",
+                                       "log_level",
+                                       "udev_source",
+                                       "pod_resources_socket",
+                                       "control_socket",
+                                       "metrics_address",
+                                       "cdi",
+                                       "cdi_dir"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }
@@ -240,6 +253,7 @@ class Parser {
     if (name == "plugins_registry_dir") return &AgentConfig::plugins_registry_dir;
     if (name == "module_dir") return &AgentConfig::module_dir;
     if (name == "host_root") return &AgentConfig::host_root;
+    if (name == "cdi_dir") return &AgentConfig::cdi_dir;
     return nullptr;
   }
 
@@ -333,11 +347,28 @@ class Parser {
             Error(node, key_of(name),
                   StrCat("unknown mode \"", *s, "\" (expected kubelet|plugin-watcher)"));
         }
-      } else if (name == "required") {
+      } else if (name == "required" || name == "cdi_only") {
         if (const auto* b = node.as_boolean())
-          r.required = b->get();
-        else {
+          (name == "required" ? r.required : r.cdi_only) = b->get();
+        else
           Error(node, key_of(name), StrCat("must be a boolean, not ", TypeName(node)));
+        if (name == "cdi_only") cdi_lines_[index] = LineOf(node);
+      } else if (name == "cdi" && node.is_string()) {
+        // A string: devplugd's. Anything else stays the module's own key (the
+        // nvidia module's boolean `cdi`).
+        if (const std::string* s = String(node, key_of(name))) {
+          if (ParseCdiMode(*s, &r.cdi)) {
+            cdi_set_.insert(index);
+            cdi_lines_.emplace(index, LineOf(node));
+          } else {
+            Error(node, key_of(name),
+                  StrCat("unknown mode \"", *s, "\" (expected off|cri|annotations|both)"));
+          }
+        }
+      } else if (name == "cdi_dir") {
+        if (const std::string* s = String(node, key_of(name))) {
+          if (std::string why = SetPath(*s, &r.cdi_dir); !why.empty())
+            Error(node, key_of(name), why);
         }
       } else {
         ModuleValue mv;
@@ -386,6 +417,13 @@ class Parser {
  public:
   // Whether resource i's table sets `registration` itself.
   bool RegistrationSet(size_t i) const { return registration_set_.count(i) > 0; }
+  // Whether resource i's table sets `cdi` itself.
+  bool CdiSet(size_t i) const { return cdi_set_.count(i) > 0; }
+  // Line of resource i's cdi (or cdi_only) key, or the table's line.
+  int CdiLine(size_t i) const {
+    auto it = cdi_lines_.find(i);
+    return it != cdi_lines_.end() ? it->second : cfg_.resources[i].where.line;
+  }
   // Line of the explicit socket key of resource i, or the table's line.
   int SocketLine(size_t i) const {
     auto it = socket_lines_.find(i);
@@ -398,6 +436,8 @@ class Parser {
   std::string file_;
   std::map<size_t, int> socket_lines_;
   std::set<size_t> registration_set_;
+  std::map<size_t, int> cdi_lines_;
+  std::set<size_t> cdi_set_;
 };
 
 // Cross-table checks once every file is read: sockets, duplicates.
@@ -407,12 +447,37 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
                "no [[resource]] table (in this file or a conf.d/*.toml drop-in): nothing to "
                "serve");
   }
-  std::map<std::string, size_t> names, sockets;
+  std::map<std::string, size_t> names, sockets, cdi_files;
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     ResourceConfig& r = cfg.resources[i];
     const std::string prefix = ResourceKey(i, "");
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
     if (!parser.RegistrationSet(i)) r.registration = cfg.registration;
+    if (!parser.CdiSet(i)) r.cdi = cfg.cdi;
+    if (r.cdi_dir.empty()) r.cdi_dir = cfg.cdi_dir;
+    if (r.cdi_only && r.cdi == CdiMode::kOff) {
+      errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi_only",
+                 "needs cdi = \"cri\", \"annotations\" or \"both\" (with cdi off nothing would "
+                 "give the container its devices)");
+    }
+    if (r.cdi != CdiMode::kOff && !r.name.empty() && CheckResourceName(r.name).empty()) {
+      auto kind = cdi::KindOf(r.name);
+      if (!kind.ok()) {
+        errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi",
+                   StrCat("resource \"", r.name, "\" has no CDI kind: ", kind.status().message()));
+      } else {
+        // Two resources whose names differ only in '.' against '_' would
+        // write one file and define each other's names.
+        auto [it, fresh] = cdi_files.emplace(r.cdi_dir + "/" + cdi::SpecFileName(*kind), i);
+        if (!fresh) {
+          const ResourceConfig& first = cfg.resources[it->second];
+          errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi",
+                     StrCat("resource \"", r.name, "\" has the CDI kind \"", kind->str(),
+                            "\" of resource \"", first.name, "\" (", first.where.file, ":",
+                            first.where.line, ")"));
+        }
+      }
+    }
     if (!r.socket.empty()) {
       const bool watched = r.registration == RegistrationMode::kPluginWatcher;
       if (std::string why =

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/config_tree.h"
+#include "model/cdi_mode.h"
 #include "model/log_level.h"
 #include "model/registration_mode.h"
 #include "model/udev_source.h"
@@ -22,6 +23,7 @@
 
 namespace devplug::config {
 
+using devplug::CdiMode;
 using devplug::LogLevel;
 using devplug::UdevSource;
 
@@ -62,6 +64,12 @@ struct ResourceConfig {
   RegistrationMode registration = RegistrationMode::kKubelet;
   // true: failing to load or create this resource stops the agent at start.
   bool required = false;
+  // Devices by CDI name (the table's `cdi`, else [agent]'s): the spec's
+  // folder (`cdi_dir`, else [agent]'s), and whether Allocate leaves out the
+  // classic answer of what the spec carries (`cdi_only`).
+  CdiMode cdi = CdiMode::kOff;
+  std::string cdi_dir;
+  bool cdi_only = false;
   // Every other key of the table, for the module.
   std::map<std::string, ModuleValue> module_keys;
   // Where the table starts.
@@ -78,6 +86,10 @@ struct AgentConfig {
   RegistrationMode registration = RegistrationMode::kKubelet;
   // Where bare module names are looked up.
   std::string module_dir;
+  // Devices by CDI name, unless a resource's table says otherwise; where
+  // the specs are written.
+  CdiMode cdi = CdiMode::kOff;
+  std::string cdi_dir = "/var/run/cdi";
   // Prefix for every host /sys, /dev, /proc lookup; never sent to the kubelet.
   std::string host_root = "/";
   LogLevel log_level = LogLevel::kInfo;
@@ -180,6 +192,9 @@ std::string_view LogLevelName(LogLevel level);
 // "trace", "debug", "info", "warn" or "error"; false for anything else.
 bool ParseLogLevel(std::string_view name, LogLevel* out);
 std::string_view UdevSourceName(UdevSource source);
+// "off" | "cri" | "annotations" | "both"
+std::string_view CdiModeName(CdiMode mode);
+bool ParseCdiMode(std::string_view text, CdiMode* out);
 // "kubelet" | "plugin-watcher"
 std::string_view RegistrationModeName(RegistrationMode mode);
 bool ParseRegistrationMode(std::string_view text, RegistrationMode* out);

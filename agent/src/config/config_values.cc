@@ -85,6 +85,30 @@ bool ParseRegistrationMode(std::string_view text, RegistrationMode* out) {
   return true;
 }
 
+std::string_view CdiModeName(CdiMode mode) {
+  switch (mode) {
+    case CdiMode::kCri:
+      return "cri";
+    case CdiMode::kAnnotations:
+      return "annotations";
+    case CdiMode::kBoth:
+      return "both";
+    case CdiMode::kOff:
+      break;
+  }
+  return "off";
+}
+
+bool ParseCdiMode(std::string_view text, CdiMode* out) {
+  for (CdiMode m : {CdiMode::kOff, CdiMode::kCri, CdiMode::kAnnotations, CdiMode::kBoth}) {
+    if (text == CdiModeName(m)) {
+      *out = m;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string_view UdevSourceName(UdevSource source) {
   switch (source) {
     case UdevSource::kAuto:

@@ -192,7 +192,7 @@ DevicePluginService::DevicePluginService(
     modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
     std::chrono::milliseconds call_timeout, std::chrono::milliseconds prestart_timeout,
     std::function<void(const std::vector<std::string>&)> on_allocated,
-    std::shared_ptr<RpcObserver> metrics)
+    std::shared_ptr<RpcObserver> metrics, std::shared_ptr<const cdi::ResourceCdi> cdi)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
@@ -200,7 +200,8 @@ DevicePluginService::DevicePluginService(
       prestart_timeout_ms_(prestart_timeout.count()),
       options_(OptionsFor(*instance)),
       on_allocated_(std::move(on_allocated)),
-      metrics_(std::move(metrics)) {}
+      metrics_(std::move(metrics)),
+      cdi_(std::move(cdi)) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor, Rpc rpc,
                                                         std::string ids) {
@@ -252,11 +253,13 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
  public:
   AllocateCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
                const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp,
-               std::function<void(const std::vector<std::string>&)> on_allocated)
+               std::function<void(const std::vector<std::string>&)> on_allocated,
+               std::shared_ptr<const cdi::ResourceCdi> cdi)
       : call_(std::move(call)),
         instance_(instance),
         resp_(resp),
         on_allocated_(std::move(on_allocated)),
+        cdi_(std::move(cdi)),
         resource_(instance->resource().name),
         module_allocates_(instance->module().has_allocate()) {
     for (const auto& c : req.container_requests()) requests_.push_back(ToVector(c.devices_ids()));
@@ -305,7 +308,16 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
           }
           const auto& ids = self->requests_[self->built_.container_responses_size()];
           self->answered_ids_.insert(self->answered_ids_.end(), ids.begin(), ids.end());
-          FillContainerResponse(*recipe, self->built_.add_container_responses());
+          auto* out = self->built_.add_container_responses();
+          FillContainerResponse(*recipe, out);
+          if (self->cdi_) {
+            // Only the devices' default recipes are what their CDI devices
+            // carry; a module's own answer (its allocate()) stays classic.
+            const bool is_default =
+                !self->module_allocates_ ||
+                *recipe == modules::DefaultRecipe(*self->instance_->devices(), ids);
+            self->cdi_->Answer(ids, is_default, out);
+          }
           self->Next();
         },
         [call = call_] { return call->waiting(); });
@@ -317,6 +329,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   v1beta1::AllocateResponse* const resp_;  // only inside a winning Complete()
   // A copy: the call may finish after its service is gone.
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
+  const std::shared_ptr<const cdi::ResourceCdi> cdi_;
   std::vector<std::vector<std::string>> requests_;
   v1beta1::AllocateResponse built_;
   const std::string resource_;
@@ -388,7 +401,8 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
       r, Rpc::kAllocate,
       IdsForLog(
           req->container_requests(), [](const auto& c) -> const auto& { return c.devices_ids(); }));
-  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_)->Next();
+  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_, cdi_)
+      ->Next();
   return r;
 }
 

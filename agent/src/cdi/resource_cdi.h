@@ -1,0 +1,92 @@
+// One resource's devices by CDI name: its spec file, rewritten from each
+// new device list before that list reaches the kubelet, and what Allocate
+// adds to its answer (names in cdi_devices, a cdi.k8s.io/ annotation, or
+// both; with cdi_only, in place of the classic answer the spec carries).
+//
+// A reload's staged resource renders but writes nothing until the reload
+// commits (Activate), so a refused reload leaves every spec as it was.
+//
+// Thread safety: thread-safe. Publish runs on the module's worker, Answer
+// on gRPC threads, Activate and the rest on the agent's main thread.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cdi/spec.h"
+#include "deviceplugin/v1beta1/api.pb.h"
+#include "model/cdi_mode.h"
+#include "modules/device.h"
+#include "util/status.h"
+
+namespace devplug::cdi {
+
+class ResourceCdi {
+ public:
+  struct Options {
+    std::string resource;
+    CdiMode mode = CdiMode::kOff;
+    std::string dir;        // the spec folder, as the runtime sees it
+    std::string host_root;  // where that folder and the device nodes are for us
+    bool only = false;      // cdi_only
+    bool active = true;     // false: a reload's staged resource
+  };
+  // Fails where the resource's name has no CDI kind (the configuration
+  // refuses such a resource first).
+  static StatusOr<std::shared_ptr<ResourceCdi>> Make(Options options);
+
+  // A new device list, before the kubelet gets it: the spec is rewritten
+  // when its content changed (and removed when no device is left). A
+  // failed write is logged once per distinct error; Allocate then names
+  // no device the file on disk may lack.
+  void Publish(const modules::DeviceList& list);
+  // Writes what the last Publish rendered (a staged resource's reload
+  // committed).
+  void Activate();
+
+  // Adds the names of `ids` to one container's answer, as the mode says.
+  // `default_recipe`: whether the module's answer is the devices' default
+  // recipes (what the spec holds); only then does cdi_only leave the
+  // classic answer out.
+  void Answer(const std::vector<std::string>& ids, bool default_recipe,
+              v1beta1::ContainerAllocateResponse* resp) const;
+
+  const Kind& kind() const { return kind_; }
+  const std::string& dir() const { return options_.dir; }
+  std::string file_name() const { return SpecFileName(kind_); }
+  CdiMode mode() const { return options_.mode; }
+
+  // For status: how many devices the file on disk names, and the last
+  // write error ("" when the file is current).
+  size_t named() const;
+  std::string problem() const;
+
+ private:
+  ResourceCdi(Options options, Kind kind) : options_(std::move(options)), kind_(std::move(kind)) {}
+  void WriteLocked();  // requires mu_
+
+  const Options options_;
+  const Kind kind_;
+  mutable std::mutex mu_;
+  bool active_ = true;               // guarded by mu_
+  Rendered pending_;                 // guarded by mu_: the last Publish's
+  std::string written_;              // guarded by mu_: what the file on disk holds ("": none)
+  bool written_once_ = false;        // guarded by mu_
+  std::set<std::string> on_disk_;    // guarded by mu_: the IDs it names
+  std::string problem_;              // guarded by mu_
+  std::set<std::string> skip_told_;  // guarded by mu_: IDs already logged as left out
+};
+
+// The host view of a device node: follows symlinks under host_root.
+std::optional<NodeInfo> LookUpNode(const std::string& host_root, const std::string& host_path);
+
+// Removes devplugd's files in each of `dirs` (under host_root) that are not
+// in `keep` (file names): at start and after a reload, specs of resources
+// that are gone or turned CDI off. Never touches another writer's files.
+void RemoveStale(const std::string& host_root, const std::set<std::string>& dirs,
+                 const std::set<std::string>& keep);
+
+}  // namespace devplug::cdi

@@ -1,0 +1,85 @@
+#include "cdi/spec_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "cdi/spec.h"
+
+namespace devplug::cdi {
+namespace {
+
+Status Errno(std::string_view what, const std::string& path, int err) {
+  return UnavailableError(StrCat(what, " ", path, ": ", std::strerror(err)));
+}
+
+bool WriteAll(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// mkdir -p, mode 0755.
+int MakeDirs(const std::string& dir) {
+  for (size_t at = 1; at <= dir.size(); ++at) {
+    if (at != dir.size() && dir[at] != '/') continue;
+    const std::string part = dir.substr(0, at);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Status WriteSpecFile(const std::string& dir, const std::string& name, const std::string& content) {
+  if (int err = MakeDirs(dir); err != 0) return Errno("cannot create", dir, err);
+  std::string tmp = StrCat(dir, "/.", kFilePrefix, "XXXXXX.tmp");
+  const int fd = ::mkostemps(tmp.data(), 4, O_CLOEXEC);
+  if (fd < 0) return Errno("cannot write in", dir, errno);
+  int err = 0;
+  if (!WriteAll(fd, content)) err = errno ? errno : EIO;
+  if (err == 0 && ::fchmod(fd, 0644) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  const std::string path = StrCat(dir, "/", name);
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return Errno("cannot write", path, err);
+  }
+  return OkStatus();
+}
+
+Status RemoveSpecFile(const std::string& dir, const std::string& name) {
+  const std::string path = StrCat(dir, "/", name);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("cannot remove", path, errno);
+  return OkStatus();
+}
+
+std::vector<std::string> OwnedFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  const std::string tmp_prefix = StrCat(".", kFilePrefix);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view n = e->d_name;
+    if (n.substr(0, kFilePrefix.size()) == kFilePrefix ||
+        (n.substr(0, tmp_prefix.size()) == tmp_prefix && n.size() > 4 &&
+         n.substr(n.size() - 4) == ".tmp"))
+      out.emplace_back(n);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace devplug::cdi

@@ -1,0 +1,86 @@
+#include "model/cdi_names.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+namespace devplug::cdi {
+namespace {
+
+bool Alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool Digit(char c) { return c >= '0' && c <= '9'; }
+bool Alnum(char c) { return Alpha(c) || Digit(c); }
+
+// The library's shape for vendor and class: a letter first, an alphanumeric
+// last, `extra` characters between.
+std::string CheckPart(std::string_view what, std::string_view text, std::string_view extra) {
+  if (text.empty()) return StrCat(what, " is empty");
+  if (!Alpha(text.front())) return StrCat(what, " \"", text, "\" must start with a letter");
+  if (!Alnum(text.back())) return StrCat(what, " \"", text, "\" must end with a letter or digit");
+  for (char c : text)
+    if (!Alnum(c) && extra.find(c) == std::string_view::npos)
+      return StrCat(what, " \"", text, "\" holds '", std::string(1, c),
+                    "' (allowed: letters, digits, ", extra, ")");
+  return "";
+}
+
+uint32_t Fnv1a(std::string_view text) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string CheckVendor(std::string_view text) { return CheckPart("vendor", text, "_.-"); }
+std::string CheckClass(std::string_view text) { return CheckPart("class", text, "_-"); }
+
+std::string CheckDeviceName(std::string_view text) {
+  if (text.empty()) return "device name is empty";
+  if (!Alnum(text.front()) || !Alnum(text.back()))
+    return StrCat("device name \"", text, "\" must start and end with a letter or digit");
+  for (char c : text)
+    if (!Alnum(c) && std::string_view("_.:-").find(c) == std::string_view::npos)
+      return StrCat("device name \"", text, "\" holds '", std::string(1, c),
+                    "' (allowed: letters, digits, _ . : -)");
+  return "";
+}
+
+StatusOr<Kind> KindOf(std::string_view resource) {
+  const size_t slash = resource.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == resource.size())
+    return InvalidArgumentError(StrCat("\"", resource, "\" is not <domain>/<name>"));
+  Kind kind;
+  kind.vendor = StrCat("devplug.", resource.substr(0, slash));
+  kind.device_class = std::string(resource.substr(slash + 1));
+  std::replace(kind.device_class.begin(), kind.device_class.end(), '.', '_');
+  if (std::string why = CheckVendor(kind.vendor); !why.empty()) return InvalidArgumentError(why);
+  if (std::string why = CheckClass(kind.device_class); !why.empty())
+    return InvalidArgumentError(StrCat("its CDI ", why));
+  return kind;
+}
+
+std::string SpecFileName(const Kind& kind) {
+  return StrCat(kFilePrefix, kind.vendor, "-", kind.device_class, ".json");
+}
+
+std::string QualifiedName(const Kind& kind, std::string_view device) {
+  return StrCat(kind.vendor, "/", kind.device_class, "=", device);
+}
+
+std::string AnnotationKey(std::string_view resource) {
+  std::string part;
+  for (char c : resource) part += Alnum(c) || c == '.' || c == '-' ? c : '_';
+  // "devplug_" + part + "_" + 8 hex digits <= 63 characters.
+  constexpr size_t kMaxPart = 63 - 8 - 1 - 8;
+  if (part.size() > kMaxPart) part.resize(kMaxPart);
+  while (!part.empty() && !Alnum(part.back())) part.pop_back();
+  char hash[9];
+  std::snprintf(hash, sizeof hash, "%08x", Fnv1a(resource));
+  return StrCat("cdi.k8s.io/devplug_", part, "_", hash);
+}
+
+}  // namespace devplug::cdi
