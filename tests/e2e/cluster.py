@@ -488,7 +488,9 @@ class Cluster:
             "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
             "--allow-privileged=true", "--profiling=false", "--v=1"])
         admin = tls()
-        wait_for("the API server's /readyz", lambda: alive("etcd", "kube-apiserver") and get("/readyz", admin, 2)[0] == 200, 90, 0.2)
+        wait_for("the API server's /readyz",
+                 lambda: alive("etcd", "kube-apiserver") and get("/readyz", admin, 2)[0] == 200,
+                 90, 0.2)
         start("kube-controller-manager", [
             f"{b}/kube-controller-manager", "--kubeconfig", kubeconfig("controller-manager"),
             "--authentication-kubeconfig", kubeconfig("controller-manager"),

@@ -211,6 +211,58 @@ def podman_loads(archive, name):
     run(*store, "rmi", "-a", stderr=subprocess.STDOUT)
 
 
+PODMAN_TUN = "e2e.devplug.dev/tun"
+PODMAN_SPEC = "/var/run/cdi/devplug-devplug.e2e.devplug.dev-tun.json"
+
+
+def podman_cdi():
+    """Debian's podman 4.3 runs a container with `--device <devplug's CDI
+    name>` that opens /dev/net/tun from the spec devplugd wrote (podman
+    reads /etc/cdi and /var/run/cdi only). Returns the CDI name used."""
+    build = f"{SRC}/build-pkg"  # scripts/build-image built it
+    os.makedirs(f"{WORK}/podman-cdi/plug", exist_ok=True)
+    config = f"{WORK}/podman-cdi/devplug.toml"
+    with open(config, "w") as f:
+        f.write(f'[agent]\nplugin_dir = "{WORK}/podman-cdi/plug"\ncontrol_socket = ""\n'
+                f'module_dir = "{build}/modules"\ncdi = "cri"\n'
+                f'[[resource]]\nname = "{PODMAN_TUN}"\nmodule = "generic"\n'
+                'paths = ["/dev/net/tun"]\n')
+    log = open(f"{WORK}/podman-cdi/devplugd.log", "w")
+    agent = subprocess.Popen([f"{build}/agent/devplugd", "--config", config], stdout=log,
+                             stderr=subprocess.STDOUT)
+    store = ["podman", "--root", f"{WORK}/podman/root", "--runroot", f"{WORK}/podman/run"]
+    try:
+        wait_for("devplugd's CDI spec", lambda: os.path.exists(PODMAN_SPEC), 20)
+        run(*store, "load", "-i", f"{WORK}/pause.oci.tar", stderr=subprocess.STDOUT)
+        name = f"devplug.{PODMAN_TUN}=net_tun"
+        # Root here lacks CAP_SYS_RESOURCE: podman's default rlimits (its own
+        # maximum) are more than runc may set, so ask for less.
+        limits = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+        logs = {}
+        for probe, device in [("cdi-probe", ["--device", name]), ("no-device", [])]:
+            run(*store, "run", "-d", "--pull", "never", "--name", probe, "--network", "none",
+                *limits, *device, PAUSE_IMAGE, "--open", "/dev/net/tun", stderr=subprocess.STDOUT)
+            logs[probe] = wait_for(
+                f"{probe}'s checks",
+                lambda: (lambda out: out if "checks done" in out else None)(
+                    run(*store, "logs", probe, stderr=subprocess.STDOUT)), 30, 0.1)
+            run(*store, "rm", "-f", probe, stderr=subprocess.STDOUT)
+        check("open /dev/net/tun: ok" in logs["cdi-probe"],
+              f"podman --device {name} gave no /dev/net/tun:\n{logs['cdi-probe']}")
+        check("open /dev/net/tun: ok" not in logs["no-device"],
+              "the container opened /dev/net/tun without the CDI device")
+        return name
+    finally:
+        agent.terminate()
+        agent.wait()
+        # devplugd leaves its specs at exit (a container restarted meanwhile
+        # still needs them); this one is the test's.
+        if os.path.exists(PODMAN_SPEC):
+            os.unlink(PODMAN_SPEC)
+        subprocess.run(store + ["rm", "-af"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(store + ["rmi", "-a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 # ---- containerd --------------------------------------------------------------------------
 
 CONTAINERD_CONFIG = """version = 2
