@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <map>
+
 #include <spdlog/spdlog.h>
 
 #include "cdi/spec_dir.h"
@@ -50,9 +52,13 @@ StatusOr<std::shared_ptr<ResourceCdi>> ResourceCdi::Make(Options options) {
 
 void ResourceCdi::Publish(const modules::DeviceList& list) {
   if (options_.mode == CdiMode::kOff) return;
-  const std::string root = options_.host_root;
-  Rendered next =
-      Render(kind_, list, [&root](const std::string& p) { return LookUpNode(root, p); });
+  // Shared devices (shares = 110) name one node 110 times: look it up once.
+  std::map<std::string, std::optional<NodeInfo>> seen;
+  Rendered next = Render(kind_, list, [&](const std::string& p) {
+    auto [it, fresh] = seen.try_emplace(p);
+    if (fresh) it->second = LookUpNode(options_.host_root, p);
+    return it->second;
+  });
   std::lock_guard lock(mu_);
   for (const auto& [id, why] : next.skipped) {
     if (skip_told_.insert(id).second)
