@@ -95,13 +95,8 @@ struct Latency {
 std::pair<Latency, Latency> MeasureAllocate(const std::string& socket_a,
                                             const std::string& socket_b, const std::string& id,
                                             int calls) {
-  auto stub_for = [](const std::string& socket) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto ch = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
-    ch->WaitForConnected(std::chrono::system_clock::now() + 10s);
-    return v1beta1::DevicePlugin::NewStub(ch);
-  };
+  const auto stub_for = devplug::bench::DevicePluginStub;
+
   auto a = stub_for(socket_a), b = stub_for(socket_b);
   v1beta1::AllocateRequest req;
   req.add_container_requests()->add_devices_ids(id);

@@ -4,9 +4,14 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet_sim.h"
 
 namespace devplug::bench {
@@ -37,6 +42,16 @@ inline sim::KubeletSim::Options SimOptions(const std::string& plugin_dir) {
   o.owns_dir = true;
   o.checkpoint_noise = false;
   return o;
+}
+
+// A DevicePlugin client of its own (no shared subchannel) on a socket,
+// connected (or given up after 10 s).
+inline std::unique_ptr<v1beta1::DevicePlugin::Stub> DevicePluginStub(const std::string& socket) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto ch = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
+  ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return v1beta1::DevicePlugin::NewStub(ch);
 }
 
 }  // namespace devplug::bench

@@ -117,13 +117,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "devplugd did not register; see %s/agent.log\n", dir.c_str());
     return 1;
   }
-  auto stub_for = [](const std::string& socket) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto ch = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
-    ch->WaitForConnected(std::chrono::system_clock::now() + 10s);
-    return v1beta1::DevicePlugin::NewStub(ch);
-  };
+  const auto stub_for = devplug::bench::DevicePluginStub;
+
   auto plain = stub_for(plugins + "/devplug-bench.example_plain.sock");
   auto with = stub_for(plugins + "/devplug-bench.example_cdi.sock");
   v1beta1::AllocateRequest req;
