@@ -77,9 +77,14 @@ TEST_F(CexAgentTest, OnlyAnAllowedPodGetsItsOwnNodeAndNothingIsLeftAfterIt) {
   EXPECT_FALSE(NodeExists("devplug-cex-04.0006-0"));
 
   // team-a's pod ends: its node is destroyed.
+  // (The emulated kernel removes the device, its class link and its node one
+  // after another: wait for all three.)
   sim_->DeletePod("team-a", "hsm-client");
-  ASSERT_TRUE(Eventually([&] { return !NodeExists("devplug-cex-03.0006-0"); })) << agent_->Log();
-  EXPECT_FALSE(testing::FileExists(host_root() + "/sys/class/zcrypt/devplug-cex-03.0006-0"));
+  ASSERT_TRUE(Eventually([&] {
+    return !testing::FileExists(fx_.NodeDir("devplug-cex-03.0006-0")) &&
+           !testing::FileExists(host_root() + "/sys/class/zcrypt/devplug-cex-03.0006-0") &&
+           !testing::FileExists(host_root() + "/dev/devplug-cex-03.0006-0");
+  })) << agent_->Log();
   ASSERT_TRUE(HealthyIs(kRes, 2, 2));
 }
 
