@@ -31,6 +31,26 @@ bool AbsolutePath(const json& v) {
   return v.is_string() && !v.get<std::string>().empty() && v.get<std::string>().front() == '/';
 }
 
+// Each object of the array edits[key] (a message per entry that is none),
+// with "<where>: <what> <entry>" to name it.
+template <typename F>
+void EachObject(const json& edits, const char* key, const char* what, const std::string& where,
+                std::vector<std::string>& out, F check) {
+  if (!edits.contains(key)) return;
+  const json& list = edits[key];
+  if (!list.is_array()) {
+    out.push_back(StrCat(where, ": ", key, " must be an array"));
+    return;
+  }
+  for (const json& entry : list) {
+    const std::string at = StrCat(where, ": ", what, " ", entry.dump());
+    if (entry.is_object())
+      check(entry, at);
+    else
+      out.push_back(StrCat(at, " is not an object"));
+  }
+}
+
 void ValidateEdits(const json& edits, const std::string& where, std::vector<std::string>& out) {
   if (!edits.is_object()) {
     out.push_back(StrCat(where, ": containerEdits must be an object"));
@@ -47,57 +67,40 @@ void ValidateEdits(const json& edits, const std::string& where, std::vector<std:
         out.push_back(StrCat(where, ": env entry ", e.dump(), " is not NAME=VALUE"));
     }
   }
-  if (edits.contains("deviceNodes")) {
-    const json& nodes = edits["deviceNodes"];
-    if (!nodes.is_array()) out.push_back(StrCat(where, ": deviceNodes must be an array"));
-    for (const json& n : nodes.is_array() ? nodes : json::array()) {
-      const std::string at = StrCat(where, ": deviceNode ", n.dump());
-      if (!n.is_object()) {
-        out.push_back(StrCat(at, " is not an object"));
-        continue;
-      }
-      OnlyKeys(
-          n,
-          {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"},
-          at, out);
-      if (!n.contains("path") || !AbsolutePath(n["path"]))
-        out.push_back(StrCat(at, ": path must be an absolute path"));
-      if (n.contains("hostPath") && !AbsolutePath(n["hostPath"]))
-        out.push_back(StrCat(at, ": hostPath must be an absolute path"));
-      if (n.contains("type")) {
-        const std::string t = n["type"].is_string() ? n["type"].get<std::string>() : "?";
-        if (t != "" && t != "b" && t != "c" && t != "u" && t != "p")
-          out.push_back(StrCat(at, ": type must be \"\", \"b\", \"c\", \"u\" or \"p\""));
-      }
-      if (n.contains("permissions") && (!n["permissions"].is_string() ||
-                                        !IsSubsetOf(n["permissions"].get<std::string>(), "rwm")))
-        out.push_back(StrCat(at, ": permissions must be made of r, w and m, each at most once"));
-      for (const char* k : {"major", "minor"})
-        if (n.contains(k) && !n[k].is_number_integer())
-          out.push_back(StrCat(at, ": ", k, " must be an integer"));
-    }
-  }
-  if (edits.contains("mounts")) {
-    const json& mounts = edits["mounts"];
-    if (!mounts.is_array()) out.push_back(StrCat(where, ": mounts must be an array"));
-    for (const json& m : mounts.is_array() ? mounts : json::array()) {
-      const std::string at = StrCat(where, ": mount ", m.dump());
-      if (!m.is_object()) {
-        out.push_back(StrCat(at, " is not an object"));
-        continue;
-      }
-      OnlyKeys(m, {"hostPath", "containerPath", "options", "type"}, at, out);
-      if (!m.contains("hostPath") || !m["hostPath"].is_string() ||
-          m["hostPath"].get<std::string>().empty())
-        out.push_back(StrCat(at, ": hostPath is required"));
-      if (!m.contains("containerPath") || !AbsolutePath(m["containerPath"]))
-        out.push_back(StrCat(at, ": containerPath must be an absolute path"));
-      if (m.contains("options") &&
-          (!m["options"].is_array() || std::any_of(m["options"].begin(), m["options"].end(),
-                                                   [](const json& o) { return !o.is_string(); })))
-        out.push_back(StrCat(at, ": options must be an array of strings"));
-    }
-  }
+  EachObject(
+      edits, "deviceNodes", "deviceNode", where, out, [&](const json& n, const std::string& at) {
+        OnlyKeys(
+            n,
+            {"path", "hostPath", "type", "major", "minor", "fileMode", "permissions", "uid", "gid"},
+            at, out);
+        if (!n.contains("path") || !AbsolutePath(n["path"]))
+          out.push_back(StrCat(at, ": path must be an absolute path"));
+        if (n.contains("hostPath") && !AbsolutePath(n["hostPath"]))
+          out.push_back(StrCat(at, ": hostPath must be an absolute path"));
+        if (n.contains("type")) {
+          const std::string t = n["type"].is_string() ? n["type"].get<std::string>() : "?";
+          if (t != "" && t != "b" && t != "c" && t != "u" && t != "p")
+            out.push_back(StrCat(at, ": type must be \"\", \"b\", \"c\", \"u\" or \"p\""));
+        }
+        if (n.contains("permissions") && (!n["permissions"].is_string() ||
+                                          !IsSubsetOf(n["permissions"].get<std::string>(), "rwm")))
+          out.push_back(StrCat(at, ": permissions must be made of r, w and m, each at most once"));
+        for (const char* k : {"major", "minor"})
+          if (n.contains(k) && !n[k].is_number_integer())
+            out.push_back(StrCat(at, ": ", k, " must be an integer"));
+      });
+  EachObject(edits, "mounts", "mount", where, out, [&](const json& m, const std::string& at) {
+    OnlyKeys(m, {"hostPath", "containerPath", "options", "type"}, at, out);
+    if (!m.contains("hostPath") || !m["hostPath"].is_string() ||
+        m["hostPath"].get<std::string>().empty())
+      out.push_back(StrCat(at, ": hostPath is required"));
+    if (!m.contains("containerPath") || !AbsolutePath(m["containerPath"]))
+      out.push_back(StrCat(at, ": containerPath must be an absolute path"));
+    if (m.contains("options") &&
+        (!m["options"].is_array() || std::any_of(m["options"].begin(), m["options"].end(),
+                                                 [](const json& o) { return !o.is_string(); })))
+      out.push_back(StrCat(at, ": options must be an array of strings"));
+  });
   if (edits.contains("hooks") && !edits["hooks"].is_array())
     out.push_back(StrCat(where, ": hooks must be an array"));
 }

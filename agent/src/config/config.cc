@@ -352,14 +352,13 @@ class Parser {
           (name == "required" ? r.required : r.cdi_only) = b->get();
         else
           Error(node, key_of(name), StrCat("must be a boolean, not ", TypeName(node)));
-        if (name == "cdi_only") cdi_lines_[index] = LineOf(node);
+        if (name == "cdi_only") key_lines_[{index, "cdi_only"}] = LineOf(node);
       } else if (name == "cdi" && node.is_string()) {
         // A string: devplugd's. Anything else stays the module's own key (the
         // nvidia module's boolean `cdi`).
         if (const std::string* s = String(node, key_of(name))) {
           if (ParseCdiMode(*s, &r.cdi)) {
-            cdi_set_.insert(index);
-            cdi_lines_.emplace(index, LineOf(node));
+            key_lines_[{index, "cdi"}] = LineOf(node);
           } else {
             Error(node, key_of(name),
                   StrCat("unknown mode \"", *s, "\" (expected off|cri|annotations|both)"));
@@ -417,12 +416,12 @@ class Parser {
  public:
   // Whether resource i's table sets `registration` itself.
   bool RegistrationSet(size_t i) const { return registration_set_.count(i) > 0; }
-  // Whether resource i's table sets `cdi` itself.
-  bool CdiSet(size_t i) const { return cdi_set_.count(i) > 0; }
-  // Line of resource i's cdi (or cdi_only) key, or the table's line.
-  int CdiLine(size_t i) const {
-    auto it = cdi_lines_.find(i);
-    return it != cdi_lines_.end() ? it->second : cfg_.resources[i].where.line;
+  // Whether resource i's table sets `key` itself (cdi, cdi_only).
+  bool KeySet(size_t i, const std::string& key) const { return key_lines_.count({i, key}) > 0; }
+  // Line of resource i's `key`, or the table's line.
+  int KeyLine(size_t i, const std::string& key) const {
+    auto it = key_lines_.find({i, key});
+    return it != key_lines_.end() ? it->second : cfg_.resources[i].where.line;
   }
   // Line of the explicit socket key of resource i, or the table's line.
   int SocketLine(size_t i) const {
@@ -436,8 +435,7 @@ class Parser {
   std::string file_;
   std::map<size_t, int> socket_lines_;
   std::set<size_t> registration_set_;
-  std::map<size_t, int> cdi_lines_;
-  std::set<size_t> cdi_set_;
+  std::map<std::pair<size_t, std::string>, int> key_lines_;
 };
 
 // Cross-table checks once every file is read: sockets, duplicates.
@@ -453,17 +451,17 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
     const std::string prefix = ResourceKey(i, "");
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
     if (!parser.RegistrationSet(i)) r.registration = cfg.registration;
-    if (!parser.CdiSet(i)) r.cdi = cfg.cdi;
+    if (!parser.KeySet(i, "cdi")) r.cdi = cfg.cdi;
     if (r.cdi_dir.empty()) r.cdi_dir = cfg.cdi_dir;
     if (r.cdi_only && r.cdi == CdiMode::kOff) {
-      errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi_only",
+      errors.Add(r.where.file, parser.KeyLine(i, "cdi_only"), prefix + "cdi_only",
                  "needs cdi = \"cri\", \"annotations\" or \"both\" (with cdi off nothing would "
                  "give the container its devices)");
     }
     if (r.cdi != CdiMode::kOff && !r.name.empty() && CheckResourceName(r.name).empty()) {
       auto kind = cdi::KindOf(r.name);
       if (!kind.ok()) {
-        errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi",
+        errors.Add(r.where.file, parser.KeyLine(i, "cdi"), prefix + "cdi",
                    StrCat("resource \"", r.name, "\" has no CDI kind: ", kind.status().message()));
       } else {
         // Two resources whose names differ only in '.' against '_' would
@@ -471,7 +469,7 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
         auto [it, fresh] = cdi_files.emplace(r.cdi_dir + "/" + cdi::SpecFileName(*kind), i);
         if (!fresh) {
           const ResourceConfig& first = cfg.resources[it->second];
-          errors.Add(r.where.file, parser.CdiLine(i), prefix + "cdi",
+          errors.Add(r.where.file, parser.KeyLine(i, "cdi"), prefix + "cdi",
                      StrCat("resource \"", r.name, "\" has the CDI kind \"", kind->str(),
                             "\" of resource \"", first.name, "\" (", first.where.file, ":",
                             first.where.line, ")"));
