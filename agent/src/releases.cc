@@ -41,6 +41,7 @@ void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods)
         spdlog::info("resource \"{}\": {} no longer held; releasing", r.cfg.name,
                      StrJoin(due[i], ","));
         r.instance->Release(due[i]);
+        if (r.cdi) r.cdi->Released(due[i], pods->asked);
       }
     }
   }

@@ -100,14 +100,15 @@ std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
 }
 
 void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
-  std::set<std::string> dirs, keep;
+  std::set<std::string> dirs;
+  std::vector<std::pair<std::string, cdi::Kind>> keep;
   for (const config::AgentConfig* c : {static_cast<const config::AgentConfig*>(&config_), also}) {
     if (c == nullptr) continue;
     dirs.insert(c->cdi_dir);
     for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
   }
   for (const auto& r : resources_)
-    if (r->cdi) keep.insert(r->cdi->dir() + "/" + r->cdi->file_name());
+    if (r->cdi) keep.emplace_back(r->cdi->dir(), r->cdi->kind());
   cdi::RemoveStale(config_.host_root, dirs, keep);
 }
 

@@ -182,8 +182,9 @@ TEST(CdiSpecDirTest, WritesWholeFilesReadableByAll) {
   WriteFile(dir + "/vendor.yaml", "x");
   WriteFile(dir + "/.devplug-abc123.tmp", "half");  // an interrupted write
   EXPECT_EQ(OwnedFiles(dir), (std::vector<std::string>{".devplug-abc123.tmp", "devplug-a.json"}));
-  RemoveStale("/", {dir}, {dir + "/devplug-a.json"});
-  EXPECT_EQ(OwnedFiles(dir), (std::vector<std::string>{"devplug-a.json"}));
+  WriteFile(dir + "/" + SpecFileName(K("example.com/a")), "{}");
+  RemoveStale("/", {dir}, {{dir, K("example.com/a")}});
+  EXPECT_EQ(OwnedFiles(dir), (std::vector<std::string>{SpecFileName(K("example.com/a"))}));
   EXPECT_TRUE(FileExists(dir + "/vendor.yaml"));  // never another writer's
   RemoveStale("/", {dir}, {});
   EXPECT_TRUE(OwnedFiles(dir).empty());
@@ -205,7 +206,7 @@ TEST(ResourceCdiTest, TheSpecFollowsTheListAndAllocateNamesOnlyWhatItHolds) {
 
   v1beta1::ContainerAllocateResponse resp;
   resp.add_devices()->set_host_path("/dev/net/tun");
-  cdi->Answer({"t0", "t1"}, true, &resp);
+  cdi->Answer({"t0", "t1"}, {}, true, &resp);
   ASSERT_EQ(resp.cdi_devices_size(), 2);
   EXPECT_EQ(resp.cdi_devices(0).name(), "devplug.example.com/tun=t0");
   EXPECT_EQ(resp.annotations().at(AnnotationKey("example.com/tun")),
@@ -218,7 +219,7 @@ TEST(ResourceCdiTest, TheSpecFollowsTheListAndAllocateNamesOnlyWhatItHolds) {
   ASSERT_EQ(spec["devices"].size(), 1u);
   EXPECT_EQ(spec["devices"][0]["name"], "t1");
   v1beta1::ContainerAllocateResponse late;
-  cdi->Answer({"t0"}, true, &late);
+  cdi->Answer({"t0"}, {}, true, &late);
   EXPECT_EQ(late.cdi_devices_size(), 0);
   // No device left: no file (an empty device list is invalid).
   cdi->Publish({});
@@ -236,7 +237,7 @@ TEST(ResourceCdiTest, ModesAndCdiOnly) {
     d->set_host_path("/dev/kvm");
     d->set_container_path("/dev/kvm");
     (*resp.mutable_envs())["X"] = "1";
-    cdi->Answer({"k0"}, default_recipe, &resp);
+    cdi->Answer({"k0"}, Node("/dev/kvm", "/dev/kvm"), default_recipe, &resp);
     return resp;
   };
   auto cri = answer(CdiMode::kCri, false, true);
@@ -249,9 +250,108 @@ TEST(ResourceCdiTest, ModesAndCdiOnly) {
   EXPECT_EQ(only.cdi_devices_size(), 1);
   EXPECT_EQ(only.devices_size(), 0);
   EXPECT_TRUE(only.envs().empty());
-  // The module answered for itself: its answer is not what the spec holds.
+  // The module answered for itself: its answer gets a spec of its own.
   auto own = answer(CdiMode::kCri, true, false);
-  EXPECT_EQ(own.devices_size(), 1);
+  ASSERT_EQ(own.cdi_devices_size(), 1);
+  EXPECT_EQ(own.cdi_devices(0).name(), "devplug.example.com/kvm=" + AllocationName({"k0"}));
+  EXPECT_EQ(own.devices_size(), 0);
+}
+
+TEST(CdiKindTest, AllocationFilesAreToldApartFromEveryKindsSpec) {
+  const Kind k = K("example.com/tap");
+  EXPECT_EQ(AllocationName({"b", "a"}), AllocationName({"a", "b", "a"}));
+  EXPECT_NE(AllocationName({"ab"}), AllocationName({"a", "b"}));
+  EXPECT_EQ(CheckDeviceName(AllocationName({"x"})), "");
+  const std::string f = AllocationFileName(k, AllocationName({"x"}));
+  EXPECT_EQ(f.rfind("devplug-devplug.example.com-tap@alloc-", 0), 0u) << f;
+  EXPECT_TRUE(KindOwnsFile(k, f));
+  EXPECT_TRUE(KindOwnsFile(k, SpecFileName(k)));
+  EXPECT_TRUE(KindOwnsFile(k, AllocationIndexName(k)));
+  // Another kind whose file name starts the same way.
+  EXPECT_FALSE(KindOwnsFile(k, SpecFileName(K("example.com/tap2"))));
+  EXPECT_FALSE(KindOwnsFile(K("example.com/ta"), f));
+  EXPECT_FALSE(KindOwnsFile(k, "devplug-devplug.example.com-tap.json.tmp"));
+}
+
+// A module's own answer (macvtap's /dev/tap<N> from its allocate()): a spec
+// per allocation, written before the answer, gone at release, replaced
+// when an ID is handed out again, gone when a device leaves the list, and
+// found again by a restarted devplugd.
+TEST(ResourceCdiTest, AllocationSpecsLiveFromAllocateToRelease) {
+  TempDir tmp;
+  const std::string dir = tmp / "cdi";
+  auto make = [&] {
+    return *ResourceCdi::Make(
+        {.resource = "example.com/tap", .mode = CdiMode::kBoth, .dir = dir, .only = true});
+  };
+  auto cdi = make();
+  const std::vector<modules::Device> list = {Dev("m0", {}), Dev("m1", {}), Dev("m2", {})};
+  cdi->Publish(list);
+  EXPECT_FALSE(FileExists(dir + "/" + cdi->file_name()));  // no default edits: no spec
+
+  auto allocate = [&](ResourceCdi& c, std::vector<std::string> ids, const std::string& node) {
+    modules::Recipe r = Node(node, node);
+    r.envs.emplace_back("TAPS", StrJoin(ids, ","));
+    v1beta1::ContainerAllocateResponse resp;
+    resp.add_devices()->set_host_path(node);
+    c.Answer(ids, r, false, &resp);
+    return resp;
+  };
+  auto a = allocate(*cdi, {"m0", "m1"}, "/dev/tap7");
+  const std::string name01 = AllocationName({"m0", "m1"});
+  const std::string file01 = dir + "/" + AllocationFileName(cdi->kind(), name01);
+  ASSERT_EQ(a.cdi_devices_size(), 1);
+  EXPECT_EQ(a.cdi_devices(0).name(), "devplug.example.com/tap=" + name01);
+  EXPECT_EQ(a.annotations().at(AnnotationKey("example.com/tap")), a.cdi_devices(0).name());
+  EXPECT_EQ(a.devices_size(), 0);  // cdi_only: the spec carries it all
+  EXPECT_TRUE(a.envs().empty());
+  json spec = json::parse(ReadFile(file01));
+  EXPECT_EQ(Problems(spec), "");
+  EXPECT_EQ(spec["devices"][0]["name"], name01);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/tap7");
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][0], "TAPS=m0,m1");
+  struct stat st {};
+  ASSERT_EQ(stat(file01.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+
+  allocate(*cdi, {"m2"}, "/dev/tap9");
+  EXPECT_EQ(cdi->allocations(), 2u);
+  // m1 handed out again: its pod left, so the spec that named it goes.
+  allocate(*cdi, {"m1"}, "/dev/tap8");
+  EXPECT_FALSE(FileExists(file01));
+  EXPECT_EQ(cdi->allocations(), 2u);
+
+  // A restarted devplugd finds them through the index; a spec the index
+  // lacks (a stop between the two writes) is removed.
+  WriteFile(dir + "/" + AllocationFileName(cdi->kind(), AllocationName({"zz"})), "{}");
+  cdi.reset();
+  cdi = make();
+  EXPECT_EQ(cdi->allocations(), 2u);
+  EXPECT_FALSE(
+      FileExists(dir + "/" + AllocationFileName(K("example.com/tap"), AllocationName({"zz"}))));
+
+  // Released by a List sent before m2 was handed out: its spec stays (the
+  // ID may be another pod's again); by a later List it goes, m1's stays.
+  const auto before = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  allocate(*cdi, {"m2"}, "/dev/tap9");
+  cdi->Released({"m2"}, before);
+  EXPECT_TRUE(FileExists(dir + "/" + AllocationFileName(cdi->kind(), AllocationName({"m2"}))));
+  cdi->Released({"m2"}, std::chrono::steady_clock::now());
+  EXPECT_FALSE(FileExists(dir + "/" + AllocationFileName(cdi->kind(), AllocationName({"m2"}))));
+  const std::string file1 = dir + "/" + AllocationFileName(cdi->kind(), AllocationName({"m1"}));
+  EXPECT_TRUE(FileExists(file1));
+  // m1 leaves the list: its spec goes, and the index with the last one.
+  cdi->Publish({Dev("m0", {})});
+  EXPECT_FALSE(FileExists(file1));
+  EXPECT_EQ(cdi->allocations(), 0u);
+  EXPECT_FALSE(FileExists(dir + "/" + AllocationIndexName(cdi->kind())));
+
+  // Start-up cleaning keeps a configured kind's allocation specs.
+  allocate(*cdi, {"m0"}, "/dev/tap5");
+  RemoveStale("/", {dir}, {{dir, cdi->kind()}});
+  EXPECT_EQ(OwnedFiles(dir).size(), 2u);  // the spec and the index
+  RemoveStale("/", {dir}, {});
+  EXPECT_TRUE(OwnedFiles(dir).empty());
 }
 
 TEST(ResourceCdiTest, AStagedResourceWritesNothingUntilActivated) {
@@ -262,7 +362,7 @@ TEST(ResourceCdiTest, AStagedResourceWritesNothingUntilActivated) {
   cdi->Publish({Dev("t0", Node("/dev/net/tun", "/dev/net/tun"))});
   EXPECT_FALSE(FileExists(file));
   v1beta1::ContainerAllocateResponse resp;
-  cdi->Answer({"t0"}, true, &resp);
+  cdi->Answer({"t0"}, {}, true, &resp);
   EXPECT_EQ(resp.cdi_devices_size(), 0);
   cdi->Activate();
   EXPECT_TRUE(FileExists(file));
@@ -275,7 +375,7 @@ TEST(ResourceCdiTest, AFailedWriteHandsOutNoNames) {
   cdi->Publish({Dev("t0", Node("/dev/net/tun", "/dev/net/tun"))});
   EXPECT_NE(cdi->problem(), "");
   v1beta1::ContainerAllocateResponse resp;
-  cdi->Answer({"t0"}, true, &resp);
+  cdi->Answer({"t0"}, {}, true, &resp);
   EXPECT_EQ(resp.cdi_devices_size(), 0);
 }
 

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
 
 #include <spdlog/spdlog.h>
@@ -47,6 +49,10 @@ StatusOr<std::shared_ptr<ResourceCdi>> ResourceCdi::Make(Options options) {
   if (!kind.ok()) return kind.status();
   std::shared_ptr<ResourceCdi> r(new ResourceCdi(std::move(options), std::move(*kind)));
   r->active_ = r->options_.active;
+  if (r->active_ && r->options_.mode != CdiMode::kOff) {
+    std::lock_guard lock(r->mu_);
+    r->LoadAllocationsLocked();
+  }
   return r;
 }
 
@@ -63,17 +69,122 @@ void ResourceCdi::Publish(const modules::DeviceList& list) {
   for (const auto& [id, why] : next.skipped) {
     if (skip_told_.insert(id).second)
       spdlog::info(
-          "resource \"{}\": device {} has no CDI name ({}); Allocate gives it the classic way",
+          "resource \"{}\": device {} has no entry in the resource's CDI spec ({}); Allocate "
+          "names it only where the module's own answer gets an allocation spec",
           options_.resource, id, why);
   }
   pending_ = std::move(next);
-  if (active_) WriteLocked();
+  if (!active_) return;
+  WriteLocked();
+  if (!allocations_.empty()) {
+    std::set<std::string_view> listed;
+    for (const modules::Device& d : list) listed.insert(d.id);
+    DropAllocationsLocked(
+        [&](const Allocation& a) {
+          return std::any_of(a.ids.begin(), a.ids.end(),
+                             [&](const std::string& id) { return !listed.count(id); });
+        },
+        "a device of it left the list");
+  }
 }
 
 void ResourceCdi::Activate() {
   std::lock_guard lock(mu_);
   active_ = true;
   WriteLocked();
+  if (options_.mode != CdiMode::kOff) LoadAllocationsLocked();
+}
+
+std::string ResourceCdi::Dir() const { return Under(options_.host_root, options_.dir); }
+
+void ResourceCdi::LoadAllocationsLocked() {
+  if (allocations_loaded_) return;
+  allocations_loaded_ = true;
+  const std::string dir = Dir();
+  const std::string index = AllocationIndexName(kind_);
+  std::ifstream in(dir + "/" + index);
+  if (in) {
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_object()) {
+      for (const auto& [name, ids] : j.items()) {
+        if (!ids.is_array() || CheckDeviceName(name) != "") continue;
+        std::vector<std::string> v;
+        for (const auto& id : ids)
+          if (id.is_string()) v.push_back(id.get<std::string>());
+        allocations_[name] = {std::move(v), std::chrono::steady_clock::time_point::min()};
+      }
+    } else {
+      spdlog::warn(
+          "resource \"{}\": CDI: {}/{} is not a JSON object; its allocation specs are "
+          "removed",
+          options_.resource, options_.dir, index);
+    }
+  }
+  // A spec whose entry the index lacks (a stop between the two writes)
+  // names IDs no release can find: it goes.
+  for (const std::string& f : OwnedFiles(dir)) {
+    if (!KindOwnsFile(kind_, f) || f == file_name() || f == index) continue;
+    const bool indexed = std::any_of(allocations_.begin(), allocations_.end(), [&](const auto& a) {
+      return f == AllocationFileName(kind_, a.first);
+    });
+    if (indexed) continue;
+    if (Status st = RemoveSpecFile(dir, f); !st.ok()) spdlog::warn("CDI: {}", st.message());
+  }
+  if (!allocations_.empty())
+    spdlog::info("resource \"{}\": CDI: {} allocation spec(s) from before", options_.resource,
+                 allocations_.size());
+}
+
+Status ResourceCdi::WriteIndexLocked() {
+  const std::string dir = Dir();
+  if (allocations_.empty()) return RemoveSpecFile(dir, AllocationIndexName(kind_));
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, a] : allocations_) j[name] = a.ids;
+  return WriteSpecFile(dir, AllocationIndexName(kind_), j.dump() + "\n");
+}
+
+void ResourceCdi::DropAllocationsLocked(const std::function<bool(const Allocation&)>& which,
+                                        const std::string& why) {
+  bool dropped = false;
+  for (auto it = allocations_.begin(); it != allocations_.end();) {
+    if (!which(it->second)) {
+      ++it;
+      continue;
+    }
+    if (Status st = RemoveSpecFile(Dir(), AllocationFileName(kind_, it->first)); !st.ok()) {
+      spdlog::warn("resource \"{}\": CDI: {}", options_.resource, st.message());
+      ++it;
+      continue;
+    }
+    spdlog::debug("resource \"{}\": CDI: removed the spec of {} ({}): {}", options_.resource,
+                  it->first, StrJoin(it->second.ids, ","), why);
+    it = allocations_.erase(it);
+    dropped = true;
+  }
+  if (dropped) {
+    if (Status st = WriteIndexLocked(); !st.ok())
+      spdlog::warn("resource \"{}\": CDI: {}", options_.resource, st.message());
+  }
+}
+
+void ResourceCdi::Released(const std::vector<std::string>& ids,
+                           std::chrono::steady_clock::time_point listed) {
+  if (options_.mode == CdiMode::kOff) return;
+  const std::set<std::string> gone(ids.begin(), ids.end());
+  std::lock_guard lock(mu_);
+  if (!active_ || allocations_.empty()) return;
+  DropAllocationsLocked(
+      [&](const Allocation& a) {
+        return a.written < listed &&
+               std::any_of(a.ids.begin(), a.ids.end(),
+                           [&](const std::string& id) { return gone.count(id) > 0; });
+      },
+      "released");
+}
+
+size_t ResourceCdi::allocations() const {
+  std::lock_guard lock(mu_);
+  return allocations_.size();
 }
 
 void ResourceCdi::WriteLocked() {
@@ -103,12 +214,12 @@ void ResourceCdi::WriteLocked() {
   on_disk_.insert(pending_.devices.begin(), pending_.devices.end());
 }
 
-void ResourceCdi::Answer(const std::vector<std::string>& ids, bool default_recipe,
-                         v1beta1::ContainerAllocateResponse* resp) const {
+void ResourceCdi::Answer(const std::vector<std::string>& ids, const modules::Recipe& recipe,
+                         bool default_recipe, v1beta1::ContainerAllocateResponse* resp) {
   if (options_.mode == CdiMode::kOff) return;
   std::vector<std::string> names;
   bool all = true;
-  {
+  if (default_recipe) {
     std::lock_guard lock(mu_);
     for (const std::string& id : ids) {
       if (on_disk_.count(id))
@@ -116,6 +227,34 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, bool default_recip
       else
         all = false;
     }
+  } else {
+    nlohmann::json edits =
+        Edits(recipe, [&](const std::string& p) { return LookUpNode(options_.host_root, p); });
+    if (EditsEmpty(edits)) return;
+    const std::string name = AllocationName(ids);
+    const std::string content = RenderOne(kind_, name, std::move(edits));
+    std::lock_guard lock(mu_);
+    if (!active_) return;
+    const std::set<std::string> mine(ids.begin(), ids.end());
+    // The kubelet hands a device out again only after its pod left.
+    DropAllocationsLocked(
+        [&](const Allocation& a) {
+          return AllocationName(a.ids) != name &&
+                 std::any_of(a.ids.begin(), a.ids.end(),
+                             [&](const std::string& id) { return mine.count(id) > 0; });
+        },
+        "handed out again");
+    allocations_[name] = {ids, std::chrono::steady_clock::now()};
+    // The index first: a spec on disk is always one a release can find.
+    Status st = WriteIndexLocked();
+    if (st.ok()) st = WriteSpecFile(Dir(), AllocationFileName(kind_, name), content);
+    if (!st.ok()) {
+      spdlog::error("resource \"{}\": CDI allocation spec for {}: {}; answered the classic way",
+                    options_.resource, StrJoin(ids, ","), st.message());
+      allocations_.erase(name);
+      return;
+    }
+    names.push_back(QualifiedName(kind_, name));
   }
   if (names.empty()) return;
   if (CdiNames(options_.mode))
@@ -123,7 +262,7 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, bool default_recip
   if (CdiAnnotations(options_.mode))
     (*resp->mutable_annotations())[AnnotationKey(options_.resource)] = StrJoin(names, ",");
   // The spec carries every edit of these devices: the classic answer goes.
-  if (options_.only && all && default_recipe) {
+  if (options_.only && all) {
     resp->clear_devices();
     resp->clear_mounts();
     resp->clear_envs();
@@ -141,11 +280,13 @@ std::string ResourceCdi::problem() const {
 }
 
 void RemoveStale(const std::string& host_root, const std::set<std::string>& dirs,
-                 const std::set<std::string>& keep) {
+                 const std::vector<std::pair<std::string, Kind>>& keep) {
   for (const std::string& d : dirs) {
     const std::string dir = Under(host_root, d);
     for (const std::string& f : OwnedFiles(dir)) {
-      if (keep.count(d + "/" + f)) continue;
+      if (std::any_of(keep.begin(), keep.end(),
+                      [&](const auto& k) { return k.first == d && KindOwnsFile(k.second, f); }))
+        continue;
       if (Status st = RemoveSpecFile(dir, f); !st.ok())
         spdlog::warn("CDI: {}", st.message());
       else

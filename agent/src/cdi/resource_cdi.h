@@ -10,6 +10,9 @@
 // on gRPC threads, Activate and the rest on the agent's main thread.
 #pragma once
 
+#include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -47,12 +50,20 @@ class ResourceCdi {
   // committed).
   void Activate();
 
-  // Adds the names of `ids` to one container's answer, as the mode says.
-  // `default_recipe`: whether the module's answer is the devices' default
-  // recipes (what the spec holds); only then does cdi_only leave the
-  // classic answer out.
-  void Answer(const std::vector<std::string>& ids, bool default_recipe,
-              v1beta1::ContainerAllocateResponse* resp) const;
+  // Adds the CDI names of one container's devices (`ids`) to its answer, as
+  // the mode says. `recipe` is the module's answer; `default_recipe`:
+  // whether that is the devices' default recipes, which the resource's
+  // spec holds. Otherwise (a module's allocate() hook answered) the answer
+  // goes into an allocation spec of its own, written here, before the
+  // kubelet has the answer; an earlier allocation spec that names one of
+  // these IDs is removed (its pod no longer holds them). With cdi_only the
+  // classic answer is left out where the names carry all of it.
+  void Answer(const std::vector<std::string>& ids, const modules::Recipe& recipe,
+              bool default_recipe, v1beta1::ContainerAllocateResponse* resp);
+  // The IDs' pods are gone, as a PodResources List sent at `listed` said:
+  // the allocation specs naming them are removed, save those written after
+  // that List was sent (the ID was handed out again meanwhile).
+  void Released(const std::vector<std::string>& ids, std::chrono::steady_clock::time_point listed);
 
   const Kind& kind() const { return kind_; }
   const std::string& dir() const { return options_.dir; }
@@ -63,10 +74,23 @@ class ResourceCdi {
   // write error ("" when the file is current).
   size_t named() const;
   std::string problem() const;
+  // How many allocation specs are on disk.
+  size_t allocations() const;
 
  private:
+  struct Allocation {
+    std::vector<std::string> ids;
+    std::chrono::steady_clock::time_point written;  // min(): by an earlier devplugd
+  };
   ResourceCdi(Options options, Kind kind) : options_(std::move(options)), kind_(std::move(kind)) {}
   void WriteLocked();  // requires mu_
+  // Allocation specs (all require mu_): the index on disk read once, when
+  // the resource becomes active; entries dropped with their files.
+  void LoadAllocationsLocked();
+  void DropAllocationsLocked(const std::function<bool(const Allocation&)>& which,
+                             const std::string& why);
+  Status WriteIndexLocked();
+  std::string Dir() const;
 
   const Options options_;
   const Kind kind_;
@@ -78,15 +102,19 @@ class ResourceCdi {
   std::set<std::string> on_disk_;    // guarded by mu_: the IDs it names
   std::string problem_;              // guarded by mu_
   std::set<std::string> skip_told_;  // guarded by mu_: IDs already logged as left out
+  bool allocations_loaded_ = false;  // guarded by mu_
+  // guarded by mu_: allocation specs on disk, by device name.
+  std::map<std::string, Allocation> allocations_;
 };
 
 // The host view of a device node: follows symlinks under host_root.
 std::optional<NodeInfo> LookUpNode(const std::string& host_root, const std::string& host_path);
 
-// Removes devplugd's files in each of `dirs` (under host_root) that are not
-// in `keep` (file names): at start and after a reload, specs of resources
-// that are gone or turned CDI off. Never touches another writer's files.
+// Removes devplugd's files in each of `dirs` (under host_root) that no
+// kind of `keep` (folder, kind) owns: at start and after a reload, specs of
+// resources that are gone or turned CDI off. Never touches another
+// writer's files.
 void RemoveStale(const std::string& host_root, const std::set<std::string>& dirs,
-                 const std::set<std::string>& keep);
+                 const std::vector<std::pair<std::string, Kind>>& keep);
 
 }  // namespace devplug::cdi

@@ -105,6 +105,8 @@ void ValidateEdits(const json& edits, const std::string& where, std::vector<std:
     out.push_back(StrCat(where, ": hooks must be an array"));
 }
 
+}  // namespace
+
 bool EditsEmpty(const json& edits) {
   if (!edits.is_object()) return true;
   for (const char* k : {"env", "deviceNodes", "mounts", "hooks"})
@@ -112,7 +114,12 @@ bool EditsEmpty(const json& edits) {
   return true;
 }
 
-}  // namespace
+std::string RenderOne(const Kind& kind, const std::string& name, json edits) {
+  json spec = {{"cdiVersion", kSpecVersion},
+               {"kind", kind.str()},
+               {"devices", json::array({{{"name", name}, {"containerEdits", std::move(edits)}}})}};
+  return spec.dump(1, '\t') + "\n";
+}
 
 json Edits(const modules::Recipe& recipe, const NodeLookup& lookup) {
   json edits = json::object();

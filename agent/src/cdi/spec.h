@@ -54,6 +54,11 @@ struct Rendered {
 // out (and listed in `skipped`); with no device left, `json` is "".
 Rendered Render(const Kind& kind, const modules::DeviceList& devices, const NodeLookup& lookup);
 
+// A spec of one CDI device `name` carrying `edits` (an allocation's).
+std::string RenderOne(const Kind& kind, const std::string& name, nlohmann::json edits);
+// Whether edits (as Edits() makes them) hold nothing a CDI device can carry.
+bool EditsEmpty(const nlohmann::json& edits);
+
 // Every rule a loaded spec must follow, for cdiVersion 0.3.0 to 0.5.0:
 // one message per broken rule, none for a valid spec.
 std::vector<std::string> Validate(const nlohmann::json& spec);

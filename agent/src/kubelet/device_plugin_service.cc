@@ -192,7 +192,7 @@ DevicePluginService::DevicePluginService(
     modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
     std::chrono::milliseconds call_timeout, std::chrono::milliseconds prestart_timeout,
     std::function<void(const std::vector<std::string>&)> on_allocated,
-    std::shared_ptr<RpcObserver> metrics, std::shared_ptr<const cdi::ResourceCdi> cdi)
+    std::shared_ptr<RpcObserver> metrics, std::shared_ptr<cdi::ResourceCdi> cdi)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
@@ -254,7 +254,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   AllocateCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
                const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp,
                std::function<void(const std::vector<std::string>&)> on_allocated,
-               std::shared_ptr<const cdi::ResourceCdi> cdi)
+               std::shared_ptr<cdi::ResourceCdi> cdi)
       : call_(std::move(call)),
         instance_(instance),
         resp_(resp),
@@ -311,12 +311,13 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
           auto* out = self->built_.add_container_responses();
           FillContainerResponse(*recipe, out);
           if (self->cdi_) {
-            // Only the devices' default recipes are what their CDI devices
-            // carry; a module's own answer (its allocate()) stays classic.
+            // The devices' default recipes are what the resource's spec
+            // holds; a module's own answer (its allocate()) gets a spec of
+            // its own, written before the kubelet sees this answer.
             const bool is_default =
                 !self->module_allocates_ ||
                 *recipe == modules::DefaultRecipe(*self->instance_->devices(), ids);
-            self->cdi_->Answer(ids, is_default, out);
+            self->cdi_->Answer(ids, *recipe, is_default, out);
           }
           self->Next();
         },
@@ -329,7 +330,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   v1beta1::AllocateResponse* const resp_;  // only inside a winning Complete()
   // A copy: the call may finish after its service is gone.
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
-  const std::shared_ptr<const cdi::ResourceCdi> cdi_;
+  const std::shared_ptr<cdi::ResourceCdi> cdi_;
   std::vector<std::vector<std::string>> requests_;
   v1beta1::AllocateResponse built_;
   const std::string resource_;

@@ -57,7 +57,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
                       std::chrono::milliseconds prestart_timeout,
                       std::function<void(const std::vector<std::string>&)> on_allocated = {},
                       std::shared_ptr<RpcObserver> metrics = nullptr,
-                      std::shared_ptr<const cdi::ResourceCdi> cdi = nullptr);
+                      std::shared_ptr<cdi::ResourceCdi> cdi = nullptr);
 
   // A reload may change call_timeout; calls from now on use the new one.
   void set_call_timeout(std::chrono::milliseconds t) { call_timeout_ms_.store(t.count()); }
@@ -97,7 +97,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   const v1beta1::DevicePluginOptions options_;
   const std::function<void(const std::vector<std::string>&)> on_allocated_;
   const std::shared_ptr<RpcObserver> metrics_;
-  const std::shared_ptr<const cdi::ResourceCdi> cdi_;  // null: cdi is "off"
+  const std::shared_ptr<cdi::ResourceCdi> cdi_;  // null: cdi is "off"
   std::mutex mu_;
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
   uint64_t next_call_ = 0;                                  // guarded by mu_

@@ -67,6 +67,42 @@ std::string SpecFileName(const Kind& kind) {
   return StrCat(kFilePrefix, kind.vendor, "-", kind.device_class, ".json");
 }
 
+namespace {
+std::string Stem(const Kind& kind) {
+  return StrCat(kFilePrefix, kind.vendor, "-", kind.device_class);
+}
+}  // namespace
+
+std::string AllocationFileName(const Kind& kind, std::string_view name) {
+  return StrCat(Stem(kind), "@", name, ".json");
+}
+
+std::string AllocationIndexName(const Kind& kind) { return StrCat(Stem(kind), "@allocations"); }
+
+std::string AllocationName(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const std::string& id : ids) {
+    for (unsigned char c : id) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;  // no ID holds this byte: {"ab"} and {"a","b"} differ
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return StrCat("alloc-", hex);
+}
+
+bool KindOwnsFile(const Kind& kind, std::string_view file) {
+  const std::string stem = Stem(kind);
+  if (file == SpecFileName(kind)) return true;
+  return file.size() > stem.size() && file.substr(0, stem.size()) == stem &&
+         file[stem.size()] == '@';
+}
+
 std::string QualifiedName(const Kind& kind, std::string_view device) {
   return StrCat(kind.vendor, "/", kind.device_class, "=", device);
 }

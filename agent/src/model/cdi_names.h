@@ -8,6 +8,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "util/status.h"
 
@@ -35,6 +36,20 @@ struct Kind {
 StatusOr<Kind> KindOf(std::string_view resource);
 // "devplug-<vendor>-<class>.json".
 std::string SpecFileName(const Kind& kind);
+// What a module answers only in Allocate (its allocate() hook: macvtap's
+// /dev/tap<N>) goes into a spec of its own per container allocation:
+// "devplug-<vendor>-<class>@<name>.json", whose one device is
+// AllocationName(ids). '@' is in no vendor or class, so these files are
+// told apart from every kind's spec file. The allocations a resource has
+// written are listed in "devplug-<vendor>-<class>@allocations" (not a spec:
+// runtimes read only *.json and *.yaml).
+std::string AllocationFileName(const Kind& kind, std::string_view name);
+std::string AllocationIndexName(const Kind& kind);
+// "alloc-<16 hex digits>", from the set of `ids` (in any order).
+std::string AllocationName(std::vector<std::string> ids);
+// Whether `file` (a name in a spec folder) is one that a resource of
+// `kind` writes: its spec, an allocation's spec, or the index.
+bool KindOwnsFile(const Kind& kind, std::string_view file);
 // "<vendor>/<class>=<device>".
 std::string QualifiedName(const Kind& kind, std::string_view device);
 
