@@ -239,6 +239,14 @@ int PrintStatus(const StatusOptions& o) {
                    : " (the kubelet refused: " + Str(said, "error") + ")";
       Wrapped("    registration: ", how, 6);
     }
+    if (const json c = r.value("cdi", json()); c.is_object()) {
+      std::string cdi = StrCat(Str(c, "kind"), ", ", c.value("named", 0), " named in ",
+                               Str(c, "spec"), " (", Str(c, "mode"), ")");
+      if (const int a = c.value("allocations", 0); a > 0)
+        StrAppend(&cdi, ", ", a, " allocation spec(s)");
+      if (const std::string p = Str(c, "problem"); !p.empty()) StrAppend(&cdi, "; ", p);
+      Wrapped("    CDI: ", cdi, 6);
+    }
     if (const std::string e = Str(r, "last_error"); !e.empty()) Wrapped("    last error: ", e, 6);
     if (r.contains("devices")) PrintDevices(r);
   }

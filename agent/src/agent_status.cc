@@ -151,7 +151,15 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
         {"devices_total", list->size()},
         {"devices_healthy", healthy},
         {"release_tracking", Tracking(*r)},
-        {"last_error", !r->failure.ok() ? r->failure.message() : reg.last_error()}};
+        {"last_error", !r->failure.ok() ? r->failure.message() : reg.last_error()},
+        {"cdi", nullptr}};
+    if (r->cdi)
+      res["cdi"] = {{"mode", std::string(config::CdiModeName(r->cdi->mode()))},
+                    {"spec", r->cdi->dir() + "/" + r->cdi->file_name()},
+                    {"kind", r->cdi->kind().str()},
+                    {"named", r->cdi->named()},
+                    {"allocations", r->cdi->allocations()},
+                    {"problem", r->cdi->problem()}};
     if (devices || !only.empty()) {
       json devs = json::array();
       for (const modules::Device& d : *list) {

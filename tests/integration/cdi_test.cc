@@ -86,6 +86,11 @@ TEST_F(CdiAgentTest, TheSpecNamesNoDeviceTheKubeletsListLacks) {
   EXPECT_EQ(resp.annotations().at(cdi::AnnotationKey(kSerial)),
             "devplug.example.com/serial=ttyUSB1");
   ASSERT_EQ(resp.devices_size(), 1);  // the classic answer stays beside
+  const auto status =
+      testing::RunProcess({testing::DevplugctlPath(), "status", "--socket", control_socket()});
+  EXPECT_NE(status.output.find("CDI: devplug.example.com/serial, 2 named in"), std::string::npos)
+      << status.output;
+  EXPECT_NE(status.output.find(std::string(kSpecFile)), std::string::npos) << status.output;
 
   std::remove((host_root() + "/dev/ttyUSB1").c_str());
   ASSERT_TRUE(HealthyIs(kSerial, 1, 1));
