@@ -272,9 +272,11 @@ class Nvidia : public Instance, public Session::Listener {
             r->Env(kVisible, kVolumeDir);
             break;
           case Strategy::kCdi:
+            // Named by devplugd's own CDI spec (the resource's `cdi`),
+            // which holds this recipe under the device's ID, the UUID.
             break;
         }
-        if (s_.cdi || s_.strategy == Strategy::kCdi) r->Cdi("nvidia.com/gpu=" + u.uuid);
+        if (s_.cdi) r->Cdi("nvidia.com/gpu=" + u.uuid);  // the toolkit's spec's names
         if (s_.driver_mount) r->Mount(s_.driver_mount->host, s_.driver_mount->container, true);
         for (const HostMount* m : extra) r->Mount(m->host, m->container, true);
         for (const auto& [key, value] : s_.envs) r->Env(key, value);
@@ -355,6 +357,8 @@ class Nvidia : public Instance, public Session::Listener {
       // The same resource twice: its replacement during a reload.
       if (peer.resource == me) continue;
       if (peer.strategy == s_.strategy && s_.strategy != Strategy::kEnvvar) continue;
+      // "cdi" sets no NVIDIA_VISIBLE_DEVICES: nothing to lose.
+      if (peer.strategy == Strategy::kCdi || s_.strategy == Strategy::kCdi) continue;
       host().Warn("resources \"" + peer.resource + "\" (device_list_strategy = \"" +
                   StrategyName(peer.strategy) + "\") and \"" + me + "\" (\"" +
                   StrategyName(s_.strategy) +
@@ -567,12 +571,14 @@ const devplug_config_key kKeys[] = {
     {"shares", DEVPLUG_CONFIG_INT, 0, "time-slicing replicas per device, not isolated (default 1)"},
     {"ignored_xids", DEVPLUG_CONFIG_INT_ARRAY, 0,
      "XIDs that do not make a GPU Unhealthy (default 13, 31, 43, 45, 68, 109)"},
-    {"cdi", DEVPLUG_CONFIG_BOOL, 0, "also return CDI names nvidia.com/gpu=<uuid>"},
+    {"cdi", DEVPLUG_CONFIG_BOOL, 0,
+     "also return the names nvidia.com/gpu=<uuid> of a spec made by NVIDIA's toolkit"},
     {"mig", DEVPLUG_CONFIG_STRING, 0, "\"none\" (whole GPUs, default) or \"only\" (MIG devices)"},
     {"mig_profile", DEVPLUG_CONFIG_STRING, 0,
      "with mig = \"only\": only this profile (\"1g.10gb\")"},
     {"device_list_strategy", DEVPLUG_CONFIG_STRING, 0,
-     "\"envvar\" (default), \"volume-mounts\" or \"cdi\": how devices are named to the runtime"},
+     "\"envvar\" (default), \"volume-mounts\" or \"cdi\" (devplugd's own spec, with the "
+     "resource's cdi set): how devices are named to the runtime"},
     {"driver_mount", DEVPLUG_CONFIG_TABLE, 0,
      "{ host, container }: the driver's folder, mounted read-only (nodes without the toolkit)"},
     {"extra_mounts", DEVPLUG_CONFIG_ARRAY, 0,

@@ -3,8 +3,10 @@
 // Allocate, NVLink-aware preferred allocation, and a critical XID taking a
 // GPU out of the allocatable count.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
+#include "cdi/spec.h"
 #include "gpu_fixture.h"
 
 namespace devplug {
@@ -148,6 +150,69 @@ TEST_F(NvidiaAgentTest, MigNodeServesTwoProfilesAsTwoResources) {
   EXPECT_TRUE(HealthyIs(kSmall, 2, 2));
   EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
   EXPECT_EQ(fx_->Calls("shutdown"), 1);
+}
+
+// device_list_strategy = "cdi" with the resource's cdi on: devplugd's own
+// spec names each MIG device by its UUID with its nodes (no spec of NVIDIA's
+// toolkit needed), a container gets it by that name alone, and a MIG
+// reconfiguration reaches the spec.
+TEST_F(NvidiaAgentTest, CdiStrategyNamesMigDevicesInDevplugsOwnSpec) {
+  for (auto& g : gpus_) g.mib = testing::kH100Mib;
+  fx_->Script(gpus_);
+  std::vector<FakeMig> migs = {
+      testing::Mig1g10gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000001", 9),
+      testing::Mig1g10gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000002", 10)};
+  ASSERT_TRUE(fx_->Mig(gpus_, {0}, migs));
+  constexpr char kSmall[] = "nvidia.com/mig-1g.10gb";
+  const std::string spec_path =
+      host_root() + "/run/cdi/devplug-devplug.nvidia.com-mig-1g_10gb.json";
+  auto names = [&] {
+    Strings out;
+    if (!testing::FileExists(spec_path)) return out;
+    const auto spec = nlohmann::json::parse(testing::ReadFile(spec_path));
+    for (const auto& d : spec["devices"]) out.push_back(d["name"]);
+    return out;
+  };
+  StartSim();
+  StartAgent(Resource(kSmall, "nvidia",
+                      Body("mig = \"only\"\nmig_profile = \"1g.10gb\"\n"
+                           "device_list_strategy = \"cdi\"\ncdi = \"cri\"\ncdi_only = true\n")),
+             "0s", "cdi_dir = \"/run/cdi\"");
+  ASSERT_TRUE(Registered(kSmall));
+  ASSERT_TRUE(HealthyIs(kSmall, 2, 2));
+  EXPECT_EQ(names(), (Strings{migs[0].uuid, migs[1].uuid}));
+  const auto spec = nlohmann::json::parse(testing::ReadFile(spec_path));
+  EXPECT_TRUE(cdi::Validate(spec).empty()) << spec.dump(1);
+  Strings nodes;
+  for (const auto& n : spec["devices"][1]["containerEdits"]["deviceNodes"]) {
+    nodes.push_back(n["path"]);
+    EXPECT_EQ(n["type"], "c");  // looked up on the node: no lookup by the runtime
+  }
+  Strings want = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"};
+  for (const auto& c : fx_->CapNodes(0, 10, 0)) want.push_back(c);
+  EXPECT_EQ(nodes, want);
+  EXPECT_FALSE(spec["devices"][1]["containerEdits"].contains("env"));
+
+  v1beta1::ContainerAllocateResponse resp;
+  grpc::Status st = sim_->Allocate(kSmall, {migs[1].uuid}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.cdi_devices_size(), 1);
+  EXPECT_EQ(resp.cdi_devices(0).name(), "devplug.nvidia.com/mig-1g_10gb=" + migs[1].uuid);
+  EXPECT_EQ(resp.devices_size(), 0);  // cdi_only: by name alone
+  EXPECT_TRUE(resp.envs().empty());
+
+  // The GPU is split again: instance 10 destroyed, 11 made.
+  migs = {migs[0], testing::Mig1g10gb(0, "MIG-aaaaaaaa-0000-4000-8000-000000000003", 11)};
+  ASSERT_TRUE(fx_->Mig(gpus_, {0}, migs));
+  fx_->MigChangeEvent(0);
+  ASSERT_TRUE(Eventually([&] {
+    const auto view = sim_->resource(kSmall);
+    return view && view->devices.size() == 2 && view->devices[1].id() == migs[1].uuid;
+  }));
+  EXPECT_EQ(names(), (Strings{migs[0].uuid, migs[1].uuid}));
+  st = sim_->Allocate(kSmall, {migs[1].uuid}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.cdi_devices(0).name(), "devplug.nvidia.com/mig-1g_10gb=" + migs[1].uuid);
 }
 
 // A GKE/COS-style node: no container toolkit, the driver's files in
