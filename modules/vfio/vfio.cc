@@ -9,7 +9,8 @@
 // node /dev/vfio/<N> (or /dev/vfio/noiommu-<N> in no-IOMMU mode) is a
 // character device and the container node /dev/vfio/vfio exists.
 // Allocate (default recipes, merged by the agent): /dev/vfio/vfio, the
-// group node of every device (deduplicated), and
+// group node of every device (deduplicated), where the kernel has IOMMUFD
+// also /dev/iommu and each device's /dev/vfio/devices/vfio<N>, and
 // PCI_RESOURCE_<RESOURCE NAME> = the comma-separated addresses.
 #include <algorithm>
 #include <cerrno>
@@ -34,6 +35,8 @@ using devplug::common::Instance;
 using devplug::common::PciSelector;
 
 constexpr const char* kContainerNode = "/dev/vfio/vfio";
+constexpr const char* kIommuNode = "/dev/iommu";
+constexpr const char* kCdevDir = "/dev/vfio/devices";
 
 // Why a function is unusable (none: it is Healthy).
 enum class Why { kNone, kNoGroup, kNoGroupNode, kNoContainerNode };
@@ -105,6 +108,11 @@ class Vfio : public Instance {
       container_node_ = container_node;
     }
 
+    // IOMMUFD (CONFIG_IOMMUFD, CONFIG_VFIO_DEVICE_CDEV): /dev/iommu and a
+    // node per VFIO device as well, for users that take that way (KubeVirt).
+    const bool iommufd = devplug::common::IsCharDevice(root_.Path(kIommuNode)) &&
+                         devplug::common::Exists(root_.Path(kCdevDir));
+
     std::vector<Seen> now;
     now.reserve(scan->functions.size());
     size_t healthy = 0;
@@ -127,7 +135,14 @@ class Vfio : public Instance {
       healthy += s.healthy();
 
       auto recipe = sink.Add(f.address, s.healthy(), f.numa_node, Reason(s));
-      if (recipe && s.healthy()) recipe->Node(kContainerNode).Node(node).Env(env_key_, f.address);
+      if (recipe && s.healthy()) {
+        recipe->Node(kContainerNode).Node(node);
+        if (iommufd) {
+          if (std::string cdev = DeviceCdev(f.address); !cdev.empty())
+            recipe->Node(kIommuNode).Node(cdev);
+        }
+        recipe->Env(env_key_, f.address);
+      }
       for (; old != seen_.cend() && old->address < s.address; ++old)
         changes_[left].push_back(old->address);
       const bool known = old != seen_.cend() && old->address == s.address;
@@ -197,6 +212,23 @@ class Vfio : public Instance {
     if (err && err->code != ENOENT) throw devplug::common::ModuleError(err->code, err->ToString());
     std::sort(groups_.begin(), groups_.end());
     std::sort(noiommu_groups_.begin(), noiommu_groups_.end());
+  }
+
+  // The function's VFIO device node (/dev/vfio/devices/vfio<N>), or "" when
+  // it has none. The kernel names the device vfio<N> in class vfio-dev under
+  // its PCI function (<function>/vfio-dev/vfio<N>) and makes its node in
+  // vfio/devices/.
+  std::string DeviceCdev(const std::string& address) {
+    std::string node;
+    devplug::common::ForEachEntry(root_.Path("/sys/bus/pci/devices/" + address + "/vfio-dev"),
+                                  [&](int, const dirent& ent) {
+                                    const std::string_view n = ent.d_name;
+                                    if (node.empty() && n.rfind("vfio", 0) == 0 && n.size() > 4 &&
+                                        devplug::common::ParseInt(n.substr(4)))
+                                      node = std::string(kCdevDir) + "/" + std::string(n);
+                                  });
+    if (node.empty() || !devplug::common::IsCharDevice(root_.Path(node))) return {};
+    return node;
   }
 
   // The group's device node as the container sees it, or "" if missing.

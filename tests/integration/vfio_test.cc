@@ -2,8 +2,10 @@
 // node, the kubelet simulator over real sockets, and what a DPDK or
 // KubeVirt pod would receive.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
+#include "cdi/spec.h"
 #include "sysfs_fixture.h"
 
 namespace devplug {
@@ -94,6 +96,55 @@ TEST_F(VfioAgentTest, RegistersAndHandsOutVfioNodesAndTheEnv) {
       {"0000:af:02.1"}, 2, &ids);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(ids, (std::vector<std::string>{"0000:af:02.1", "0000:af:02.0"}));
+}
+
+// A kernel with IOMMUFD (CONFIG_IOMMUFD, CONFIG_VFIO_DEVICE_CDEV): the misc
+// node /dev/iommu, and per VFIO device a class "vfio-dev" device vfio<N>
+// under its PCI function whose node the kernel names vfio/devices/vfio<N>.
+// A container gets those as well as the group nodes, and the resource's CDI
+// spec carries them.
+TEST_F(VfioAgentTest, IommufdAddsTheIommuAndDeviceNodesToAnswersAndTheSpec) {
+  ASSERT_TRUE(testing::MakeCharDevice(host_root() + "/dev/iommu", 10, 123));
+  auto cdev = [&](const std::string& address, int n, bool node) {
+    const std::string dev =
+        host_root() + "/sys/bus/pci/devices/" + address + "/vfio-dev/vfio" + std::to_string(n);
+    testing::WriteFile(dev + "/dev", "237:" + std::to_string(n) + "\n");
+    return !node ||
+           testing::MakeCharDevice(host_root() + "/dev/vfio/devices/vfio" + std::to_string(n), 237,
+                                   static_cast<unsigned>(n));
+  };
+  ASSERT_TRUE(cdev("0000:3b:02.0", 0, true));
+  ASSERT_TRUE(cdev("0000:3b:02.1", 1, false));  // its node not made (yet)
+  StartSim();
+  StartAgent(Resource(kVf, "vfio", "vendor = \"0x8086\"\ndevices = [\"1889\"]\ncdi = \"cri\""),
+             "0s", "cdi_dir = \"/run/cdi\"");
+  ASSERT_TRUE(Registered(kVf));
+  ASSERT_TRUE(HealthyIs(kVf, 8, 7));
+  auto nodes = [&](const std::vector<std::string>& ids) {
+    v1beta1::ContainerAllocateResponse resp;
+    grpc::Status st = sim_->Allocate(kVf, ids, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    std::vector<std::string> out;
+    for (const auto& d : resp.devices()) out.push_back(d.host_path());
+    return out;
+  };
+  EXPECT_EQ(nodes({"0000:3b:02.0"}),
+            (std::vector<std::string>{"/dev/vfio/vfio", "/dev/vfio/10", "/dev/iommu",
+                                      "/dev/vfio/devices/vfio0"}));
+  EXPECT_EQ(nodes({"0000:3b:02.1"}), (std::vector<std::string>{"/dev/vfio/vfio", "/dev/vfio/11"}));
+
+  const auto spec = nlohmann::json::parse(
+      testing::ReadFile(host_root() + "/run/cdi/devplug-devplug.intel.com-sriov_vf.json"));
+  EXPECT_TRUE(cdi::Validate(spec).empty()) << spec.dump(1);
+  ASSERT_EQ(spec["devices"].size(), 7u);  // the Unhealthy one has no recipe
+  const auto& first = spec["devices"][0];
+  EXPECT_EQ(first["name"], "0000:3b:02.0");
+  std::vector<std::string> paths;
+  for (const auto& n : first["containerEdits"]["deviceNodes"]) paths.push_back(n["path"]);
+  EXPECT_EQ(paths, (std::vector<std::string>{"/dev/vfio/vfio", "/dev/vfio/10", "/dev/iommu",
+                                             "/dev/vfio/devices/vfio0"}));
+  EXPECT_EQ(first["containerEdits"]["deviceNodes"][3]["major"], 237);
+  EXPECT_EQ(first["containerEdits"]["env"][0], std::string(kEnv) + "=0000:3b:02.0");
 }
 
 TEST_F(VfioAgentTest, BadVendorIsAConfigErrorWithFileLineAndKey) {
