@@ -7,12 +7,16 @@
 //   devplug-e2e-pause --open PATH...    a workload: opens each PATH read-write,
 //                                       prints "open PATH: ok" or the error,
 //                                       prints the environment entries named
-//                                       by --env NAME, then waits as above
+//                                       by --env NAME, then waits as above;
+//                                       --open-glob PATTERN opens every match
+//                                       (a node whose number only Allocate
+//                                       knows, /dev/tap*)
 //
 // Opening a node (not only seeing it) proves that the container runtime put
 // it into the container's device cgroup, which is what Allocate asked for.
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,11 +54,31 @@ int main(int argc, char** argv) {
         }
       }
       --i;
+    } else if (strcmp(argv[i], "--open-glob") == 0 && i + 1 < argc) {
+      glob_t g;
+      ++i;
+      if (glob(argv[i], 0, NULL, &g) != 0) {
+        printf("glob %s: no match\n", argv[i]);
+        ++failures;
+        continue;
+      }
+      for (size_t k = 0; k < g.gl_pathc; ++k) {
+        int fd = open(g.gl_pathv[k], O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+          printf("open %s: %s\n", g.gl_pathv[k], strerror(errno));
+          ++failures;
+        } else {
+          printf("open %s: ok\n", g.gl_pathv[k]);
+          close(fd);
+        }
+      }
+      globfree(&g);
     } else if (strcmp(argv[i], "--env") == 0 && i + 1 < argc) {
       const char* value = getenv(argv[++i]);
       printf("env %s=%s\n", argv[i], value ? value : "(unset)");
     } else {
-      fprintf(stderr, "usage: %s [--open PATH...] [--env NAME]...\n", argv[0]);
+      fprintf(stderr, "usage: %s [--open PATH...] [--open-glob PATTERN] [--env NAME]...\n",
+              argv[0]);
       return 2;
     }
   }

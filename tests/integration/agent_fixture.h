@@ -16,7 +16,9 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "cdi/spec.h"
 #include "kubelet_sim.h"
 #include "ops/control.h"
 #include "test_util.h"
@@ -176,6 +178,34 @@ class AgentTest : public ::testing::Test {
     const size_t at = m.output.find(prefix);
     if (m.exit_code != 0 || at == std::string::npos) return -1;
     return std::strtod(m.output.c_str() + at + prefix.size(), nullptr);
+  }
+
+  // The [agent] lines that give every resource a CDI spec in
+  // host_root/run/cdi.
+  static std::string CdiOn() { return "\ncdi = \"cri\"\ncdi_dir = \"/run/cdi\"\n"; }
+  // `resource`'s CDI spec as written under CdiOn(), with every rule the CDI
+  // library applies checked; the device names it holds go to `names`.
+  nlohmann::json CheckedCdiSpec(const std::string& resource, std::vector<std::string>* names) {
+    auto kind = cdi::KindOf(resource);
+    EXPECT_TRUE(kind.ok()) << resource;
+    if (!kind.ok()) return {};
+    const std::string path = host_root() + "/run/cdi/" + cdi::SpecFileName(*kind);
+    if (!testing::FileExists(path)) {
+      ADD_FAILURE() << "no CDI spec " << path;
+      return {};
+    }
+    auto spec = nlohmann::json::parse(testing::ReadFile(path));
+    EXPECT_EQ(StrJoin(cdi::Validate(spec), "\n"), "") << spec.dump(1);
+    EXPECT_EQ(spec["kind"], kind->str());
+    names->clear();
+    for (const auto& d : spec["devices"]) names->push_back(d["name"]);
+    return spec;
+  }
+  // The host paths of a spec device's nodes.
+  static std::vector<std::string> SpecNodes(const nlohmann::json& device) {
+    std::vector<std::string> out;
+    for (const auto& n : device["containerEdits"]["deviceNodes"]) out.push_back(n["hostPath"]);
+    return out;
   }
 
   // Polls `f` until it holds, up to kWait.

@@ -41,7 +41,8 @@ class CexAgentTest : public AgentTest {
 
 TEST_F(CexAgentTest, OnlyAnAllowedPodGetsItsOwnNodeAndNothingIsLeftAfterIt) {
   StartSim();
-  StartAgent(Resource(kRes, FakeModule("cex-fixture"), "namespaces = [\"team-a\"]"), "0s", Agent());
+  StartAgent(Resource(kRes, FakeModule("cex-fixture"), "namespaces = [\"team-a\"]"), "0s",
+             Agent() + CdiOn());
   ASSERT_TRUE(Registered(kRes));
   ASSERT_TRUE(HealthyIs(kRes, 2, 2));
   EXPECT_TRUE(sim_->resource(kRes)->options.pre_start_required());
@@ -56,6 +57,23 @@ TEST_F(CexAgentTest, OnlyAnAllowedPodGetsItsOwnNodeAndNothingIsLeftAfterIt) {
   EXPECT_EQ(resp.envs().at("CEX_APQNS_CEX_EXAMPLE_COM_CCA"), "03.0006");
   EXPECT_EQ(resp.envs().at("CSU_DEFAULT_DOMAIN"), "6");
   EXPECT_FALSE(NodeExists("devplug-cex-03.0006-0")) << "Allocate made the node";
+  // By CDI name too: the node the pod gets is in the device's recipe, so
+  // the resource's spec holds it; made at PreStartContainer, it has no
+  // numbers in the spec (the runtime looks them up when the container is
+  // made).
+  ASSERT_EQ(resp.cdi_devices_size(), 1);
+  EXPECT_EQ(resp.cdi_devices(0).name(), cdi::QualifiedName(*cdi::KindOf(kRes), "03.0006"));
+  {
+    std::vector<std::string> names;
+    const auto spec = CheckedCdiSpec(kRes, &names);
+    EXPECT_EQ(names, (std::vector<std::string>{"03.0006", "04.0006"}));
+    if (names.size() == 2) {
+      const auto& node = spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+      EXPECT_EQ(node["hostPath"], "/dev/devplug-cex-03.0006-0");
+      EXPECT_EQ(node["path"], "/dev/z90crypt");
+      EXPECT_FALSE(node.contains("major"));
+    }
+  }
   sim_->BindPod("team-a", "hsm-client", "main", kRes, {"03.0006"});
   grpc::Status st = sim_->PreStartContainer(kRes, {"03.0006"});
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << agent_->Log();

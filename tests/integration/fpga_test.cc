@@ -61,7 +61,7 @@ class FpgaAgentTest : public AgentTest {
 
 TEST_F(FpgaAgentTest, PodGetsItsPortProgrammedOnceAndScrubbedAfter) {
   StartSim();
-  StartAgent(Resources(), "0s", Agent());
+  StartAgent(Resources(), "0s", Agent() + CdiOn());
   ASSERT_TRUE(Registered(kNlb3Res));
   ASSERT_TRUE(Registered(kNlb0Res));
   ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 2));
@@ -73,6 +73,21 @@ TEST_F(FpgaAgentTest, PodGetsItsPortProgrammedOnceAndScrubbedAfter) {
   ASSERT_EQ(resp.devices_size(), 1);
   EXPECT_EQ(resp.devices(0).host_path(), "/dev/dfl-port.0");
   EXPECT_EQ(resp.envs().at("FPGA_RESOURCE_FPGA_EXAMPLE_COM_NLB3"), "0000:5e:00.0");
+  // The module answers Allocate itself (allocate()): by CDI name through a
+  // spec of this allocation, on the fixture, gone after the pod.
+  const cdi::Kind kind = *cdi::KindOf(kNlb3Res);
+  const std::string alloc = cdi::AllocationName({"dfl-port.0"});
+  const std::string alloc_spec = host_root() + "/run/cdi/" + cdi::AllocationFileName(kind, alloc);
+  ASSERT_EQ(resp.cdi_devices_size(), 1);
+  EXPECT_EQ(resp.cdi_devices(0).name(), cdi::QualifiedName(kind, alloc));
+  ASSERT_TRUE(testing::FileExists(alloc_spec));
+  {
+    const auto spec = nlohmann::json::parse(testing::ReadFile(alloc_spec));
+    EXPECT_EQ(StrJoin(cdi::Validate(spec), "\n"), "") << spec.dump(1);
+    EXPECT_EQ(SpecNodes(spec["devices"][0]), std::vector<std::string>{"/dev/dfl-port.0"});
+    EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"][0],
+              "FPGA_RESOURCE_FPGA_EXAMPLE_COM_NLB3=0000:5e:00.0");
+  }
   grpc::Status st = sim_->PreStartContainer(kNlb3Res, {"dfl-port.0"});
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(fx_.Afu("dfl-port.0"), kNlb3);
@@ -90,6 +105,7 @@ TEST_F(FpgaAgentTest, PodGetsItsPortProgrammedOnceAndScrubbedAfter) {
   EXPECT_EQ(fx_.OpsLog()[0], "reset /dev/dfl-port.0");
   ASSERT_TRUE(HealthyIs(kNlb3Res, 2, 2));
   EXPECT_TRUE(agent_->WaitForLog("dfl-port.0 no longer held; releasing", kWait)) << agent_->Log();
+  EXPECT_FALSE(testing::FileExists(alloc_spec));
   // The next pod gets it programmed again.
   ASSERT_TRUE(sim_->Allocate(kNlb3Res, {"dfl-port.0"}, &resp).ok());
   ASSERT_TRUE(sim_->PreStartContainer(kNlb3Res, {"dfl-port.0"}).ok());

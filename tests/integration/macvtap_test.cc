@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "agent_fixture.h"
 #include "devplug/common/netlink.h"
@@ -199,24 +200,47 @@ TEST_F(MacvtapTest, RequireLinkFollowsAdminStateAndCarrier) {
 TEST_F(MacvtapTest, ReleaseDeletesTheLinkAPodLeftBehind) {
   sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
   StartSim();
-  Start(Module(lower_, "capacity = 2"),
+  // By CDI name too (host_root is "/": the specs go to a folder of ours).
+  const std::string cdi_dir = dir_ / "cdi";
+  Start(Module(lower_, "capacity = 2\ncdi = \"cri\""),
         "pod_resources_socket = \"" + sim_pod_resources_ +
             "\"\npod_resources_poll = \"200ms\"\nrelease_grace = \"200ms\"\n"
-            "kubelet_settle = \"500ms\"\nunseen_timeout = \"3s\"");
+            "kubelet_settle = \"500ms\"\nunseen_timeout = \"3s\"\ncdi_dir = \"" +
+            cdi_dir + "\"");
   ASSERT_TRUE(Registered(kNet));
   ASSERT_TRUE(HealthyIs(kNet, 2, 2));
   cleanup_.push_back("dataplaneMvp0");
   cleanup_.push_back("dataplaneMvp1");
+  const cdi::Kind kind = *cdi::KindOf(kNet);
+  auto spec_of = [&](const std::string& id) {
+    return cdi_dir + "/" + cdi::AllocationFileName(kind, cdi::AllocationName({id}));
+  };
   auto give = [&](const std::string& id, const std::string& pod) {
-    Allocate(kNet, {id});
+    auto resp = Allocate(kNet, {id});
+    EXPECT_EQ(resp.cdi_devices_size(), 1);
     sim_->BindPod("ns", pod, "compute", kNet, {id});
     EXPECT_TRUE(sim_->PreStartContainer(kNet, {id}).ok());
+    return resp;
   };
-  give("dataplaneMvp0", "vm-a");
-  ASSERT_TRUE(Link("dataplaneMvp0"));
+  const auto resp = give("dataplaneMvp0", "vm-a");
+  const auto link = Link("dataplaneMvp0");
+  ASSERT_TRUE(link);
+  // The /dev/tap<N> only Allocate knew, in a spec of that allocation, with
+  // the node's numbers as the kernel made it.
+  ASSERT_TRUE(testing::FileExists(spec_of("dataplaneMvp0")));
+  {
+    const auto spec = nlohmann::json::parse(testing::ReadFile(spec_of("dataplaneMvp0")));
+    EXPECT_EQ(StrJoin(cdi::Validate(spec), "\n"), "") << spec.dump(1);
+    const auto& node = spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+    EXPECT_EQ(node["path"], "/dev/tap" + std::to_string(link->ifindex));
+    EXPECT_EQ(node["type"], "c");
+    ASSERT_EQ(resp.devices_size(), 1);
+    EXPECT_EQ(node["hostPath"], resp.devices(0).host_path());
+  }
   sim_->DeletePod("ns", "vm-a");
   ASSERT_TRUE(Eventually([&] { return !Link("dataplaneMvp0"); })) << agent_->Log();
   ASSERT_TRUE(agent_->WaitForLog("deleted macvtap link dataplaneMvp0", kWait));
+  EXPECT_FALSE(testing::FileExists(spec_of("dataplaneMvp0")));
   ASSERT_TRUE(HealthyIs(kNet, 2, 2));
 
   // vm-b's pod ends; before devplugd releases, the kubelet gives the ID to
@@ -231,6 +255,8 @@ TEST_F(MacvtapTest, ReleaseDeletesTheLinkAPodLeftBehind) {
   const auto after = Link("dataplaneMvp1");
   ASSERT_TRUE(after) << agent_->Log();
   EXPECT_EQ(after->ifindex, held->ifindex);
+  // And vm-c's allocation spec with it.
+  EXPECT_TRUE(testing::FileExists(spec_of("dataplaneMvp1")));
 }
 
 // Two resources on two lower links, each making its links on its own.

@@ -60,11 +60,23 @@ class RdmaAgentTest : public AgentTest {
 TEST_F(RdmaAgentTest, ExclusiveAndSharedResourcesFollowPortState) {
   StartSim();
   StartAgent(Resource(kHca, "rdma", "mode = \"exclusive\"\nport_poll_ms = 50") +
-             Resource(kShared, "rdma", "shares = 4\nport_poll_ms = 50"));
+                 Resource(kShared, "rdma", "shares = 4\nport_poll_ms = 50"),
+             "0s", CdiOn());
   ASSERT_TRUE(Registered(kHca));
   ASSERT_TRUE(Registered(kShared));
   ASSERT_TRUE(HealthyIs(kHca, 2, 2));
   ASSERT_TRUE(HealthyIs(kShared, 4, 4));
+  // The CDI specs on the fixture: an adapter's verbs node and rdma_cm; a
+  // share, every adapter's.
+  std::vector<std::string> names;
+  auto spec = CheckedCdiSpec(kHca, &names);
+  EXPECT_EQ(names, (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  if (names.size() == 2) {
+    EXPECT_EQ(SpecNodes(spec["devices"][1]),
+              (std::vector<std::string>{"/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm"}));
+  }
+  spec = CheckedCdiSpec(kShared, &names);
+  EXPECT_EQ(names.size(), 4u);
   const auto view = sim_->resource(kHca);
   EXPECT_TRUE(view->options.get_preferred_allocation_available());
   ASSERT_EQ(view->devices[1].id(), "mlx5_1");

@@ -66,9 +66,20 @@ class SolarflareAgentTest : public AgentTest {
 
 TEST_F(SolarflareAgentTest, APodGetsOnloadAndTheDriverComesAndGoes) {
   StartSim();
-  StartAgent(Resource(kOnload, "solarflare", "shares = 4"), "100ms");
+  StartAgent(Resource(kOnload, "solarflare", "shares = 4"), "100ms", CdiOn());
   ASSERT_TRUE(Registered(kOnload));
   ASSERT_TRUE(HealthyIs(kOnload, 4, 4));
+  // The CDI spec on the fixture: each share the driver's nodes and the
+  // library mounts.
+  std::vector<std::string> names;
+  const auto spec = CheckedCdiSpec(kOnload, &names);
+  EXPECT_EQ(names, (std::vector<std::string>{"onload-0", "onload-1", "onload-2", "onload-3"}));
+  if (names.size() == 4) {
+    EXPECT_EQ(SpecNodes(spec["devices"][1]),
+              (std::vector<std::string>{"/dev/onload", "/dev/onload_epoll", "/dev/sfc_char"}));
+    EXPECT_EQ(spec["devices"][1]["containerEdits"]["mounts"].size(), 6u);
+    EXPECT_EQ(spec["devices"][1]["containerEdits"]["mounts"][0]["options"][1], "ro");
+  }
   const auto view = sim_->resource(kOnload);
   EXPECT_FALSE(view->options.pre_start_required());  // nothing to do before a start
   // NICs on NUMA nodes 0 and 1: every replica names both (ABI 1.6).
