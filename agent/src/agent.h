@@ -46,6 +46,7 @@
 #include "lifecycle/handed_out.h"
 #include "lifecycle/release_coordinator.h"
 #include "lifecycle/release_tracker.h"
+#include "lifecycle/resource_releases.h"
 #include "modules/module_instance.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
@@ -159,6 +160,9 @@ class Agent {
     // When each device was last handed out (pod_of); a reload's new
     // instance takes over its predecessor's.
     std::shared_ptr<lifecycle::HandedOut> handed_out;
+    // Both, as the instance (ReleaseHooks) and the device plugin service
+    // (each Allocate) see them; made at each launch.
+    std::shared_ptr<lifecycle::ResourceReleases> releases;
 
     // ---- registration ----
     std::unique_ptr<kubelet::Registrar> registrar;

@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
+#include "kubelet/list_publisher.h"
+#include "kubelet/pod_lookup.h"
 #include "modules/loaded_module.h"
 
 namespace devplug {
@@ -74,60 +76,11 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
   modules::ModuleInstance::Options opts;
   opts.host_root = cfg.host_root;
   opts.index = r.index;
-  // The kubelet drops a stream whose message exceeds its 4 MiB receive limit
-  // and never reconnects: such a list is held back (the previous one stays).
-  // Both run on the module's worker, on_change right after a check_list that
-  // passed for the same list: the message built for the check is the one sent.
-  auto checked = std::make_shared<kubelet::SnapshotPtr>();
-  opts.check_list = [checked](const modules::DeviceList& list) -> std::string {
-    *checked = kubelet::MakeSnapshot(list);
-    const size_t bytes = (*checked)->ByteSizeLong();
-    if (bytes <= kubelet::kKubeletMaxMessageBytes) return "";
-    checked->reset();
-    return StrCat(list.size(), " devices make a ", bytes,
-                  " byte device list, over the kubelet's 4 MiB message limit; not sending it");
-  };
-  // The CDI spec names a list's devices before the kubelet sees the list.
-  opts.on_change = [hub = r.hub.get(), checked, cdi = r.cdi](modules::DeviceListPtr list) {
-    if (cdi) cdi->Publish(*list);
-    hub->Publish(*checked ? std::move(*checked) : kubelet::MakeSnapshot(*list));
-  };
   opts.start_timeout = cfg.start_timeout;
   opts.prestart_timeout = cfg.prestart_timeout;
-  opts.on_scan = [m = r.metrics](ops::ScanCause cause) { m->Rescan(cause); };
-  opts.on_health = [m = r.metrics](uint64_t healthy, uint64_t unhealthy, uint64_t up,
-                                   uint64_t down) {
-    m->Devices(healthy, unhealthy);
-    m->Transitions(up, down);
-  };
-  // host->pod_of(): the answer comes from a List sent after the device was
-  // last handed out (its last Allocate, and the PreStartContainer being run,
-  // if any): an older one may still name the previous holder. The shared
-  // List serves when it is at most 1 s old and new enough; otherwise one of
-  // our own. A device listed under two pods is no answer (-ENOTUNIQ).
-  opts.pod_of = [pods = pods_, handed = r.handed_out, name = r.cfg.name](
-                    const std::string& id, std::optional<Clock::time_point> not_before,
-                    modules::PodHolder* holder) {
-    std::optional<Clock::time_point> after = handed->Last(id);
-    if (not_before && (!after || *not_before > *after)) after = not_before;
-    const auto asked_at = Clock::now();
-    // Three tries: a List already in flight may have been sent too early.
-    for (int round = 0; round < 3; ++round) {
-      auto snapshot = pods->Get(round == 0 ? milliseconds(1000) : milliseconds(0));
-      if (!snapshot.ok()) return -EAGAIN;
-      const kubelet::PodSnapshot& s = **snapshot;
-      if (after && s.asked <= *after) continue;  // may predate the kubelet's record
-      if (s.Ambiguous(name, id)) return -ENOTUNIQ;
-      if (const Holder* h = s.Find(name, id)) {
-        holder->pod_namespace = h->pod_namespace;
-        holder->pod_name = h->pod_name;
-        holder->container = h->container;
-        return 0;
-      }
-      if (s.asked >= asked_at) return -ENOENT;  // a List of our own says nobody
-    }
-    return -EAGAIN;
-  };
+  opts.lists = std::make_shared<kubelet::ListPublisher>(r.hub.get(), r.cdi);
+  opts.observer = r.metrics;
+  opts.pods = std::make_shared<kubelet::PodLookup>(pods_, r.handed_out, r.cfg.name);
   r.tracker.reset();
   if (r.module->has_on_release()) {
     // Every module with on_release has a tracker, switched off while
@@ -145,34 +98,13 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
     else
       r.tracker = std::make_shared<lifecycle::ReleaseTracker>(Timing(cfg),
                                                               cfg.pod_resources_poll.count() > 0);
-    opts.release.apply = [tracker = r.tracker](modules::DeviceList& list) {
-      return tracker->Apply(list);
-    };
-    opts.release.due_before_start = [tracker = r.tracker](const std::vector<std::string>& ids,
-                                                          bool* wait) {
-      return tracker->ReleasesBeforeStart(ids, wait);
-    };
-    opts.release.released = [tracker = r.tracker, mailbox = mailbox_, i = r.id, m = r.metrics](
-                                const std::vector<std::string>& ids, int rc, const std::string& why,
-                                bool before_start) {
-      m->Release(rc == 0         ? ops::ReleaseResult::kReleased
-                 : rc == -EAGAIN ? ops::ReleaseResult::kBusy
-                                 : ops::ReleaseResult::kFailed,
-                 ids.size());
-      if (before_start)
-        tracker->OnReleasedBeforeStart(ids, rc == 0, Clock::now());
-      else
-        tracker->OnReleased(ids, rc, why, Clock::now());
-      mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
-    };
   }
-  if (path_watch_) {
-    const uint64_t owner = path_watch_->NewOwner(r.id);
-    opts.watch_path = [pw = path_watch_, owner](const std::string& path) {
-      return pw->Add(owner, path);
-    };
-    opts.on_destroyed = [pw = path_watch_, owner] { pw->Remove(owner); };
-  }
+  r.releases = std::make_shared<lifecycle::ResourceReleases>(
+      r.handed_out, r.tracker, [mailbox = mailbox_, i = r.id] {
+        mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
+      });
+  if (r.tracker) opts.releases = r.releases;
+  if (path_watch_) opts.watches = std::make_shared<udev::PathWatchSet>(path_watch_, r.id);
   const uint64_t launch = ++r.launch;
   ++r.attempts;
   r.start_deadline = Clock::now() + cfg.start_timeout;

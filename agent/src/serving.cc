@@ -134,18 +134,9 @@ Status Agent::StartServer(Resource& r) {
   // removed by us, and only while it is still the file we bound.
   const std::string bind_path = BindPath(r.socket_path);
   unlink(bind_path.c_str());  // one a killed devplugd left
-  std::function<void(const std::vector<std::string>&)> on_allocated =
-      [handed = r.handed_out, tracker = r.tracker, mailbox = mailbox_,
-       i = r.id](const std::vector<std::string>& ids) {
-        const auto now = Clock::now();
-        handed->Record(ids, now);
-        if (!tracker) return;
-        tracker->OnAllocated(ids, now);
-        mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
-      };
   r.service = std::make_unique<kubelet::DevicePluginService>(
       r.instance.get(), r.hub.get(), &timers_, config_.call_timeout, config_.prestart_timeout,
-      std::move(on_allocated), r.metrics, r.cdi);
+      r.releases, r.metrics, r.cdi);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
   builder.RegisterService(r.service.get());

@@ -20,6 +20,7 @@
 #include "apbus.h"
 #include "cex_fixture.h"
 #include "emulator.h"
+#include "fake_hooks.h"
 #include "module_harness.h"
 #include "test_util.h"
 #include "zcrypt.h"
@@ -118,14 +119,15 @@ class CexModuleTest : public ::testing::Test {
   StatusOr<std::unique_ptr<ModuleInstance>> Open(const std::string& body,
                                                  ModuleInstance::Options o = {},
                                                  const std::string& name = kRes, size_t index = 0) {
-    o.pod_of = [this](const std::string& id, std::optional<std::chrono::steady_clock::time_point>,
-                      PodHolder* holder) {
+    o.pods = devplug::testing::PodsFrom([this](const std::string& id,
+                                               std::optional<std::chrono::steady_clock::time_point>,
+                                               PodHolder* holder) {
       auto it = pods_.find(id);
       if (pod_rc_ != 0) return pod_rc_;
       if (it == pods_.end()) return -ENOENT;
       *holder = {it->second, "pod-of-" + id, "uid-" + id, "main"};
       return 0;
-    };
+    });
     return harness::OpenFile(FixtureModule(), name, dir_.path(), body, index, std::move(o));
   }
   // The emulator's log: lines starting with `verb` ("create", "destroy").

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_hooks.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
 #include "test_util.h"
@@ -71,7 +72,7 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
       "[[resource]]\nname = \"fake.example/full\"\nmodule = \"fake\"\ncount = 16\n", "t", {});
   std::atomic<int> changes{0};
   modules::ModuleInstance::Options o;
-  o.on_change = [&](modules::DeviceListPtr) { ++changes; };
+  o.lists = testing::ListsTo([&](modules::DeviceListPtr) { ++changes; });
   auto inst = modules::ModuleInstance::Create(*m, cfg->resources[0], std::move(o));
   ASSERT_TRUE(inst.ok());
   // Every call gets exactly one answer: a result, or UNAVAILABLE when more

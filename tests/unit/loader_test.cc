@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fake_hooks.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
 #include "test_util.h"
@@ -162,7 +163,7 @@ TEST(ModuleInstanceTest, RescanRequestsAreCoalesced) {
   ASSERT_TRUE(m.ok());
   int changes = 0;
   ModuleInstance::Options o;
-  o.on_change = [&](DeviceListPtr) { ++changes; };
+  o.lists = devplug::testing::ListsTo([&](DeviceListPtr) { ++changes; });
   auto inst = ModuleInstance::Create(*m, Resource("count = 1\n"), std::move(o));
   ASSERT_TRUE(inst.ok());
   EXPECT_EQ(changes, 1);  // the initial list

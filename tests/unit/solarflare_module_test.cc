@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "devplug/common/pci.h"
+#include "fake_hooks.h"
 #include "module_harness.h"
 #include "onload_fixture.h"
 #include "test_util.h"
@@ -354,12 +355,13 @@ class SolarflareAttachTest : public SolarflareModuleTest {
   }
   ModuleInstance::Options WithPods() {
     ModuleInstance::Options o;
-    o.pod_of = [this](const std::string& id, std::optional<std::chrono::steady_clock::time_point>,
-                      PodHolder* holder) {
+    o.pods = devplug::testing::PodsFrom([this](const std::string& id,
+                                               std::optional<std::chrono::steady_clock::time_point>,
+                                               PodHolder* holder) {
       if (id != kA || lookup_rc_ == -ENOTUNIQ) return lookup_rc_;
       *holder = {"team-a", "trader-0", "0f1e2d3c-aaaa-bbbb-cccc-000000000001", "engine"};
       return 0;
-    };
+    });
     return o;
   }
   Strings Seen() {

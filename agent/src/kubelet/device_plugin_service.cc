@@ -188,18 +188,19 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
   for (const auto& c : recipe.cdi_devices) out->add_cdi_devices()->set_name(c);
 }
 
-DevicePluginService::DevicePluginService(
-    modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
-    std::chrono::milliseconds call_timeout, std::chrono::milliseconds prestart_timeout,
-    std::function<void(const std::vector<std::string>&)> on_allocated,
-    std::shared_ptr<RpcObserver> metrics, std::shared_ptr<cdi::ResourceCdi> cdi)
+DevicePluginService::DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub,
+                                         Timers* timers, std::chrono::milliseconds call_timeout,
+                                         std::chrono::milliseconds prestart_timeout,
+                                         std::shared_ptr<lifecycle::ResourceReleases> releases,
+                                         std::shared_ptr<RpcObserver> metrics,
+                                         std::shared_ptr<cdi::ResourceCdi> cdi)
     : instance_(instance),
       hub_(hub),
       timers_(timers),
       call_timeout_ms_(call_timeout.count()),
       prestart_timeout_ms_(prestart_timeout.count()),
       options_(OptionsFor(*instance)),
-      on_allocated_(std::move(on_allocated)),
+      releases_(std::move(releases)),
       metrics_(std::move(metrics)),
       cdi_(std::move(cdi)) {}
 
@@ -253,12 +254,12 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
  public:
   AllocateCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
                const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp,
-               std::function<void(const std::vector<std::string>&)> on_allocated,
+               std::shared_ptr<lifecycle::ResourceReleases> releases,
                std::shared_ptr<cdi::ResourceCdi> cdi)
       : call_(std::move(call)),
         instance_(instance),
         resp_(resp),
-        on_allocated_(std::move(on_allocated)),
+        releases_(std::move(releases)),
         cdi_(std::move(cdi)),
         resource_(instance->resource().name),
         module_allocates_(instance->module().has_allocate()) {
@@ -274,12 +275,12 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   // once unseen_timeout has passed with no pod listing them.
   ~AllocateCall() {
     // (The instance may be gone by now: only what was copied is used.)
-    if (answered_ || answered_ids_.empty() || !on_allocated_ || !module_allocates_) return;
+    if (answered_ || answered_ids_.empty() || !releases_ || !module_allocates_) return;
     spdlog::info(
         "{}: Allocate did not succeed after the module set up {}; releasing them once "
         "no pod holds them",
         resource_, StrJoin(answered_ids_, ","));
-    on_allocated_(answered_ids_);
+    releases_->Allocated(answered_ids_);
   }
 
   void Next() {
@@ -290,10 +291,10 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
       }
       if (call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); })) {
         answered_ = true;
-        if (on_allocated_) {
+        if (releases_) {
           std::vector<std::string> ids;
           for (const auto& r : requests_) ids.insert(ids.end(), r.begin(), r.end());
-          on_allocated_(ids);
+          releases_->Allocated(ids);
         }
       }
       return;
@@ -329,7 +330,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
   modules::ModuleInstance* const instance_;
   v1beta1::AllocateResponse* const resp_;  // only inside a winning Complete()
   // A copy: the call may finish after its service is gone.
-  const std::function<void(const std::vector<std::string>&)> on_allocated_;
+  const std::shared_ptr<lifecycle::ResourceReleases> releases_;
   const std::shared_ptr<cdi::ResourceCdi> cdi_;
   std::vector<std::vector<std::string>> requests_;
   v1beta1::AllocateResponse built_;
@@ -402,8 +403,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
       r, Rpc::kAllocate,
       IdsForLog(
           req->container_requests(), [](const auto& c) -> const auto& { return c.devices_ids(); }));
-  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, on_allocated_, cdi_)
-      ->Next();
+  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, releases_, cdi_)->Next();
   return r;
 }
 

@@ -22,6 +22,7 @@
 #include "cdi/resource_cdi.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet/stream_hub.h"
+#include "lifecycle/resource_releases.h"
 #include "model/kubelet_limits.h"
 #include "model/rpc.h"
 #include "modules/module_instance.h"
@@ -50,12 +51,12 @@ class RpcObserver {
 
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
-  // `on_allocated` (optional) learns the IDs of every successful Allocate
-  // (release tracking), on a gRPC or worker thread.
+  // `releases` (optional) learns the IDs of every successful Allocate
+  // (release tracking, pod lookups), on a gRPC or worker thread.
   DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
                       std::chrono::milliseconds call_timeout,
                       std::chrono::milliseconds prestart_timeout,
-                      std::function<void(const std::vector<std::string>&)> on_allocated = {},
+                      std::shared_ptr<lifecycle::ResourceReleases> releases = nullptr,
                       std::shared_ptr<RpcObserver> metrics = nullptr,
                       std::shared_ptr<cdi::ResourceCdi> cdi = nullptr);
 
@@ -95,7 +96,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   std::atomic<int64_t> call_timeout_ms_;
   std::atomic<int64_t> prestart_timeout_ms_;
   const v1beta1::DevicePluginOptions options_;
-  const std::function<void(const std::vector<std::string>&)> on_allocated_;
+  const std::shared_ptr<lifecycle::ResourceReleases> releases_;
   const std::shared_ptr<RpcObserver> metrics_;
   const std::shared_ptr<cdi::ResourceCdi> cdi_;  // null: cdi is "off"
   std::mutex mu_;

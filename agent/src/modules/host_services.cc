@@ -232,11 +232,11 @@ int ModuleInstance::HostConfigMember(const devplug_host* h, const char* path, si
 int ModuleInstance::HostWatchPath(const devplug_host* h, const char* path) {
   if (h == nullptr || path == nullptr || path[0] != '/' || path[1] == '\0') return -EINVAL;
   ModuleInstance* self = Self(h);
-  if (!self->options_.watch_path) return -ENOSYS;
+  if (!self->options_.watches) return -ENOSYS;
   try {
     const std::string& root = self->options_.host_root;
     std::string full = (root == "/" || root.empty()) ? std::string(path) : root + path;
-    return self->options_.watch_path(full);
+    return self->options_.watches->Add(full);
   } catch (...) {
     return -ENOMEM;
   }
@@ -247,11 +247,11 @@ int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod
       ret->struct_size < offsetof(devplug_pod, pod_namespace) + sizeof(ret->pod_namespace))
     return -EINVAL;
   ModuleInstance* self = Self(h);
-  if (!self->options_.pod_of) return -EAGAIN;
+  if (!self->options_.pods) return -EAGAIN;
   try {
     PodHolder holder;
     CallContext& call = self->Call();
-    const int rc = self->options_.pod_of(id, call.prestart_began, &holder);
+    const int rc = self->options_.pods->PodOf(id, call.prestart_began, &holder);
     if (rc != 0) return rc;
     call.pod_answer = std::move(holder);
     const PodHolder& a = call.pod_answer;

@@ -97,12 +97,12 @@ Status ModuleInstance::CreateOnWorker() {
   if (!config_errors_.empty()) {
     if (rc >= 0 && inst != nullptr)
       DestroyModuleInstance(inst);
-    else if (options_.on_destroyed)
-      options_.on_destroyed();
+    else if (options_.watches)
+      options_.watches->EndAll();
     return InvalidArgumentError(StrJoin(config_errors_, "\n"));
   }
   if (rc < 0 || inst == nullptr) {
-    if (options_.on_destroyed) options_.on_destroyed();  // watches it added
+    if (options_.watches) options_.watches->EndAll();  // watches it added
     std::string why =
         StrCat(who, " create failed: ",
                Call().error.empty() ? std::strerror(rc < 0 ? -rc : EINVAL) : Call().error);
@@ -122,7 +122,7 @@ Status ModuleInstance::CreateOnWorker() {
 
 void ModuleInstance::DestroyModuleInstance(devplug_instance* inst) {
   module_->descriptor().destroy(inst);
-  if (options_.on_destroyed) options_.on_destroyed();
+  if (options_.watches) options_.watches->EndAll();
 }
 
 StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
@@ -463,10 +463,10 @@ std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string
         }
         // Guarantee before reuse: a device handed to this container while the
         // agent still counted it as someone else's is released first.
-        if (tracks_releases() && options_.release.due_before_start) {
+        if (tracks_releases() && options_.releases) {
           for (;;) {
             bool wait = false;
-            const std::vector<std::string> due = options_.release.due_before_start(ids, &wait);
+            const std::vector<std::string> due = options_.releases->DueBeforeStart(ids, &wait);
             if (due.empty() && !wait) break;
             if (!wait) {
               std::string why;
@@ -529,7 +529,8 @@ int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string*
     spdlog::debug("{}: still busy ({}); asking again", what, *why);
   else
     spdlog::warn("{}: failed: {}", what, *why);
-  if (options_.release.released) options_.release.released(ids, rc, *why, before_start);
+  if (options_.observer) options_.observer->Released(rc, ids.size());
+  if (options_.releases) options_.releases->Released(ids, rc, *why, before_start);
   return rc;
 }
 

@@ -34,77 +34,32 @@
 #include "model/scan_cause.h"
 #include "modules/device.h"
 #include "modules/device_lanes.h"
+#include "modules/hooks.h"
 #include "modules/loaded_module.h"
 #include "udev/event.h"
 #include "util/status.h"
 
 namespace devplug::modules {
 
-// The pod and container holding a device (host->pod_of()).
-struct PodHolder {
-  std::string pod_namespace, pod_name, pod_uid, container;
-};
-
 class ModuleInstance {
  public:
-  // Called on the worker thread with every new device list that differs from
-  // the previous one.
-  using ChangeListener = std::function<void(DeviceListPtr)>;
-
   struct Options {
     std::string host_root = "/";
     // Index of the [[resource]] table, for error messages.
     size_t index = 0;
-    ChangeListener on_change;
     // create() plus the first scan must finish within this; otherwise the
     // instance is given up (its thread abandoned) and Create fails.
     std::chrono::milliseconds start_timeout{std::chrono::seconds(30)};
     // host->prestart_timeout_ms (ABI 1.4).
     std::chrono::milliseconds prestart_timeout{std::chrono::seconds(28)};
-    // Says why a new device list cannot be published (e.g. over the
-    // kubelet's message limit), or "" when it can. A list it refuses is
-    // dropped: the previous one stays current for the kubelet and Allocate.
-    std::function<std::string(const DeviceList&)> check_list;
-    // host->pod_of() (ABI 1.2): the holder of one of this resource's
-    // devices: 0, -ENOENT (nobody), -ENOTUNIQ (listed under two pods) or
-    // -EAGAIN (cannot ask now). `not_before`, inside pre_start(): when that
-    // PreStartContainer began (the kubelet has recorded the container's
-    // devices by then); the answer comes from a List sent after it. Called
-    // on the worker; may wait for PodResources Lists.
-    std::function<int(const std::string& id,
-                      std::optional<std::chrono::steady_clock::time_point> not_before,
-                      PodHolder* holder)>
-        pod_of;
-    // Release tracking (ABI 1.2), used when the module has on_release() and
-    // the instance did not opt out (tracks_releases()):
-    //  - apply: marks devices the agent holds back (a release runs) in a list
-    //    about to be published; true if it changed anything;
-    //  - due_before_start: which of a starting container's devices must be
-    //    released first; sets *wait (and returns none) while a release of
-    //    one of them runs elsewhere (an instance a reload replaced);
-    //  - released: every on_release() result (0, -EAGAIN, -errno with the
-    //    module's reason), on the worker; before_start for those of PreStart.
-    struct ReleaseHooks {
-      std::function<bool(DeviceList&)> apply;
-      std::function<std::vector<std::string>(const std::vector<std::string>&, bool* wait)>
-          due_before_start;
-      std::function<void(const std::vector<std::string>& ids, int rc, const std::string& why,
-                         bool before_start)>
-          released;
-    } release;
-    // host->watch_path() (ABI 1.3): watches a path (host_root applied) for
-    // this instance: 0 or -errno. Called on the worker.
-    std::function<int(const std::string& path)> watch_path;
-    // Runs on the worker after every destroy() of the module instance (the
-    // end of its path watches).
-    std::function<void()> on_destroyed;
-    // Every list_devices() call, with what caused it (metrics).
-    std::function<void(ScanCause)> on_scan;
-    // Every published list: healthy and unhealthy counts, and how many
-    // devices turned Healthy or Unhealthy with it (metrics).
-    std::function<void(uint64_t healthy, uint64_t unhealthy, uint64_t to_healthy,
-                       uint64_t to_unhealthy)>
-        on_health;
+    // What the instance calls outside itself (modules/hooks.h). Null: not
+    // there (no front end in a test; no release tracking by the agent;
+    // pod_of() answers -EAGAIN; no metrics; watch_path() is -ENOSYS).
+    std::shared_ptr<ListSink> lists;
+    std::shared_ptr<ReleaseHooks> releases;
+    std::shared_ptr<PodLookup> pods;
+    std::shared_ptr<InstanceObserver> observer;
+    std::shared_ptr<PathWatches> watches;
   };
 
   // Starts the worker and queues create() and the first list_devices() on
@@ -201,11 +156,11 @@ class ModuleInstance {
   // create() (host->use_pre_start(h, 0)).
   bool runs_pre_start() const;
   // on_release(ids) on its device's lane (the worker without lanes);
-  // `done` gets its result and reason there, after options.release.released
+  // `done` gets its result and reason there, after options.releases
   // saw it.
   void Release(std::vector<std::string> ids,
                std::function<void(int rc, const std::string& why)> done = {});
-  // Publishes the last scan again through options.release.apply (when what
+  // Publishes the last scan again through options.releases (when what
   // the agent holds back changed), on the calling thread, without calling
   // the module and without waiting for its queue.
   void Republish();
@@ -243,7 +198,7 @@ class ModuleInstance {
   // comes out differs from the current list. Needs publish_mu_.
   Status PublishLocked(DeviceList list);
   // on_release(ids): 0, -EAGAIN or -errno (reason in *why); logged and
-  // reported to options.release.released.
+  // reported to options.releases and the observer.
   int RunRelease(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
   // An event-driven scan now, or at the end of the rate-limit window.
@@ -270,7 +225,7 @@ class ModuleInstance {
                               const char** ret_name);
   static int HostWatchPath(const devplug_host* h, const char* path);
   const config::ConfigNode* FindConfig(const char* path, int* error) const;
-  // destroy() and what follows it (options_.on_destroyed).
+  // destroy() and what follows it (the end of its path watches).
   void DestroyModuleInstance(devplug_instance* inst);
   static ModuleInstance* Self(const devplug_host* h);
 

@@ -53,7 +53,7 @@ DeviceListPtr ModuleInstance::devices() const {
 
 Status ModuleInstance::ScanOnWorker(ScanCause cause) {
   if (inst_ == nullptr) return OkStatus();
-  if (options_.on_scan) options_.on_scan(cause);
+  if (options_.observer) options_.observer->Scanned(cause);
   DeviceSink sink;
   sink.list.reserve(devices()->size());  // usually the same size again
   Call().error.clear();
@@ -78,14 +78,14 @@ Status ModuleInstance::ScanOnWorker(ScanCause cause) {
 }
 
 Status ModuleInstance::PublishLocked(DeviceList list) {
-  if (tracks_releases() && options_.release.apply) options_.release.apply(list);
+  if (tracks_releases() && options_.releases) options_.releases->Apply(list);
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
   const DeviceListPtr previous = devices();
   if (published_ && *previous == *next) return OkStatus();
   // A list the kubelet cannot take is not sent, and so never becomes the
   // list Allocate checks against.
-  if (options_.check_list) {
-    if (std::string why = options_.check_list(*next); !why.empty()) {
+  if (options_.lists) {
+    if (std::string why = options_.lists->Accept(*next); !why.empty()) {
       if (!published_) return FailedPreconditionError(why);  // nothing to keep
       spdlog::error("{}: {}; keeping the previous device list", resource_.name, why);
       return OkStatus();
@@ -99,12 +99,12 @@ Status ModuleInstance::PublishLocked(DeviceList list) {
   published_ = true;
   const auto [to_healthy, to_unhealthy] =
       LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
-  if (options_.on_health) {
+  if (options_.observer) {
     const uint64_t healthy =
         std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
-    options_.on_health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
+    options_.observer->Health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
   }
-  if (options_.on_change && !abandoned_) options_.on_change(next);
+  if (options_.lists && !abandoned_) options_.lists->Publish(next);
   return OkStatus();
 }
 

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "kubelet/device_plugin_service.h"
 #include "model/rpc.h"
 #include "model/scan_cause.h"
+#include "modules/hooks.h"
 #include "util/status.h"
 
 namespace devplug::ops {
@@ -43,7 +45,7 @@ inline constexpr std::array<double, 17> kRpcBuckets = {
 
 // One resource's series. Shared by everything that counts for it; its
 // series disappear when the agent removes it (a reload took it away).
-class ResourceMetrics final : public kubelet::RpcObserver {
+class ResourceMetrics final : public kubelet::RpcObserver, public modules::InstanceObserver {
  public:
   explicit ResourceMetrics(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
@@ -59,6 +61,19 @@ class ResourceMetrics final : public kubelet::RpcObserver {
   void Rescan(ScanCause cause) { rescans_[Index(cause)].fetch_add(1, std::memory_order_relaxed); }
   void Release(ReleaseResult result, uint64_t n) {
     releases_[Index(result)].fetch_add(n, std::memory_order_relaxed);
+  }
+  // What the module instance reports (modules::InstanceObserver).
+  void Scanned(ScanCause cause) override { Rescan(cause); }
+  void Health(uint64_t healthy, uint64_t unhealthy, uint64_t to_healthy,
+              uint64_t to_unhealthy) override {
+    Devices(healthy, unhealthy);
+    Transitions(to_healthy, to_unhealthy);
+  }
+  void Released(int rc, size_t n) override {
+    Release(rc == 0         ? ReleaseResult::kReleased
+            : rc == -EAGAIN ? ReleaseResult::kBusy
+                            : ReleaseResult::kFailed,
+            n);
   }
   // Adds `old`'s counters (not its gauges) to these.
   void CarryCounters(const ResourceMetrics& old);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "modules/hooks.h"
 #include "util/status.h"
 
 namespace devplug::udev {
@@ -70,6 +71,20 @@ class PathWatch {
   std::map<uint64_t, uint64_t> tags_;  // owner -> tag; guarded by mu_
   std::vector<Target> targets_;        // guarded by mu_
   std::map<int, int> refs_;            // wd -> targets on it; guarded by mu_
+};
+
+// One module instance's watches (its PathWatches): an owner of a shared
+// PathWatch.
+class PathWatchSet final : public modules::PathWatches {
+ public:
+  PathWatchSet(std::shared_ptr<PathWatch> watch, uint64_t tag)
+      : watch_(std::move(watch)), owner_(watch_->NewOwner(tag)) {}
+  int Add(const std::string& path) override { return watch_->Add(owner_, path); }
+  void EndAll() override { watch_->Remove(owner_); }
+
+ private:
+  const std::shared_ptr<PathWatch> watch_;
+  const uint64_t owner_;
 };
 
 }  // namespace devplug::udev
