@@ -29,7 +29,7 @@
 
 #include "inspect_module.h"
 #include "kubelet_sim.h"
-#include "log.h"
+#include "ops/log.h"
 #include "status.h"
 
 extern char** environ;

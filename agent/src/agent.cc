@@ -18,9 +18,9 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "conflicts.h"
-#include "log.h"
+#include "modules/conflicts.h"
 #include "modules/loaded_module.h"
+#include "ops/log.h"
 #include "util/exit_priority.h"
 #include "util/systemd.h"
 #include "util/unix_socket.h"

@@ -35,7 +35,7 @@
 
 #include "cdi/resource_cdi.h"
 #include "config/config.h"
-#include "config_watch.h"
+#include "config/config_watch.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"

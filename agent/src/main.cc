@@ -13,10 +13,10 @@
 
 #include "agent.h"
 #include "config/config.h"
-#include "conflicts.h"
-#include "log.h"
+#include "modules/conflicts.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
+#include "ops/log.h"
 
 namespace {
 

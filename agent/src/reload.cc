@@ -9,9 +9,9 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
-#include "conflicts.h"
-#include "log.h"
+#include "modules/conflicts.h"
 #include "modules/loaded_module.h"
+#include "ops/log.h"
 #include "util/systemd.h"
 
 namespace devplug {

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "agent_fixture.h"
-#include "config_watch.h"
+#include "config/config_watch.h"
 
 namespace devplug {
 namespace {

@@ -1,4 +1,4 @@
-// The agent's log levels: set by the configuration, applied by log.h.
+// The agent's log levels: set by the configuration, applied by ops/log.h.
 #pragma once
 
 namespace devplug {

@@ -1,4 +1,4 @@
-#include "log.h"
+#include "ops/log.h"
 
 #include <cstdlib>
 #include <memory>

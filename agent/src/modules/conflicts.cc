@@ -1,4 +1,4 @@
-#include "conflicts.h"
+#include "modules/conflicts.h"
 
 #include <map>
 #include <set>

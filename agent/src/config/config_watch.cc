@@ -1,4 +1,4 @@
-#include "config_watch.h"
+#include "config/config_watch.h"
 
 #include <sys/inotify.h>
 #include <unistd.h>
