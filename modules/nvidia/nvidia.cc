@@ -29,6 +29,7 @@
 #include "devplug/common/preferred.h"
 #include "mig.h"
 #include "nvml.h"
+#include "peers.h"
 #include "placement.h"
 #include "session.h"
 #include "settings.h"
@@ -52,7 +53,6 @@ using devplug::nvidia::MigDevice;
 using devplug::nvidia::Session;
 using devplug::nvidia::Settings;
 using devplug::nvidia::Strategy;
-using devplug::nvidia::StrategyName;
 namespace nvml = devplug::nvidia::nvml;
 
 constexpr const char* kControlNodes[] = {"/dev/nvidiactl", "/dev/nvidia-uvm",
@@ -109,21 +109,6 @@ std::string XidKey(const std::string& gpu, unsigned gi, unsigned ci) {
   return gpu + "/" + std::to_string(gi) + "/" + std::to_string(ci);
 }
 
-// The nvidia instances of this process, for the warning about two of them
-// meeting in one container.
-struct Peer {
-  std::string resource;
-  Strategy strategy;
-};
-std::mutex& PeersMutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<const void*, Peer>& Peers() {
-  static std::map<const void*, Peer> peers;
-  return peers;
-}
-
 class Nvidia : public Instance, public Session::Listener {
  public:
   Nvidia(Host host, Settings settings)
@@ -132,13 +117,14 @@ class Nvidia : public Instance, public Session::Listener {
   ~Nvidia() override {
     if (session_) session_->Unsubscribe(this);
     session_.reset();  // the last one stops the event thread and shuts NVML down
-    std::lock_guard lock(PeersMutex());
-    Peers().erase(this);
+    devplug::nvidia::LeavePeers(this);
   }
 
   // Chooses NVML or procfs. Throws when NVML is required and not usable.
   void Start() {
-    WarnAboutPeers();
+    for (const std::string& w :
+         devplug::nvidia::JoinPeers(this, std::string(host().resource_name()), s_.strategy))
+      host().Warn(w);
     if (s_.discovery == Discovery::kProcfs) return;
     std::string why;
     session_ = Session::Acquire(s_.library, &why);
@@ -350,27 +336,6 @@ class Nvidia : public Instance, public Session::Listener {
   }
 
  private:
-  void WarnAboutPeers() {
-    const std::string me(host().resource_name());
-    std::lock_guard lock(PeersMutex());
-    for (const auto& [ptr, peer] : Peers()) {
-      // The same resource twice: its replacement during a reload.
-      if (peer.resource == me) continue;
-      if (peer.strategy == s_.strategy && s_.strategy != Strategy::kEnvvar) continue;
-      // "cdi" sets no NVIDIA_VISIBLE_DEVICES: nothing to lose.
-      if (peer.strategy == Strategy::kCdi || s_.strategy == Strategy::kCdi) continue;
-      host().Warn("resources \"" + peer.resource + "\" (device_list_strategy = \"" +
-                  StrategyName(peer.strategy) + "\") and \"" + me + "\" (\"" +
-                  StrategyName(s_.strategy) +
-                  "\") both serve NVIDIA devices: a container given both sees the devices of "
-                  "only one in " +
-                  kVisible +
-                  " (the kubelet keeps one value); set device_list_strategy = "
-                  "\"volume-mounts\" or \"cdi\" on both");
-    }
-    Peers()[this] = Peer{me, s_.strategy};
-  }
-
   // Folds a discovery into units_: found, new, reconfigured away.
   void Collect(const std::map<std::string, GpuInfo>& gpus) {
     for (auto& [id, u] : units_) u.found = false;

@@ -14,6 +14,11 @@
 namespace devplug::cdi {
 namespace {
 
+// Whether one of `ids` is in `set`.
+bool AnyIn(const std::vector<std::string>& ids, const std::set<std::string>& set) {
+  return std::any_of(ids.begin(), ids.end(), [&](const std::string& id) { return set.count(id); });
+}
+
 std::string Under(const std::string& host_root, const std::string& path) {
   if (host_root.empty() || host_root == "/") return path;
   return host_root + path;
@@ -77,12 +82,12 @@ void ResourceCdi::Publish(const modules::DeviceList& list) {
   if (!active_) return;
   WriteLocked();
   if (!allocations_.empty()) {
-    std::set<std::string_view> listed;
+    std::set<std::string> listed;
     for (const modules::Device& d : list) listed.insert(d.id);
     DropAllocationsLocked(
-        [&](const Allocation& a) {
-          return std::any_of(a.ids.begin(), a.ids.end(),
-                             [&](const std::string& id) { return !listed.count(id); });
+        [&](const std::string&, const Allocation& a) {
+          return !std::all_of(a.ids.begin(), a.ids.end(),
+                              [&](const std::string& id) { return listed.count(id); });
         },
         "a device of it left the list");
   }
@@ -143,11 +148,12 @@ Status ResourceCdi::WriteIndexLocked() {
   return WriteSpecFile(dir, AllocationIndexName(kind_), j.dump() + "\n");
 }
 
-void ResourceCdi::DropAllocationsLocked(const std::function<bool(const Allocation&)>& which,
-                                        const std::string& why) {
+void ResourceCdi::DropAllocationsLocked(
+    const std::function<bool(const std::string& name, const Allocation&)>& which,
+    const std::string& why) {
   bool dropped = false;
   for (auto it = allocations_.begin(); it != allocations_.end();) {
-    if (!which(it->second)) {
+    if (!which(it->first, it->second)) {
       ++it;
       continue;
     }
@@ -174,10 +180,8 @@ void ResourceCdi::Released(const std::vector<std::string>& ids,
   std::lock_guard lock(mu_);
   if (!active_ || allocations_.empty()) return;
   DropAllocationsLocked(
-      [&](const Allocation& a) {
-        return a.written < listed &&
-               std::any_of(a.ids.begin(), a.ids.end(),
-                           [&](const std::string& id) { return gone.count(id) > 0; });
+      [&](const std::string&, const Allocation& a) {
+        return a.written < listed && AnyIn(a.ids, gone);
       },
       "released");
 }
@@ -237,13 +241,9 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, const modules::Rec
     if (!active_) return;
     const std::set<std::string> mine(ids.begin(), ids.end());
     // The kubelet hands a device out again only after its pod left.
-    DropAllocationsLocked(
-        [&](const Allocation& a) {
-          return AllocationName(a.ids) != name &&
-                 std::any_of(a.ids.begin(), a.ids.end(),
-                             [&](const std::string& id) { return mine.count(id) > 0; });
-        },
-        "handed out again");
+    DropAllocationsLocked([&](const std::string& other,
+                              const Allocation& a) { return other != name && AnyIn(a.ids, mine); },
+                          "handed out again");
     allocations_[name] = {ids, std::chrono::steady_clock::now()};
     // The index first: a spec on disk is always one a release can find.
     Status st = WriteIndexLocked();

@@ -87,8 +87,9 @@ class ResourceCdi {
   // Allocation specs (all require mu_): the index on disk read once, when
   // the resource becomes active; entries dropped with their files.
   void LoadAllocationsLocked();
-  void DropAllocationsLocked(const std::function<bool(const Allocation&)>& which,
-                             const std::string& why);
+  void DropAllocationsLocked(
+      const std::function<bool(const std::string& name, const Allocation&)>& which,
+      const std::string& why);
   Status WriteIndexLocked();
   std::string Dir() const;
 
