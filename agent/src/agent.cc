@@ -385,11 +385,9 @@ void Agent::Shutdown() {
   for (auto& r : resources_) {
     for (auto* inst : {&r->instance, &r->starting}) {
       if (!*inst) continue;
-      if (!(*inst)->WaitStopped(deadline)) {
+      if (!modules::StopOrAbandon(*inst, deadline))
         spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
                       r->cfg.name, r->module->name(), stop_timeout.count());
-        (void)inst->release();  // its thread may still use it
-      }
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
       // Stopped, but kept until the process ends: the servers were not shut
       // down (StopServing), and a call the kubelet sends on a connection

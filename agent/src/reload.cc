@@ -148,7 +148,7 @@ void Agent::FinishReload() {
     if (r->starting) {  // past the deadline: given up, as at start
       r->failure = UnavailableError(r->starting->GiveUpMessage());
       r->starting->RequestStop();
-      if (!r->starting->WaitStopped(now)) (void)r->starting.release();
+      (void)modules::StopOrAbandon(r->starting, now);
       r->starting.reset();
       ++r->launch;
     }
@@ -341,10 +341,9 @@ void Agent::Retire(std::unique_ptr<Resource> r) {
   retiring_.push_back({std::thread([r = std::move(r), deadline, done]() mutable {
                          bool stuck = false;
                          for (auto* inst : {&r->instance, &r->starting}) {
-                           if (*inst && !(*inst)->WaitStopped(deadline)) {
+                           if (!modules::StopOrAbandon(*inst, deadline)) {
                              spdlog::error("resource \"{}\": module did not stop; abandoning it",
                                            r->cfg.name);
-                             (void)inst->release();
                              stuck = true;
                            }
                          }

@@ -175,7 +175,7 @@ void Agent::GiveUp(Resource& r) {
   // Stuck inside the module: its worker may come back at any time, so the
   // instance outlives us on purpose. Another attempt would only strand
   // another thread in the same call.
-  if (!r.starting->WaitStopped(Clock::now())) (void)r.starting.release();
+  (void)modules::StopOrAbandon(r.starting, Clock::now());
   r.starting.reset();
   r.start_deadline.reset();
   ++r.launch;

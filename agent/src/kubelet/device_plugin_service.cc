@@ -161,12 +161,12 @@ class PendingCall {
   std::shared_ptr<const modules::LaneWait> lane_wait_;  // guarded by mu_: not counted
 };
 
-v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance) {
+v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source) {
   v1beta1::DevicePluginOptions o;
   // PreStartContainer: the module's pre_start() (unless this instance opted
   // out), or a release that may have to run before the container starts.
-  o.set_pre_start_required(instance.runs_pre_start() || instance.tracks_releases());
-  o.set_get_preferred_allocation_available(instance.module().has_preferred_allocation());
+  o.set_pre_start_required(source.needs_pre_start());
+  o.set_get_preferred_allocation_available(source.has_preferred_allocation());
   return o;
 }
 
@@ -188,27 +188,26 @@ void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllo
   for (const auto& c : recipe.cdi_devices) out->add_cdi_devices()->set_name(c);
 }
 
-DevicePluginService::DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub,
+DevicePluginService::DevicePluginService(modules::DeviceSource* source, StreamHub* hub,
                                          Timers* timers, std::chrono::milliseconds call_timeout,
                                          std::chrono::milliseconds prestart_timeout,
                                          std::shared_ptr<lifecycle::ResourceReleases> releases,
                                          std::shared_ptr<RpcObserver> metrics,
                                          std::shared_ptr<cdi::ResourceCdi> cdi)
-    : instance_(instance),
+    : source_(source),
       hub_(hub),
       timers_(timers),
       call_timeout_ms_(call_timeout.count()),
       prestart_timeout_ms_(prestart_timeout.count()),
-      options_(OptionsFor(*instance)),
+      options_(OptionsFor(*source)),
       releases_(std::move(releases)),
       metrics_(std::move(metrics)),
       cdi_(std::move(cdi)) {}
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor, Rpc rpc,
                                                         std::string ids) {
-  auto call =
-      std::make_shared<PendingCall>(reactor, StrCat(instance_->resource().name, ": ", RpcName(rpc)),
-                                    std::move(ids), rpc, metrics_);
+  auto call = std::make_shared<PendingCall>(
+      reactor, StrCat(source_->resource_name(), ": ", RpcName(rpc)), std::move(ids), rpc, metrics_);
   const int64_t ms =
       rpc == Rpc::kPreStartContainer ? prestart_timeout_ms_.load() : call_timeout_ms_.load();
   call->Arm(timers_, std::chrono::milliseconds(ms), call);
@@ -252,17 +251,17 @@ namespace {
 // response.
 class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
  public:
-  AllocateCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
+  AllocateCall(std::shared_ptr<PendingCall> call, modules::DeviceSource* source,
                const v1beta1::AllocateRequest& req, v1beta1::AllocateResponse* resp,
                std::shared_ptr<lifecycle::ResourceReleases> releases,
                std::shared_ptr<cdi::ResourceCdi> cdi)
       : call_(std::move(call)),
-        instance_(instance),
+        source_(source),
         resp_(resp),
         releases_(std::move(releases)),
         cdi_(std::move(cdi)),
-        resource_(instance->resource().name),
-        module_allocates_(instance->module().has_allocate()) {
+        resource_(source->resource_name()),
+        module_allocates_(source->module_allocates()) {
     for (const auto& c : req.container_requests()) requests_.push_back(ToVector(c.devices_ids()));
   }
 
@@ -285,7 +284,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
 
   void Next() {
     if (built_.container_responses_size() == static_cast<int>(requests_.size())) {
-      if (Status st = CheckSize(built_, instance_->resource().name, "Allocate"); !st.ok()) {
+      if (Status st = CheckSize(built_, source_->resource_name(), "Allocate"); !st.ok()) {
         call_->Complete(ToGrpc(st));
         return;
       }
@@ -299,7 +298,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
       }
       return;
     }
-    instance_->Allocate(
+    source_->Allocate(
         requests_[built_.container_responses_size()],
         [self = shared_from_this()](StatusOr<modules::Recipe> recipe) {
           if (!recipe.ok()) {
@@ -317,7 +316,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
             // its own, written before the kubelet sees this answer.
             const bool is_default =
                 !self->module_allocates_ ||
-                *recipe == modules::DefaultRecipe(*self->instance_->devices(), ids);
+                *recipe == modules::DefaultRecipe(*self->source_->devices(), ids);
             self->cdi_->Answer(ids, *recipe, is_default, out);
           }
           self->Next();
@@ -327,7 +326,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
 
  private:
   const std::shared_ptr<PendingCall> call_;
-  modules::ModuleInstance* const instance_;
+  modules::DeviceSource* const source_;
   v1beta1::AllocateResponse* const resp_;  // only inside a winning Complete()
   // A copy: the call may finish after its service is gone.
   const std::shared_ptr<lifecycle::ResourceReleases> releases_;
@@ -342,10 +341,10 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
 
 class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
  public:
-  PreferredCall(std::shared_ptr<PendingCall> call, modules::ModuleInstance* instance,
+  PreferredCall(std::shared_ptr<PendingCall> call, modules::DeviceSource* source,
                 const v1beta1::PreferredAllocationRequest& req,
                 v1beta1::PreferredAllocationResponse* resp)
-      : call_(std::move(call)), instance_(instance), resp_(resp) {
+      : call_(std::move(call)), source_(source), resp_(resp) {
     for (const auto& c : req.container_requests())
       requests_.push_back({ToVector(c.available_deviceids()), ToVector(c.must_include_deviceids()),
                            c.allocation_size()});
@@ -354,7 +353,7 @@ class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
   void Next() {
     const int i = built_.container_responses_size();
     if (i == static_cast<int>(requests_.size())) {
-      if (Status st = CheckSize(built_, instance_->resource().name, "GetPreferredAllocation");
+      if (Status st = CheckSize(built_, source_->resource_name(), "GetPreferredAllocation");
           !st.ok()) {
         call_->Complete(ToGrpc(st));
         return;
@@ -362,7 +361,7 @@ class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
       call_->Complete(grpc::Status::OK, [this] { resp_->Swap(&built_); });
       return;
     }
-    instance_->PreferredAllocation(
+    source_->PreferredAllocation(
         requests_[i].available, requests_[i].must_include, requests_[i].size,
         [self = shared_from_this()](StatusOr<std::vector<std::string>> ids) {
           if (!ids.ok()) {
@@ -382,7 +381,7 @@ class PreferredCall : public std::enable_shared_from_this<PreferredCall> {
     int32_t size;
   };
   const std::shared_ptr<PendingCall> call_;
-  modules::ModuleInstance* const instance_;
+  modules::DeviceSource* const source_;
   v1beta1::PreferredAllocationResponse* const resp_;  // only inside a winning Complete()
   std::vector<Request> requests_;
   v1beta1::PreferredAllocationResponse built_;
@@ -403,7 +402,7 @@ grpc::ServerUnaryReactor* DevicePluginService::Allocate(grpc::CallbackServerCont
       r, Rpc::kAllocate,
       IdsForLog(
           req->container_requests(), [](const auto& c) -> const auto& { return c.devices_ids(); }));
-  std::make_shared<AllocateCall>(std::move(call), instance_, *req, resp, releases_, cdi_)->Next();
+  std::make_shared<AllocateCall>(std::move(call), source_, *req, resp, releases_, cdi_)->Next();
   return r;
 }
 
@@ -420,7 +419,7 @@ grpc::ServerUnaryReactor* DevicePluginService::GetPreferredAllocation(
                     IdsForLog(
                         req->container_requests(),
                         [](const auto& c) -> const auto& { return c.available_deviceids(); }));
-  std::make_shared<PreferredCall>(std::move(call), instance_, *req, resp)->Next();
+  std::make_shared<PreferredCall>(std::move(call), source_, *req, resp)->Next();
   return r;
 }
 
@@ -437,7 +436,7 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
                     IdsForLog(
                         std::vector<std::vector<std::string>>{ids},
                         [](const auto& c) -> const auto& { return c; }));
-  auto lane_wait = instance_->PreStart(
+  auto lane_wait = source_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },
       [call] { return call->waiting(); });
   if (lane_wait) call->NotCounting(std::move(lane_wait), kKubeletPreStartWait);

@@ -1,15 +1,16 @@
 // The v1beta1.DevicePlugin gRPC service of one resource (callback API).
 //
 // Reactions never block and never call module code: Allocate,
-// GetPreferredAllocation and PreStartContainer are handed to the module
-// instance's worker thread, which answers the call. Each such call is
+// GetPreferredAllocation and PreStartContainer are handed to the resource's
+// DeviceSource (modules/device_source.h: its module instance), which answers
+// the call from its worker or a lane. Each such call is
 // finished exactly once: by the module's answer, by DEADLINE_EXCEEDED after
 // call_timeout (a slow or hung module must not hang pod admission), or by
 // UNAVAILABLE when the agent stops serving.
 //
 // Thread safety: thread-safe; one object per gRPC server (a service object
 // cannot be registered with two servers), all sharing the resource's hub and
-// module instance, which must outlive the server.
+// device source, which must outlive the server.
 #pragma once
 
 #include <chrono>
@@ -25,7 +26,7 @@
 #include "lifecycle/resource_releases.h"
 #include "model/kubelet_limits.h"
 #include "model/rpc.h"
-#include "modules/module_instance.h"
+#include "modules/device_source.h"
 #include "util/timers.h"
 
 namespace devplug::kubelet {
@@ -35,7 +36,7 @@ namespace devplug::kubelet {
 // and GetDevicePluginOptions. PreStartContainer: a module's pre_start()
 // (unless the instance opted out, ABI 1.5), or release tracking (devices
 // reused before their release are released there).
-v1beta1::DevicePluginOptions OptionsFor(const modules::ModuleInstance& instance);
+v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source);
 
 // Fills one container's Allocate answer from a recipe.
 void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllocateResponse* out);
@@ -53,7 +54,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
  public:
   // `releases` (optional) learns the IDs of every successful Allocate
   // (release tracking, pod lookups), on a gRPC or worker thread.
-  DevicePluginService(modules::ModuleInstance* instance, StreamHub* hub, Timers* timers,
+  DevicePluginService(modules::DeviceSource* source, StreamHub* hub, Timers* timers,
                       std::chrono::milliseconds call_timeout,
                       std::chrono::milliseconds prestart_timeout,
                       std::shared_ptr<lifecycle::ResourceReleases> releases = nullptr,
@@ -90,7 +91,7 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   std::shared_ptr<PendingCall> Track(grpc::ServerUnaryReactor* reactor, devplug::Rpc rpc,
                                      std::string ids);
 
-  modules::ModuleInstance* const instance_;
+  modules::DeviceSource* const source_;
   StreamHub* const hub_;
   Timers* const timers_;
   std::atomic<int64_t> call_timeout_ms_;

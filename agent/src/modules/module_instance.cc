@@ -20,50 +20,17 @@
 
 namespace devplug::modules {
 
-thread_local ModuleInstance::CallContext* ModuleInstance::current_call_ = nullptr;
-thread_local ModuleInstance::CallContext ModuleInstance::lane_call_;
-
-ModuleInstance::CallContext& ModuleInstance::Call() {
-  if (current_call_ != nullptr && current_call_->owner == this) return *current_call_;
-  return worker_call_;
-}
-
 ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
                                config::ResourceConfig resource, Options options)
     : module_(std::move(module)),
       resource_(std::move(resource)),
       options_(std::move(options)),
-      devices_(std::make_shared<const DeviceList>()) {
-  worker_call_.owner = this;
-  host_.struct_size = sizeof(host_);
-  host_.abi_minor = DEVPLUG_MODULE_ABI_MINOR;
-  host_.agent_data = this;
-  host_.resource_name = resource_.name.c_str();
-  host_.host_root = options_.host_root.c_str();
-  host_.log = &HostLog;
-  host_.devices_changed = &HostDevicesChanged;
-  host_.set_error = &HostSetError;
-  host_.config_error = &HostConfigError;
-  host_.config_string = &HostString;
-  host_.config_int = &HostInt;
-  host_.config_bool = &HostBool;
-  host_.config_string_array = &HostStringArray;
-  host_.config_int_array = &HostIntArray;
-  host_.pod_of = &HostPodOf;
-  host_.track_releases = &HostTrackReleases;
-  host_.use_pre_start = &HostUsePreStart;
-  host_.config_value = &HostConfigValue;
-  host_.config_member = &HostConfigMember;
-  host_.watch_path = &HostWatchPath;
-  host_.prestart_timeout_ms = options_.prestart_timeout.count();
-  host_.resource_index = static_cast<int32_t>(options_.index);
-  for (const auto& [key, value] : resource_.module_keys) {
-    if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
-      auto& arr = string_arrays_[key];
-      for (const std::string& s : *v) arr.push_back(s.c_str());
-    }
-  }
-}
+      host_(*module_, resource_,
+            HostAdapter::Options{options_.host_root, options_.index, options_.prestart_timeout,
+                                 options_.pods, options_.watches,
+                                 [this] { RequestRescan(ScanCause::kModule); }}),
+      publisher_(resource_.name, options_.lists, options_.releases, options_.observer),
+      worker_(std::string("dp:").append(module_->name()), {}, [this] { DeferredScanOnWorker(); }) {}
 
 std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const LoadedModule> module,
                                                        const config::ResourceConfig& resource,
@@ -71,15 +38,12 @@ std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const Loa
                                                        std::function<void(Status)> created) {
   std::unique_ptr<ModuleInstance> self(
       new ModuleInstance(std::move(module), resource, std::move(options)));
-  self->worker_ = std::thread([p = self.get()] { p->WorkerLoop(); });
+  self->worker_.Start();
   if (self->slow_lane()) {
     // "dp+<module>": the lanes beside the worker "dp:<module>".
     self->lanes_ = std::make_unique<DeviceLanes>(std::string("dp+").append(self->module_->name()),
-                                                 self->slow_lanes(), [p = self.get()] {
-                                                   lane_call_ = CallContext();
-                                                   lane_call_.owner = p;
-                                                   current_call_ = &lane_call_;
-                                                 });
+                                                 self->slow_lanes(),
+                                                 [p = self.get()] { p->host_.BindLane(); });
   }
   self->Post([p = self.get(), created = std::move(created)] { created(p->CreateOnWorker()); });
   return self;
@@ -88,24 +52,22 @@ std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const Loa
 Status ModuleInstance::CreateOnWorker() {
   const std::string who = StrCat("resource \"", resource_.name, "\" (", resource_.where.file, ":",
                                  resource_.where.line, "): module \"", module_->name(), "\"");
-  Call().error.clear();
+  host_.BeginCall();
   devplug_instance* inst = nullptr;
-  const int rc = module_->descriptor().create(&host_, &inst);
+  const int rc = module_->descriptor().create(host_.host(), &inst);
   // Configuration problems are the operator's to fix: say so by code. A
   // module that reported one and still returned an instance is refused too
   // (that instance may run on a wrong value).
-  if (!config_errors_.empty()) {
+  if (!host_.config_errors().empty()) {
     if (rc >= 0 && inst != nullptr)
       DestroyModuleInstance(inst);
-    else if (options_.watches)
-      options_.watches->EndAll();
-    return InvalidArgumentError(StrJoin(config_errors_, "\n"));
+    else
+      host_.EndWatches();
+    return InvalidArgumentError(StrJoin(host_.config_errors(), "\n"));
   }
   if (rc < 0 || inst == nullptr) {
-    if (options_.watches) options_.watches->EndAll();  // watches it added
-    std::string why =
-        StrCat(who, " create failed: ",
-               Call().error.empty() ? std::strerror(rc < 0 ? -rc : EINVAL) : Call().error);
+    host_.EndWatches();  // watches it added
+    std::string why = StrCat(who, " create failed: ", host_.Why(rc < 0 ? rc : -EINVAL));
     if (rc >= 0) why += " (no instance returned)";
     return FailedPreconditionError(why);
   }
@@ -122,7 +84,7 @@ Status ModuleInstance::CreateOnWorker() {
 
 void ModuleInstance::DestroyModuleInstance(devplug_instance* inst) {
   module_->descriptor().destroy(inst);
-  if (options_.watches) options_.watches->EndAll();
+  host_.EndWatches();
 }
 
 StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
@@ -138,7 +100,7 @@ StatusOr<std::unique_ptr<ModuleInstance>> ModuleInstance::Create(
     // this object must outlive it, so it is leaked on purpose.
     const std::string why = self->GiveUpMessage();
     self->RequestStop();
-    if (!self->WaitStopped(std::chrono::steady_clock::now())) (void)self.release();
+    (void)StopOrAbandon(self, std::chrono::steady_clock::now());
     return UnavailableError(why);
   }
   Status st = result.get();
@@ -153,33 +115,22 @@ std::string ModuleInstance::GiveUpMessage() const {
 }
 
 void ModuleInstance::RequestStop() {
-  if (!worker_.joinable()) return;
-  std::lock_guard lock(mu_);
-  if (stopping_) return;
-  queue_.push_back([this] {
-    // destroy() runs alone: after the calls queued on the slow lane.
-    StopSlowLane();
+  if (!worker_.running()) return;
+  worker_.RequestStop([this] {
+    // destroy() runs alone: after the calls queued on the lanes.
+    if (lanes_) lanes_->Stop();
     if (inst_ != nullptr) DestroyModuleInstance(inst_);
     inst_ = nullptr;
   });
-  stopping_ = true;
-  cv_.notify_one();
 }
 
 bool ModuleInstance::WaitStopped(std::chrono::steady_clock::time_point deadline) {
-  if (!worker_.joinable()) return true;
-  std::unique_lock lock(mu_);
-  if (!exited_cv_.wait_until(lock, deadline, [&] { return worker_exited_; })) {
-    abandoned_ = true;
-    // The owner leaks this object (the thread may still use it).
-    DEVPLUG_LEAK_ON_PURPOSE(this);
-    lock.unlock();
-    worker_.detach();
-    return false;
-  }
-  lock.unlock();
-  worker_.join();
-  return true;
+  if (worker_.WaitStopped(deadline)) return true;
+  // The worker is stuck in a module call: no more change notices, and the
+  // owner leaks this object (the thread may still use it).
+  publisher_.Silence();
+  DEVPLUG_LEAK_ON_PURPOSE(this);
+  return false;
 }
 
 bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
@@ -189,15 +140,15 @@ bool ModuleInstance::Stop(std::chrono::milliseconds timeout) {
 
 ModuleInstance::~ModuleInstance() {
   // No deadline: the owner chose not to give this instance up.
-  if (worker_.joinable()) (void)Stop(std::chrono::hours(24 * 365));
+  if (worker_.running()) (void)Stop(std::chrono::hours(24 * 365));
 }
 
-void ModuleInstance::Post(std::function<void()> task) {
-  {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(task));
-  }
-  cv_.notify_one();
+bool StopOrAbandon(std::unique_ptr<ModuleInstance>& instance,
+                   std::chrono::steady_clock::time_point deadline) {
+  if (!instance) return true;
+  if (instance->WaitStopped(deadline)) return true;
+  (void)instance.release();  // its thread may still use it
+  return false;
 }
 
 std::shared_ptr<const LaneWait> ModuleInstance::PostSlow(std::vector<std::string> devices,
@@ -207,48 +158,6 @@ std::shared_ptr<const LaneWait> ModuleInstance::PostSlow(std::vector<std::string
     return nullptr;
   }
   return lanes_->Post(std::move(devices), std::move(task));
-}
-
-void ModuleInstance::StopSlowLane() {
-  if (lanes_) lanes_->Stop();
-}
-
-void ModuleInstance::WorkerLoop() {
-  // "dp:<module>" in top -H, ps -L and gdb (15 characters at most).
-  const std::string name = std::string("dp:").append(module_->name()).substr(0, 15);
-  pthread_setname_np(pthread_self(), name.c_str());
-  current_call_ = &worker_call_;
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lock(mu_);
-      auto ready = [&] { return stopping_ || !queue_.empty(); };
-      if (deferred_scan_at_) {
-        // deferred_scan_at_ is worker-only state, read here on the worker.
-        cv_.wait_until(lock, *deferred_scan_at_, ready);
-      } else {
-        cv_.wait(lock, ready);
-      }
-      if (queue_.empty()) {
-        if (stopping_) {  // stopping and drained
-          worker_exited_ = true;
-          exited_cv_.notify_all();
-          return;
-        }
-        // The rate-limit window of a deferred event scan is over.
-        lock.unlock();
-        if (deferred_scan_at_ && std::chrono::steady_clock::now() >= *deferred_scan_at_) {
-          deferred_scan_at_.reset();
-          last_event_scan_ = std::chrono::steady_clock::now();
-          (void)ScanOnWorker(deferred_cause_);
-        }
-        continue;
-      }
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    task();
-  }
 }
 
 void ModuleInstance::OnUdevEvents(std::vector<udev::Event> events) {
@@ -285,11 +194,11 @@ void ModuleInstance::ProcessEventsOnWorker() {
       ev.syspath = e.syspath.c_str();
       ev.sysname = e.sysname.c_str();
       ev.devnode = e.devnode.empty() ? nullptr : e.devnode.c_str();
-      Call().error.clear();
+      host_.BeginCall();
       const int rc = module_->descriptor().on_udev_event(inst_, &ev);
       if (rc < 0)
         spdlog::debug("{}: on_udev_event({} {}): {}; rescanning", resource_.name, e.action,
-                      e.syspath, Call().error.empty() ? std::strerror(-rc) : Call().error);
+                      e.syspath, host_.Why(rc));
       if (rc != 0) scan = true;
     }
   }
@@ -297,16 +206,46 @@ void ModuleInstance::ProcessEventsOnWorker() {
 }
 
 void ModuleInstance::EventScanOnWorker(ScanCause cause) {
-  if (deferred_scan_at_) return;  // a deferred scan will cover it
+  if (worker_.wake_at()) return;  // a deferred scan will cover it
   const auto now = std::chrono::steady_clock::now();
   if (now - last_event_scan_ >= kMinEventScanInterval) {
     last_event_scan_ = now;
     (void)ScanOnWorker(cause);
   } else {
-    deferred_scan_at_ = last_event_scan_ + kMinEventScanInterval;
+    worker_.WakeAt(last_event_scan_ + kMinEventScanInterval);
     deferred_cause_ = cause;
   }
 }
+
+void ModuleInstance::DeferredScanOnWorker() {
+  last_event_scan_ = std::chrono::steady_clock::now();
+  (void)ScanOnWorker(deferred_cause_);
+}
+
+Status ModuleInstance::ScanOnWorker(ScanCause cause) {
+  if (inst_ == nullptr) return OkStatus();
+  if (options_.observer) options_.observer->Scanned(cause);
+  DeviceSink sink;
+  sink.list.reserve(devices()->size());  // usually the same size again
+  host_.BeginCall();
+  const int rc = module_->descriptor().list_devices(inst_, &sink.c);
+  scans_.fetch_add(1);
+  if (rc < 0) {
+    const std::string why = host_.Why(rc);
+    if (publisher_.published())
+      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list", resource_.name,
+                   why);
+    return UnavailableError(why);
+  }
+  for (const std::string& p : sink.problems)
+    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name, module_->path(),
+                 p);
+  std::sort(sink.list.begin(), sink.list.end(),
+            [](const Device& a, const Device& b) { return a.id < b.id; });
+  return publisher_.Scanned(std::move(sink.list), tracks_releases());
+}
+
+void ModuleInstance::Republish() { publisher_.Republish(tracks_releases()); }
 
 void ModuleInstance::OnPathChanged() {
   if (path_scan_queued_.exchange(true)) return;
@@ -325,7 +264,7 @@ void ModuleInstance::RequestRescan(ScanCause cause) {
 }
 
 Status ModuleInstance::ModuleError(std::string_view call, int rc) {
-  std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
+  std::string why = host_.Why(rc);
   return Status(rc == -EINVAL ? StatusCode::kInvalidArgument : StatusCode::kInternal,
                 StrCat(resource_.name, ": ", call, ": ", why));
 }
@@ -404,7 +343,7 @@ void ModuleInstance::Allocate(std::vector<std::string> ids,
           Recipe built;
           RecipeSink sink(&built);
           auto cids = CStrings(unique);
-          Call().error.clear();
+          host_.BeginCall();
           const int rc = module_->descriptor().allocate(inst_, cids.data(), unique.size(), &sink.c);
           if (rc < 0) {
             done(ModuleError("allocate", rc));
@@ -436,7 +375,7 @@ void ModuleInstance::PreferredAllocation(
         IdSink sink;
         auto a = CStrings(available);
         auto m = CStrings(must);
-        Call().error.clear();
+        host_.BeginCall();
         const int rc = module_->descriptor().preferred_allocation(
             inst_, a.data(), available.size(), m.data(), must.size(), size, &sink.c);
         if (rc < 0) {
@@ -491,10 +430,10 @@ std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string
           return;
         }
         auto c = CStrings(ids);
-        Call().error.clear();
-        Call().prestart_began = began;
+        host_.BeginCall();
+        host_.Call().prestart_began = began;
         const int rc = module_->descriptor().pre_start(inst_, c.data(), ids.size());
-        Call().prestart_began.reset();
+        host_.Call().prestart_began.reset();
         done(rc < 0 ? ModuleError("pre_start", rc) : OkStatus());
       },
       std::move(wanted), refuse, &devices, &lane_wait);
@@ -502,11 +441,11 @@ std::shared_ptr<const LaneWait> ModuleInstance::PreStart(std::vector<std::string
 }
 
 bool ModuleInstance::runs_pre_start() const {
-  return module_->has_pre_start() && use_pre_start_.load();
+  return module_->has_pre_start() && host_.use_pre_start();
 }
 
 bool ModuleInstance::tracks_releases() const {
-  return module_->has_on_release() && track_releases_.load();
+  return module_->has_on_release() && host_.track_releases();
 }
 
 int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string* why,
@@ -516,10 +455,10 @@ int ModuleInstance::RunRelease(const std::vector<std::string>& ids, std::string*
     *why = "the module instance is stopped";
   } else {
     auto c = CStrings(ids);
-    Call().error.clear();
+    host_.BeginCall();
     rc = module_->descriptor().on_release(inst_, c.data(), ids.size());
     if (rc > 0) rc = 0;
-    *why = rc == 0 ? "" : Call().error.empty() ? std::strerror(-rc) : Call().error;
+    *why = rc == 0 ? "" : host_.Why(rc);
   }
   const std::string what = StrCat(resource_.name, ": release of ", StrJoin(ids, ","),
                                   before_start ? " (before a container start)" : "");

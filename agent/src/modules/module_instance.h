@@ -1,5 +1,8 @@
-// One module instance serving one [[resource]]: the module's create() result,
-// its worker thread, and its current device list.
+// One module instance serving one [[resource]]: the module's create() result
+// and the calls into it. Its rooms: the worker (a Lane), the slow calls'
+// lanes (DeviceLanes), the current list and its publication (Publisher),
+// and the C host services (HostAdapter). The front ends see it as a
+// DeviceSource (modules/device_source.h).
 //
 // Thread safety: every public method may be called from any thread. Calls
 // into the module run on the instance's worker thread, one at a time, in the
@@ -18,15 +21,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "config/config.h"
@@ -34,14 +33,18 @@
 #include "model/scan_cause.h"
 #include "modules/device.h"
 #include "modules/device_lanes.h"
+#include "modules/device_source.h"
 #include "modules/hooks.h"
+#include "modules/host_adapter.h"
+#include "modules/lane.h"
 #include "modules/loaded_module.h"
+#include "modules/publisher.h"
 #include "udev/event.h"
 #include "util/status.h"
 
 namespace devplug::modules {
 
-class ModuleInstance {
+class ModuleInstance final : public DeviceSource {
  public:
   struct Options {
     std::string host_root = "/";
@@ -102,8 +105,13 @@ class ModuleInstance {
   const config::ResourceConfig& resource() const { return resource_; }
   const LoadedModule& module() const { return *module_; }
 
+  // DeviceSource.
+  const std::string& resource_name() const override { return resource_.name; }
   // The latest device list; never null (empty before the first scan).
-  DeviceListPtr devices() const;
+  DeviceListPtr devices() const override { return publisher_.devices(); }
+  bool module_allocates() const override { return module_->has_allocate(); }
+  bool has_preferred_allocation() const override { return module_->has_preferred_allocation(); }
+  bool needs_pre_start() const override { return runs_pre_start() || tracks_releases(); }
 
   // Asks for a new list_devices() soon; calls are coalesced. Never blocks.
   void RequestRescan(ScanCause cause = ScanCause::kResync);
@@ -133,11 +141,11 @@ class ModuleInstance {
   // the devices' default recipes build the answer. Without an allocate()
   // hook no module code runs, and `done` runs at once on the calling thread.
   void Allocate(std::vector<std::string> ids, std::function<void(StatusOr<Recipe>)> done,
-                std::function<bool()> wanted = {});
+                std::function<bool()> wanted = {}) override;
   void PreferredAllocation(std::vector<std::string> available,
                            std::vector<std::string> must_include, int32_t size,
                            std::function<void(StatusOr<std::vector<std::string>>)> done,
-                           std::function<bool()> wanted = {});
+                           std::function<bool()> wanted = {}) override;
   // PreStartContainer: first the release of any device that must be given
   // back before this container starts (release tracking; -EAGAIN is asked
   // again every 100 ms while the call is wanted), then the module's
@@ -147,7 +155,7 @@ class ModuleInstance {
   // the worker.
   std::shared_ptr<const LaneWait> PreStart(std::vector<std::string> ids,
                                            std::function<void(Status)> done,
-                                           std::function<bool()> wanted = {});
+                                           std::function<bool()> wanted = {}) override;
 
   // True when the module has on_release() and this instance did not opt out
   // of release tracking in create() (host->track_releases(h, 0)).
@@ -176,121 +184,66 @@ class ModuleInstance {
   ModuleInstance(std::shared_ptr<const LoadedModule> module, config::ResourceConfig resource,
                  Options options);
 
-  void Post(std::function<void()> task);
+  void Post(std::function<void()> task) { worker_.Post(std::move(task)); }
   // On the lane of `devices`, or on the worker when the module has none
   // (then no LaneWait).
   std::shared_ptr<const LaneWait> PostSlow(std::vector<std::string> devices,
                                            std::function<void()> task);
   Status CreateOnWorker();
-  // Queues a kubelet call (see kMaxQueuedCalls) on the worker, or with
-  // `lane` on the lane of those devices (then *wait, when given, tells how
-  // long it waits for a lane). False if it was refused.
+  // Queues a kubelet call (see kMaxQueuedCalls: one budget for the worker
+  // and the lanes together) on the worker, or with `lane` on the lane of
+  // those devices (then *wait, when given, tells how long it waits for a
+  // lane). False if it was refused.
   bool PostCall(std::function<void()> run, std::function<bool()> wanted,
                 const std::function<void(Status)>& refuse, std::vector<std::string>* lane = nullptr,
                 std::shared_ptr<const LaneWait>* wait = nullptr);
-  void WorkerLoop();
-  // Ends the lanes after the calls queued on them (worker, before destroy).
-  void StopSlowLane();
   // list_devices() and, when the list changed, publication. Fails with the
   // module's reason when the scan itself failed.
   Status ScanOnWorker(ScanCause cause);
-  // Publishes `list` (the module's, before the agent's adjustments) if what
-  // comes out differs from the current list. Needs publish_mu_.
-  Status PublishLocked(DeviceList list);
   // on_release(ids): 0, -EAGAIN or -errno (reason in *why); logged and
   // reported to options.releases and the observer.
   int RunRelease(const std::vector<std::string>& ids, std::string* why, bool before_start);
   void ProcessEventsOnWorker();
   // An event-driven scan now, or at the end of the rate-limit window.
   void EventScanOnWorker(ScanCause cause);
+  // The worker woke at the end of a rate-limit window.
+  void DeferredScanOnWorker();
   Status ModuleError(std::string_view call, int rc);
-
-  // Host services (C callbacks).
-  static void HostLog(const devplug_host* h, int32_t level, const char* msg);
-  static void HostDevicesChanged(const devplug_host* h);
-  static void HostSetError(const devplug_host* h, const char* msg);
-  static void HostConfigError(const devplug_host* h, const char* key, const char* msg);
-  static int HostString(const devplug_host* h, const char* key, const char** ret);
-  static int HostInt(const devplug_host* h, const char* key, int64_t* ret);
-  static int HostBool(const devplug_host* h, const char* key, int32_t* ret);
-  static int HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
-                          size_t* ret_n);
-  static int HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
-                             size_t* ret_n);
-  static int HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret);
-  static int HostTrackReleases(const devplug_host* h, int32_t on);
-  static int HostUsePreStart(const devplug_host* h, int32_t on);
-  static int HostConfigValue(const devplug_host* h, const char* path, devplug_config_value* ret);
-  static int HostConfigMember(const devplug_host* h, const char* path, size_t index,
-                              const char** ret_name);
-  static int HostWatchPath(const devplug_host* h, const char* path);
-  const config::ConfigNode* FindConfig(const char* path, int* error) const;
   // destroy() and what follows it (the end of its path watches).
   void DestroyModuleInstance(devplug_instance* inst);
-  static ModuleInstance* Self(const devplug_host* h);
 
   const std::shared_ptr<const LoadedModule> module_;
   const config::ResourceConfig resource_;
   const Options options_;
-  devplug_host host_{};
-  // C views of string arrays in the module's keys.
-  std::map<std::string, std::vector<const char*>, std::less<>> string_arrays_;
+  HostAdapter host_;     // the devplug_host the module holds
+  Publisher publisher_;  // the current list
 
-  // Set by create() on the worker, cleared by destroy() there once the slow
-  // lane has ended; read by both lanes in between.
+  // Set by create() on the worker, cleared by destroy() there once the
+  // lanes have ended; read by the lanes in between.
   devplug_instance* inst_ = nullptr;
-  // What host services write during one module call: one per thread that
-  // calls into the module (the worker, the slow lane).
-  struct CallContext {
-    const ModuleInstance* owner = nullptr;  // whose calls this thread makes
-    std::string error;                      // set_error()
-    PodHolder pod_answer;                   // what pod_of() points into
-    // Inside pre_start(): when its PreStartContainer began.
-    std::optional<std::chrono::steady_clock::time_point> prestart_began;
-  };
-  CallContext worker_call_;
-  // The calling thread's context (the worker's for threads of the module's
-  // own, which make no calls that need one).
-  CallContext& Call();
-  static thread_local CallContext* current_call_;
-  // A lane thread's own context (each lane thread serves one instance).
-  static thread_local CallContext lane_call_;
-
-  std::mutex publish_mu_;               // one publication at a time
-  std::atomic<bool> published_{false};  // a list went out
-  DeviceList scanned_;                  // guarded by publish_mu_: the module's last list
-  std::atomic<bool> track_releases_{true};
-  std::atomic<bool> use_pre_start_{true};
-  std::vector<std::string> config_errors_;  // worker thread only
-
-  mutable std::mutex devices_mu_;
-  DeviceListPtr devices_;  // guarded by devices_mu_
 
   std::atomic<bool> rescan_queued_{false};
   std::atomic<bool> path_scan_queued_{false};
-  std::atomic<int> queued_calls_{0};  // kubelet calls waiting in queue_
+  std::atomic<int> queued_calls_{0};  // kubelet calls waiting on the worker or a lane
 
   std::mutex events_mu_;
   std::vector<udev::Event> pending_events_;  // guarded by events_mu_
   bool events_queued_ = false;               // guarded by events_mu_
   // Worker thread only: rate limit of event-driven scans.
   std::chrono::steady_clock::time_point last_event_scan_{};
-  std::optional<std::chrono::steady_clock::time_point> deferred_scan_at_;
-  ScanCause deferred_cause_ = ScanCause::kEvent;  // what deferred it
+  ScanCause deferred_cause_ = ScanCause::kEvent;  // what deferred the pending scan
   std::atomic<uint64_t> scans_{0};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
-  bool worker_exited_ = false;               // guarded by mu_
-  std::condition_variable exited_cv_;
-  // Set when the instance was given up; no more change notifications.
-  std::atomic<bool> abandoned_{false};
-  std::thread worker_;
-
+  Lane worker_;  // "dp:<module>"
   // The slow calls' lanes (ABI 1.7, per device since 1.8); null without.
   std::unique_ptr<DeviceLanes> lanes_;
 };
+
+// WaitStopped(deadline) after RequestStop(), for an instance its owner may
+// have to give up: one still inside a module call at the deadline is let go
+// (`instance` released and leaked: its thread may still use it). True if it
+// stopped; true for null.
+bool StopOrAbandon(std::unique_ptr<ModuleInstance>& instance,
+                   std::chrono::steady_clock::time_point deadline);
 
 }  // namespace devplug::modules

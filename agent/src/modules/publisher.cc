@@ -1,15 +1,8 @@
-// Publication: a scan's list, sorted, with the agent's release state applied,
-// compared with the last one, checked against the kubelet's limit, logged
-// and handed on. Part of ModuleInstance; runs under publish_mu_ on the
-// worker (a scan) or on the caller's thread (Republish), never waiting on
-// the module.
+#include "modules/publisher.h"
+
 #include <algorithm>
-#include <cstring>
 
 #include <spdlog/spdlog.h>
-
-#include "modules/abi_sinks.h"
-#include "modules/module_instance.h"
 
 namespace devplug::modules {
 namespace {
@@ -46,48 +39,43 @@ std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
 
 }  // namespace
 
-DeviceListPtr ModuleInstance::devices() const {
+Publisher::Publisher(std::string resource, std::shared_ptr<ListSink> lists,
+                     std::shared_ptr<ReleaseHooks> releases,
+                     std::shared_ptr<InstanceObserver> observer)
+    : resource_(std::move(resource)),
+      lists_(std::move(lists)),
+      releases_(std::move(releases)),
+      observer_(std::move(observer)),
+      devices_(std::make_shared<const DeviceList>()) {}
+
+DeviceListPtr Publisher::devices() const {
   std::lock_guard lock(devices_mu_);
   return devices_;
 }
 
-Status ModuleInstance::ScanOnWorker(ScanCause cause) {
-  if (inst_ == nullptr) return OkStatus();
-  if (options_.observer) options_.observer->Scanned(cause);
-  DeviceSink sink;
-  sink.list.reserve(devices()->size());  // usually the same size again
-  Call().error.clear();
-  const int rc = module_->descriptor().list_devices(inst_, &sink.c);
-  scans_.fetch_add(1);
-  if (rc < 0) {
-    const std::string why = Call().error.empty() ? std::strerror(-rc) : Call().error;
-    if (published_)
-      spdlog::warn("{}: list_devices failed: {}; keeping the previous device list", resource_.name,
-                   why);
-    return UnavailableError(why);
-  }
-  for (const std::string& p : sink.problems)
-    spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name, module_->path(),
-                 p);
-  std::sort(sink.list.begin(), sink.list.end(),
-            [](const Device& a, const Device& b) { return a.id < b.id; });
+Status Publisher::Scanned(DeviceList list, bool tracking) {
   std::lock_guard lock(publish_mu_);
   // Kept for Republish() when the agent's release state can change it.
-  if (tracks_releases()) scanned_ = sink.list;
-  return PublishLocked(std::move(sink.list));
+  if (tracking) scanned_ = list;
+  return PublishLocked(std::move(list), tracking);
 }
 
-Status ModuleInstance::PublishLocked(DeviceList list) {
-  if (tracks_releases() && options_.releases) options_.releases->Apply(list);
+void Publisher::Republish(bool tracking) {
+  std::lock_guard lock(publish_mu_);
+  if (published_) (void)PublishLocked(scanned_, tracking);
+}
+
+Status Publisher::PublishLocked(DeviceList list, bool tracking) {
+  if (tracking && releases_) releases_->Apply(list);
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
   const DeviceListPtr previous = devices();
   if (published_ && *previous == *next) return OkStatus();
   // A list the kubelet cannot take is not sent, and so never becomes the
   // list Allocate checks against.
-  if (options_.lists) {
-    if (std::string why = options_.lists->Accept(*next); !why.empty()) {
+  if (lists_) {
+    if (std::string why = lists_->Accept(*next); !why.empty()) {
       if (!published_) return FailedPreconditionError(why);  // nothing to keep
-      spdlog::error("{}: {}; keeping the previous device list", resource_.name, why);
+      spdlog::error("{}: {}; keeping the previous device list", resource_, why);
       return OkStatus();
     }
   }
@@ -98,19 +86,14 @@ Status ModuleInstance::PublishLocked(DeviceList list) {
   const bool first = !published_;
   published_ = true;
   const auto [to_healthy, to_unhealthy] =
-      LogHealthChanges(resource_.name, first ? DeviceList{} : *previous, *next);
-  if (options_.observer) {
+      LogHealthChanges(resource_, first ? DeviceList{} : *previous, *next);
+  if (observer_) {
     const uint64_t healthy =
         std::count_if(next->begin(), next->end(), [](const Device& d) { return d.healthy; });
-    options_.observer->Health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
+    observer_->Health(healthy, next->size() - healthy, to_healthy, to_unhealthy);
   }
-  if (options_.lists && !abandoned_) options_.lists->Publish(next);
+  if (lists_ && !silenced_) lists_->Publish(next);
   return OkStatus();
-}
-
-void ModuleInstance::Republish() {
-  std::lock_guard lock(publish_mu_);
-  if (published_) (void)PublishLocked(scanned_);
 }
 
 }  // namespace devplug::modules

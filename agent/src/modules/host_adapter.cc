@@ -1,6 +1,5 @@
-// The services a module instance gets from the agent (struct devplug_host):
-// logging, change notices, error reasons, and read-only typed access to its
-// own [[resource]] table. Callable from C; nothing throws across.
+#include "modules/host_adapter.h"
+
 #include <cerrno>
 #include <cstddef>
 
@@ -8,7 +7,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "modules/module_instance.h"
 #include "util/utf8.h"
 
 namespace devplug::modules {
@@ -41,28 +39,85 @@ spdlog::level::level_enum SpdLevel(int32_t level) {
 
 }  // namespace
 
-ModuleInstance* ModuleInstance::Self(const devplug_host* h) {
-  return static_cast<ModuleInstance*>(h->agent_data);
+thread_local HostAdapter::CallContext* HostAdapter::current_call_ = nullptr;
+thread_local HostAdapter::CallContext HostAdapter::lane_call_;
+
+HostAdapter::HostAdapter(const LoadedModule& module, const config::ResourceConfig& resource,
+                         Options options)
+    : module_(module), resource_(resource), options_(std::move(options)) {
+  worker_call_.owner = this;
+  host_.struct_size = sizeof(host_);
+  host_.abi_minor = DEVPLUG_MODULE_ABI_MINOR;
+  host_.agent_data = this;
+  host_.resource_name = resource_.name.c_str();
+  host_.host_root = options_.host_root.c_str();
+  host_.log = &Log;
+  host_.devices_changed = &DevicesChanged;
+  host_.set_error = &SetError;
+  host_.config_error = &ConfigError;
+  host_.config_string = &String;
+  host_.config_int = &Int;
+  host_.config_bool = &Bool;
+  host_.config_string_array = &StringArray;
+  host_.config_int_array = &IntArray;
+  host_.pod_of = &PodOf;
+  host_.track_releases = &TrackReleases;
+  host_.use_pre_start = &UsePreStart;
+  host_.config_value = &ConfigValue;
+  host_.config_member = &ConfigMember;
+  host_.watch_path = &WatchPath;
+  host_.prestart_timeout_ms = options_.prestart_timeout.count();
+  host_.resource_index = static_cast<int32_t>(options_.index);
+  for (const auto& [key, value] : resource_.module_keys) {
+    if (const auto* v = std::get_if<std::vector<std::string>>(&value.value)) {
+      auto& arr = string_arrays_[key];
+      for (const std::string& s : *v) arr.push_back(s.c_str());
+    }
+  }
 }
 
-void ModuleInstance::HostLog(const devplug_host* h, int32_t level, const char* msg) {
+HostAdapter::CallContext& HostAdapter::Call() {
+  if (current_call_ != nullptr && current_call_->owner == this) return *current_call_;
+  return worker_call_;
+}
+
+void HostAdapter::BindLane() {
+  lane_call_ = CallContext();
+  lane_call_.owner = this;
+  current_call_ = &lane_call_;
+}
+
+std::string HostAdapter::Why(int rc) {
+  const std::string& e = Call().error;
+  return e.empty() ? std::strerror(rc < 0 ? -rc : rc) : e;
+}
+
+void HostAdapter::EndWatches() {
+  if (options_.watches) options_.watches->EndAll();
+}
+
+HostAdapter* HostAdapter::Self(const devplug_host* h) {
+  return static_cast<HostAdapter*>(h->agent_data);
+}
+
+void HostAdapter::Log(const devplug_host* h, int32_t level, const char* msg) {
   if (h == nullptr || msg == nullptr) return;
   try {
-    ModuleInstance* self = Self(h);
-    spdlog::log(SpdLevel(level), "{} [{}]: {}", self->resource_.name, self->module_->name(), msg);
+    HostAdapter* self = Self(h);
+    spdlog::log(SpdLevel(level), "{} [{}]: {}", self->resource_.name, self->module_.name(), msg);
   } catch (...) {
   }
 }
 
-void ModuleInstance::HostDevicesChanged(const devplug_host* h) {
+void HostAdapter::DevicesChanged(const devplug_host* h) {
   if (h == nullptr) return;
   try {
-    Self(h)->RequestRescan(ScanCause::kModule);
+    if (const auto& f = Self(h)->options_.devices_changed) f();
   } catch (...) {
   }
 }
 
-void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
+void HostAdapter::SetError(const devplug_host* h, const char* msg) {
   if (h == nullptr) return;
   try {
     Self(h)->Call().error = ModuleText(msg);
@@ -70,10 +125,10 @@ void ModuleInstance::HostSetError(const devplug_host* h, const char* msg) {
   }
 }
 
-void ModuleInstance::HostConfigError(const devplug_host* h, const char* key, const char* msg) {
+void HostAdapter::ConfigError(const devplug_host* h, const char* key, const char* msg) {
   if (h == nullptr) return;
   try {
-    ModuleInstance* self = Self(h);
+    HostAdapter* self = Self(h);
     const config::ResourceConfig& r = self->resource_;
     const std::string k = ModuleText(key);
     // The key's line, or for a path into a table or array the nested
@@ -105,35 +160,35 @@ int Get(const config::ResourceConfig& r, const LoadedModule& m, const char* key,
 }
 }  // namespace
 
-int ModuleInstance::HostString(const devplug_host* h, const char* key, const char** ret) {
+int HostAdapter::String(const devplug_host* h, const char* key, const char** ret) {
   if (h == nullptr || ret == nullptr) return -EINVAL;
   const std::string* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_STRING, &v);
+  const int rc = Get(Self(h)->resource_, Self(h)->module_, key, DEVPLUG_CONFIG_STRING, &v);
   if (rc == 0) *ret = v->c_str();
   return rc;
 }
 
-int ModuleInstance::HostInt(const devplug_host* h, const char* key, int64_t* ret) {
+int HostAdapter::Int(const devplug_host* h, const char* key, int64_t* ret) {
   if (h == nullptr || ret == nullptr) return -EINVAL;
   const int64_t* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_INT, &v);
+  const int rc = Get(Self(h)->resource_, Self(h)->module_, key, DEVPLUG_CONFIG_INT, &v);
   if (rc == 0) *ret = *v;
   return rc;
 }
 
-int ModuleInstance::HostBool(const devplug_host* h, const char* key, int32_t* ret) {
+int HostAdapter::Bool(const devplug_host* h, const char* key, int32_t* ret) {
   if (h == nullptr || ret == nullptr) return -EINVAL;
   const bool* v = nullptr;
-  const int rc = Get(Self(h)->resource_, *Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
+  const int rc = Get(Self(h)->resource_, Self(h)->module_, key, DEVPLUG_CONFIG_BOOL, &v);
   if (rc == 0) *ret = *v ? 1 : 0;
   return rc;
 }
 
-int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const int64_t** ret,
-                                 size_t* ret_n) {
+int HostAdapter::IntArray(const devplug_host* h, const char* key, const int64_t** ret,
+                          size_t* ret_n) {
   if (h == nullptr || ret == nullptr || ret_n == nullptr || key == nullptr) return -EINVAL;
-  ModuleInstance* self = Self(h);
-  if (self->module_->KeyType(key) != DEVPLUG_CONFIG_INT_ARRAY) return -EINVAL;
+  HostAdapter* self = Self(h);
+  if (self->module_.KeyType(key) != DEVPLUG_CONFIG_INT_ARRAY) return -EINVAL;
   auto it = self->resource_.module_keys.find(key);
   if (it == self->resource_.module_keys.end()) return -ENOENT;
   static const int64_t kNone[] = {0};
@@ -148,12 +203,12 @@ int ModuleInstance::HostIntArray(const devplug_host* h, const char* key, const i
   return 0;
 }
 
-int ModuleInstance::HostStringArray(const devplug_host* h, const char* key, const char* const** ret,
-                                    size_t* ret_n) {
+int HostAdapter::StringArray(const devplug_host* h, const char* key, const char* const** ret,
+                             size_t* ret_n) {
   if (h == nullptr || ret == nullptr || ret_n == nullptr) return -EINVAL;
-  ModuleInstance* self = Self(h);
+  HostAdapter* self = Self(h);
   const std::vector<std::string>* v = nullptr;
-  const int rc = Get(self->resource_, *self->module_, key, DEVPLUG_CONFIG_STRING_ARRAY, &v);
+  const int rc = Get(self->resource_, self->module_, key, DEVPLUG_CONFIG_STRING_ARRAY, &v);
   if (rc != 0) return rc;
   auto it = self->string_arrays_.find(std::string_view(key));
   static const char* const kEmpty[] = {nullptr};
@@ -162,12 +217,12 @@ int ModuleInstance::HostStringArray(const devplug_host* h, const char* key, cons
   return 0;
 }
 
-const config::ConfigNode* ModuleInstance::FindConfig(const char* path, int* error) const {
+const config::ConfigNode* HostAdapter::FindConfig(const char* path, int* error) const {
   *error = -EINVAL;
   if (path == nullptr) return nullptr;
   const std::string_view p(path);
   const std::string_view top = config::PathTopKey(p);
-  if (top.empty() || module_->KeyType(top) == 0) return nullptr;
+  if (top.empty() || module_.KeyType(top) == 0) return nullptr;
   auto it = resource_.module_keys.find(std::string(top));
   if (it == resource_.module_keys.end() || !it->second.tree) {
     *error = -ENOENT;
@@ -176,8 +231,7 @@ const config::ConfigNode* ModuleInstance::FindConfig(const char* path, int* erro
   return config::FindNode(*it->second.tree, p.substr(top.size()), error);
 }
 
-int ModuleInstance::HostConfigValue(const devplug_host* h, const char* path,
-                                    devplug_config_value* ret) {
+int HostAdapter::ConfigValue(const devplug_host* h, const char* path, devplug_config_value* ret) {
   if (h == nullptr || ret == nullptr ||
       ret->struct_size < offsetof(devplug_config_value, type) + sizeof(ret->type))
     return -EINVAL;
@@ -217,8 +271,8 @@ int ModuleInstance::HostConfigValue(const devplug_host* h, const char* path,
   return 0;
 }
 
-int ModuleInstance::HostConfigMember(const devplug_host* h, const char* path, size_t index,
-                                     const char** ret_name) {
+int HostAdapter::ConfigMember(const devplug_host* h, const char* path, size_t index,
+                              const char** ret_name) {
   if (h == nullptr || ret_name == nullptr) return -EINVAL;
   int error = 0;
   const config::ConfigNode* n = Self(h)->FindConfig(path, &error);
@@ -229,9 +283,9 @@ int ModuleInstance::HostConfigMember(const devplug_host* h, const char* path, si
   return 0;
 }
 
-int ModuleInstance::HostWatchPath(const devplug_host* h, const char* path) {
+int HostAdapter::WatchPath(const devplug_host* h, const char* path) {
   if (h == nullptr || path == nullptr || path[0] != '/' || path[1] == '\0') return -EINVAL;
-  ModuleInstance* self = Self(h);
+  HostAdapter* self = Self(h);
   if (!self->options_.watches) return -ENOSYS;
   try {
     const std::string& root = self->options_.host_root;
@@ -242,11 +296,11 @@ int ModuleInstance::HostWatchPath(const devplug_host* h, const char* path) {
   }
 }
 
-int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod* ret) {
+int HostAdapter::PodOf(const devplug_host* h, const char* id, devplug_pod* ret) {
   if (h == nullptr || id == nullptr || ret == nullptr ||
       ret->struct_size < offsetof(devplug_pod, pod_namespace) + sizeof(ret->pod_namespace))
     return -EINVAL;
-  ModuleInstance* self = Self(h);
+  HostAdapter* self = Self(h);
   if (!self->options_.pods) return -EAGAIN;
   try {
     PodHolder holder;
@@ -266,13 +320,13 @@ int ModuleInstance::HostPodOf(const devplug_host* h, const char* id, devplug_pod
   }
 }
 
-int ModuleInstance::HostTrackReleases(const devplug_host* h, int32_t on) {
+int HostAdapter::TrackReleases(const devplug_host* h, int32_t on) {
   if (h == nullptr) return -EINVAL;
   Self(h)->track_releases_ = on != 0;
   return 0;
 }
 
-int ModuleInstance::HostUsePreStart(const devplug_host* h, int32_t on) {
+int HostAdapter::UsePreStart(const devplug_host* h, int32_t on) {
   if (h == nullptr) return -EINVAL;
   Self(h)->use_pre_start_ = on != 0;
   return 0;
