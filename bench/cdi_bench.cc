@@ -39,10 +39,10 @@ using devplug::bench::Ms;
 using devplug::bench::PrintRow;
 using devplug::bench::Summarize;
 
-devplug::modules::DeviceList Devices(size_t n, bool variant) {
-  devplug::modules::DeviceList list;
+devplug::DeviceList Devices(size_t n, bool variant) {
+  devplug::DeviceList list;
   for (size_t i = 0; i < n; ++i) {
-    devplug::modules::Device d;
+    devplug::Device d;
     d.id = "kvm-" + std::to_string(i);
     d.healthy = true;
     d.recipe.device_nodes.push_back({"/dev/kvm", "/dev/kvm", "rw"});
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     // each call also removes the spec of the ID's previous holder, as a
     // busy node's would.
     std::vector<double> alloc_ms;
-    devplug::modules::Recipe own;
+    devplug::Recipe own;
     own.device_nodes.push_back({"/dev/kvm", "/dev/kvm", "rw"});
     own.envs.emplace_back("BENCH_TAP", "x");
     for (int i = 0; i < rewrites; ++i) {

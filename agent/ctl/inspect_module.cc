@@ -30,7 +30,7 @@ std::string TomlValue(const std::string& v) {
   return out + "\"";
 }
 
-std::string Describe(const modules::Recipe& r) {
+std::string Describe(const Recipe& r) {
   std::string out;
   for (const auto& n : r.device_nodes)
     StrAppend(&out, out.empty() ? "" : "; ", "dev ", n.host_path,

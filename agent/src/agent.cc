@@ -139,7 +139,7 @@ Status Agent::Start() {
       return FailedPreconditionError(
           StrCat("required resource \"", r->cfg.name, "\" failed: ", r->failure.message()));
   }
-  std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
+  std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)
     if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
   for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);

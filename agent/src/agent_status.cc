@@ -74,9 +74,8 @@ void Agent::UpdateStatus() {
   std::vector<std::string> idle;
   for (const auto& r : resources_) {
     if (!r->instance) continue;
-    const modules::DeviceListPtr list = r->instance->devices();
-    if (std::none_of(list->begin(), list->end(),
-                     [](const modules::Device& d) { return d.healthy; }))
+    const DeviceListPtr list = r->instance->devices();
+    if (std::none_of(list->begin(), list->end(), [](const Device& d) { return d.healthy; }))
       idle.push_back(r->cfg.name);
   }
   if (!idle.empty())
@@ -120,10 +119,10 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
   for (const auto& r : resources_) {
     if (!only.empty() && r->cfg.name != only) continue;
     found = true;
-    const modules::DeviceListPtr list =
-        r->instance ? r->instance->devices() : std::make_shared<const modules::DeviceList>();
-    const size_t healthy = std::count_if(list->begin(), list->end(),
-                                         [](const modules::Device& d) { return d.healthy; });
+    const DeviceListPtr list =
+        r->instance ? r->instance->devices() : std::make_shared<const DeviceList>();
+    const size_t healthy =
+        std::count_if(list->begin(), list->end(), [](const Device& d) { return d.healthy; });
     const kubelet::Registrar& reg = *r->registrar;
     const bool registered = reg.registered();
     const char* state =
@@ -162,7 +161,7 @@ std::string Agent::StatusJson(bool devices, const std::string& only) const {
                     {"problem", r->cdi->problem()}};
     if (devices || !only.empty()) {
       json devs = json::array();
-      for (const modules::Device& d : *list) {
+      for (const Device& d : *list) {
         json dev = {{"id", d.id},
                     {"health", d.healthy ? "Healthy" : "Unhealthy"},
                     {"reason", d.health_reason},

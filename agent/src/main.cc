@@ -59,7 +59,7 @@ struct Flags {
 // until the end, as in the agent, so that modules see each other.
 int CheckConfig(const devplug::config::AgentConfig& cfg) {
   int failures = 0;
-  std::vector<std::pair<std::string, devplug::modules::DeviceListPtr>> lists;
+  std::vector<std::pair<std::string, devplug::DeviceListPtr>> lists;
   std::vector<std::unique_ptr<devplug::modules::ModuleInstance>> live;
   std::printf("files:");
   for (const auto& f : cfg.files) std::printf(" %s", f.c_str());

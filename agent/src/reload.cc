@@ -268,7 +268,7 @@ void Agent::CommitReload() {
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
   RebuildUdevMonitor();
-  std::vector<std::pair<std::string, modules::DeviceListPtr>> lists;
+  std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)
     if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
   for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);

@@ -13,11 +13,11 @@
 namespace devplug::testing {
 
 // Accepts every list and hands each published one to `fn`.
-inline std::shared_ptr<modules::ListSink> ListsTo(std::function<void(modules::DeviceListPtr)> fn) {
+inline std::shared_ptr<modules::ListSink> ListsTo(std::function<void(DeviceListPtr)> fn) {
   struct Sink final : modules::ListSink {
-    std::function<void(modules::DeviceListPtr)> fn;
-    std::string Accept(const modules::DeviceList&) override { return ""; }
-    void Publish(const modules::DeviceListPtr& list) override { fn(list); }
+    std::function<void(DeviceListPtr)> fn;
+    std::string Accept(const DeviceList&) override { return ""; }
+    void Publish(const DeviceListPtr& list) override { fn(list); }
   };
   auto s = std::make_shared<Sink>();
   s->fn = std::move(fn);

@@ -19,17 +19,16 @@ using testing::ReadFile;
 using testing::TempDir;
 using testing::WriteFile;
 
-modules::Device Dev(const std::string& id, modules::Recipe r) {
-  modules::Device d;
+Device Dev(const std::string& id, Recipe r) {
+  Device d;
   d.id = id;
   d.healthy = true;
   d.recipe = std::move(r);
   return d;
 }
 
-modules::Recipe Node(const std::string& host, const std::string& in,
-                     const std::string& perms = "rw") {
-  modules::Recipe r;
+Recipe Node(const std::string& host, const std::string& in, const std::string& perms = "rw") {
+  Recipe r;
   r.device_nodes.push_back({host, in, perms});
   return r;
 }
@@ -111,14 +110,14 @@ TEST(CdiValidateTest, StatesTheLibrarysRules) {
 }
 
 TEST(CdiRenderTest, OneDevicePerIdWithItsEdits) {
-  modules::Recipe both = Node("/dev/vfio/12", "/dev/vfio/12");
+  Recipe both = Node("/dev/vfio/12", "/dev/vfio/12");
   both.device_nodes.push_back({"/dev/vfio/vfio", "/dev/vfio/vfio", "rw"});
   both.mounts.push_back({"/opt/fw", "/lib/firmware/x", true});
   both.envs.emplace_back("PCI_RESOURCE_X", "0000:3b:00.0");
   both.annotations.emplace_back("k", "v");  // not carried in 0.5.0
-  modules::DeviceList list = {Dev("0000:3b:00.0", both), Dev("empty", {}),
-                              Dev("a/b", Node("/dev/x", "/dev/x")),
-                              Dev("tun0", Node("/dev/net/tun", "/dev/net/tun", "rwm"))};
+  DeviceList list = {Dev("0000:3b:00.0", both), Dev("empty", {}),
+                     Dev("a/b", Node("/dev/x", "/dev/x")),
+                     Dev("tun0", Node("/dev/net/tun", "/dev/net/tun", "rwm"))};
   const auto lookup = [](const std::string& p) -> std::optional<NodeInfo> {
     if (p == "/dev/net/tun") return NodeInfo{'c', 10, 200};
     return std::nullopt;
@@ -285,12 +284,12 @@ TEST(ResourceCdiTest, AllocationSpecsLiveFromAllocateToRelease) {
         {.resource = "example.com/tap", .mode = CdiMode::kBoth, .dir = dir, .only = true});
   };
   auto cdi = make();
-  const std::vector<modules::Device> list = {Dev("m0", {}), Dev("m1", {}), Dev("m2", {})};
+  const std::vector<Device> list = {Dev("m0", {}), Dev("m1", {}), Dev("m2", {})};
   cdi->Publish(list);
   EXPECT_FALSE(FileExists(dir + "/" + cdi->file_name()));  // no default edits: no spec
 
   auto allocate = [&](ResourceCdi& c, std::vector<std::string> ids, const std::string& node) {
-    modules::Recipe r = Node(node, node);
+    Recipe r = Node(node, node);
     r.envs.emplace_back("TAPS", StrJoin(ids, ","));
     v1beta1::ContainerAllocateResponse resp;
     resp.add_devices()->set_host_path(node);

@@ -72,7 +72,7 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
       "[[resource]]\nname = \"fake.example/full\"\nmodule = \"fake\"\ncount = 16\n", "t", {});
   std::atomic<int> changes{0};
   modules::ModuleInstance::Options o;
-  o.lists = testing::ListsTo([&](modules::DeviceListPtr) { ++changes; });
+  o.lists = testing::ListsTo([&](DeviceListPtr) { ++changes; });
   auto inst = modules::ModuleInstance::Create(*m, cfg->resources[0], std::move(o));
   ASSERT_TRUE(inst.ok());
   // Every call gets exactly one answer: a result, or UNAVAILABLE when more
@@ -102,7 +102,7 @@ TEST(ModuleInstanceConcurrencyTest, RescansEventsAndCallsFromManyThreads) {
           }
           case 2:
             (*inst)->Allocate({"fake-" + std::to_string(i % 16)},
-                              [&](StatusOr<modules::Recipe> r) { count(r.status()); });
+                              [&](StatusOr<Recipe> r) { count(r.status()); });
             break;
           default:
             (*inst)->PreferredAllocation(
@@ -140,14 +140,14 @@ TEST(ModuleInstanceConcurrencyTest, CallsBehindABusyModuleAreBoundedAndSkippedOn
   ASSERT_TRUE(inst.ok());
   std::atomic<int> ran{0};
   // Keeps the worker in allocate() for 300 ms.
-  (*inst)->Allocate({"fake-0"}, [&](StatusOr<modules::Recipe>) { ++ran; });
+  (*inst)->Allocate({"fake-0"}, [&](StatusOr<Recipe>) { ++ran; });
   // Calls nobody waits for by their turn (their timeout answered them), one
   // more than the queue holds. Such a call's `done` runs only when it is
   // refused, and then at once, on this thread.
   std::vector<Status> refused;
   for (int i = 0; i <= modules::ModuleInstance::kMaxQueuedCalls; ++i)
     (*inst)->Allocate(
-        {"fake-1"}, [&](StatusOr<modules::Recipe> r) { refused.push_back(r.status()); },
+        {"fake-1"}, [&](StatusOr<Recipe> r) { refused.push_back(r.status()); },
         [] { return false; });
   // One refused, or two if the first call had not left the queue yet.
   ASSERT_GE(refused.size(), 1u);

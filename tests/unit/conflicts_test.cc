@@ -5,11 +5,7 @@
 namespace devplug {
 namespace {
 
-using modules::Device;
-using modules::DeviceList;
-using modules::Recipe;
-
-modules::DeviceListPtr List(std::vector<Recipe> recipes) {
+DeviceListPtr List(std::vector<Recipe> recipes) {
   DeviceList l;
   for (size_t i = 0; i < recipes.size(); ++i) {
     Device d;

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "modules/device.h"
+#include "model/device.h"
 #include "modules/module_instance.h"
 
 namespace devplug::modules {

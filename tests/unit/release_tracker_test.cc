@@ -141,7 +141,7 @@ TEST_F(ReleaseTrackerTest, ReleasingAndFailedDevicesAreShownUnhealthyYetAllocata
   ASSERT_EQ(List({}, 20), (Ids{"dev-0", "dev-1"}));
   EXPECT_GT(tracker_.generation(), before);
   tracker_.OnReleased({"dev-1"}, -EIO, "power down failed", T(21));
-  modules::DeviceList list(3);
+  DeviceList list(3);
   list[0].id = "dev-0", list[1].id = "dev-1", list[2].id = "dev-2";
   for (auto& d : list) d.healthy = true;
   EXPECT_TRUE(tracker_.Apply(list));
@@ -234,7 +234,7 @@ TEST_F(ReleaseTrackerTest, OffForgetsEverythingAndOnStartsOver) {
   const uint64_t g = tracker_.generation();
   EXPECT_EQ(tracker_.SetEnabled(false), Ids{"dev-0"});
   EXPECT_GT(tracker_.generation(), g);  // what the kubelet is told changes
-  modules::DeviceList list(1);
+  DeviceList list(1);
   list[0].id = "dev-0";
   list[0].healthy = true;
   EXPECT_FALSE(tracker_.Apply(list));

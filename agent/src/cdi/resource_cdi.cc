@@ -61,7 +61,7 @@ StatusOr<std::shared_ptr<ResourceCdi>> ResourceCdi::Make(Options options) {
   return r;
 }
 
-void ResourceCdi::Publish(const modules::DeviceList& list) {
+void ResourceCdi::Publish(const DeviceList& list) {
   if (options_.mode == CdiMode::kOff) return;
   // Shared devices (shares = 110) name one node 110 times: look it up once.
   std::map<std::string, std::optional<NodeInfo>> seen;
@@ -83,7 +83,7 @@ void ResourceCdi::Publish(const modules::DeviceList& list) {
   WriteLocked();
   if (!allocations_.empty()) {
     std::set<std::string> listed;
-    for (const modules::Device& d : list) listed.insert(d.id);
+    for (const Device& d : list) listed.insert(d.id);
     DropAllocationsLocked(
         [&](const std::string&, const Allocation& a) {
           return !std::all_of(a.ids.begin(), a.ids.end(),
@@ -218,7 +218,7 @@ void ResourceCdi::WriteLocked() {
   on_disk_.insert(pending_.devices.begin(), pending_.devices.end());
 }
 
-void ResourceCdi::Answer(const std::vector<std::string>& ids, const modules::Recipe& recipe,
+void ResourceCdi::Answer(const std::vector<std::string>& ids, const Recipe& recipe,
                          bool default_recipe, v1beta1::ContainerAllocateResponse* resp) {
   if (options_.mode == CdiMode::kOff) return;
   std::vector<std::string> names;

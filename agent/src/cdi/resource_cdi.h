@@ -22,7 +22,7 @@
 #include "cdi/spec.h"
 #include "deviceplugin/v1beta1/api.pb.h"
 #include "model/cdi_mode.h"
-#include "modules/device.h"
+#include "model/device.h"
 #include "util/status.h"
 
 namespace devplug::cdi {
@@ -45,7 +45,7 @@ class ResourceCdi {
   // when its content changed (and removed when no device is left). A
   // failed write is logged once per distinct error; Allocate then names
   // no device the file on disk may lack.
-  void Publish(const modules::DeviceList& list);
+  void Publish(const DeviceList& list);
   // Writes what the last Publish rendered (a staged resource's reload
   // committed).
   void Activate();
@@ -58,8 +58,8 @@ class ResourceCdi {
   // kubelet has the answer; an earlier allocation spec that names one of
   // these IDs is removed (its pod no longer holds them). With cdi_only the
   // classic answer is left out where the names carry all of it.
-  void Answer(const std::vector<std::string>& ids, const modules::Recipe& recipe,
-              bool default_recipe, v1beta1::ContainerAllocateResponse* resp);
+  void Answer(const std::vector<std::string>& ids, const Recipe& recipe, bool default_recipe,
+              v1beta1::ContainerAllocateResponse* resp);
   // The IDs' pods are gone, as a PodResources List sent at `listed` said:
   // the allocation specs naming them are removed, save those written after
   // that List was sent (the ID was handed out again meanwhile).

@@ -121,11 +121,11 @@ std::string RenderOne(const Kind& kind, const std::string& name, json edits) {
   return spec.dump(1, '\t') + "\n";
 }
 
-json Edits(const modules::Recipe& recipe, const NodeLookup& lookup) {
+json Edits(const Recipe& recipe, const NodeLookup& lookup) {
   json edits = json::object();
   if (!recipe.device_nodes.empty()) {
     json nodes = json::array();
-    for (const modules::DeviceNode& d : recipe.device_nodes) {
+    for (const DeviceNode& d : recipe.device_nodes) {
       json n = {{"path", d.container_path}, {"hostPath", d.host_path}};
       if (!d.permissions.empty() && IsSubsetOf(d.permissions, "rwm"))
         n["permissions"] = d.permissions;
@@ -142,7 +142,7 @@ json Edits(const modules::Recipe& recipe, const NodeLookup& lookup) {
   }
   if (!recipe.mounts.empty()) {
     json mounts = json::array();
-    for (const modules::MountSpec& m : recipe.mounts)
+    for (const MountSpec& m : recipe.mounts)
       mounts.push_back({{"hostPath", m.host_path},
                         {"containerPath", m.container_path},
                         {"type", "bind"},
@@ -157,10 +157,10 @@ json Edits(const modules::Recipe& recipe, const NodeLookup& lookup) {
   return edits;
 }
 
-Rendered Render(const Kind& kind, const modules::DeviceList& devices, const NodeLookup& lookup) {
+Rendered Render(const Kind& kind, const DeviceList& devices, const NodeLookup& lookup) {
   Rendered out;
   json list = json::array();
-  for (const modules::Device& d : devices) {
+  for (const Device& d : devices) {
     if (std::string why = CheckDeviceName(d.id); !why.empty()) {
       out.skipped.emplace_back(d.id, why);
       continue;

@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/cdi_names.h"
-#include "modules/device.h"
+#include "model/device.h"
 #include "util/status.h"
 
 namespace devplug::cdi {
@@ -42,7 +42,7 @@ using NodeLookup = std::function<std::optional<NodeInfo>(const std::string& host
 // The container edits of a recipe as CDI JSON: an empty object when the
 // recipe has none a CDI device can carry (annotations cannot be carried in
 // 0.5.0; they stay in the Allocate answer).
-nlohmann::json Edits(const modules::Recipe& recipe, const NodeLookup& lookup);
+nlohmann::json Edits(const Recipe& recipe, const NodeLookup& lookup);
 
 struct Rendered {
   std::string json;                                          // the file's content
@@ -52,7 +52,7 @@ struct Rendered {
 // One CDI device per device ID, in ID order, from each device's default
 // recipe. IDs that cannot be a CDI name, and devices with no edits, are left
 // out (and listed in `skipped`); with no device left, `json` is "".
-Rendered Render(const Kind& kind, const modules::DeviceList& devices, const NodeLookup& lookup);
+Rendered Render(const Kind& kind, const DeviceList& devices, const NodeLookup& lookup);
 
 // A spec of one CDI device `name` carrying `edits` (an allocation's).
 std::string RenderOne(const Kind& kind, const std::string& name, nlohmann::json edits);

@@ -170,7 +170,7 @@ v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source) {
   return o;
 }
 
-void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllocateResponse* out) {
+void FillContainerResponse(const Recipe& recipe, v1beta1::ContainerAllocateResponse* out) {
   for (const auto& n : recipe.device_nodes) {
     auto* d = out->add_devices();
     d->set_host_path(n.host_path);
@@ -300,7 +300,7 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
     }
     source_->Allocate(
         requests_[built_.container_responses_size()],
-        [self = shared_from_this()](StatusOr<modules::Recipe> recipe) {
+        [self = shared_from_this()](StatusOr<Recipe> recipe) {
           if (!recipe.ok()) {
             spdlog::warn("Allocate refused: {}", recipe.status().message());
             self->call_->Complete(ToGrpc(recipe.status()));
@@ -314,9 +314,8 @@ class AllocateCall : public std::enable_shared_from_this<AllocateCall> {
             // The devices' default recipes are what the resource's spec
             // holds; a module's own answer (its allocate()) gets a spec of
             // its own, written before the kubelet sees this answer.
-            const bool is_default =
-                !self->module_allocates_ ||
-                *recipe == modules::DefaultRecipe(*self->source_->devices(), ids);
+            const bool is_default = !self->module_allocates_ ||
+                                    *recipe == DefaultRecipe(*self->source_->devices(), ids);
             self->cdi_->Answer(ids, *recipe, is_default, out);
           }
           self->Next();

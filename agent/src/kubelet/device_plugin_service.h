@@ -39,7 +39,7 @@ namespace devplug::kubelet {
 v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source);
 
 // Fills one container's Allocate answer from a recipe.
-void FillContainerResponse(const modules::Recipe& recipe, v1beta1::ContainerAllocateResponse* out);
+void FillContainerResponse(const Recipe& recipe, v1beta1::ContainerAllocateResponse* out);
 
 class PendingCall;
 

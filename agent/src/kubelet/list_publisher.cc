@@ -4,7 +4,7 @@
 
 namespace devplug::kubelet {
 
-std::string ListPublisher::Accept(const modules::DeviceList& list) {
+std::string ListPublisher::Accept(const DeviceList& list) {
   accepted_ = MakeSnapshot(list);
   const size_t bytes = accepted_->ByteSizeLong();
   if (bytes <= kKubeletMaxMessageBytes) return "";
@@ -13,7 +13,7 @@ std::string ListPublisher::Accept(const modules::DeviceList& list) {
                 " byte device list, over the kubelet's 4 MiB message limit; not sending it");
 }
 
-void ListPublisher::Publish(const modules::DeviceListPtr& list) {
+void ListPublisher::Publish(const DeviceListPtr& list) {
   if (cdi_) cdi_->Publish(*list);
   // The message built for the check is the one sent.
   hub_->Publish(accepted_ ? std::move(accepted_) : MakeSnapshot(*list));

@@ -26,8 +26,8 @@ class ListPublisher final : public modules::ListSink {
   ListPublisher(StreamHub* hub, std::shared_ptr<cdi::ResourceCdi> cdi)
       : hub_(hub), cdi_(std::move(cdi)) {}
 
-  std::string Accept(const modules::DeviceList& list) override;
-  void Publish(const modules::DeviceListPtr& list) override;
+  std::string Accept(const DeviceList& list) override;
+  void Publish(const DeviceListPtr& list) override;
 
  private:
   StreamHub* const hub_;

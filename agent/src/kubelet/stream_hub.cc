@@ -6,10 +6,10 @@
 
 namespace devplug::kubelet {
 
-SnapshotPtr MakeSnapshot(const modules::DeviceList& devices) {
+SnapshotPtr MakeSnapshot(const DeviceList& devices) {
   auto msg = std::make_shared<v1beta1::ListAndWatchResponse>();
   msg->mutable_devices()->Reserve(static_cast<int>(devices.size()));
-  for (const modules::Device& d : devices) {
+  for (const Device& d : devices) {
     v1beta1::Device* out = msg->add_devices();
     out->set_id(d.id);
     out->set_health(d.healthy ? "Healthy" : "Unhealthy");

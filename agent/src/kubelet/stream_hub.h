@@ -23,14 +23,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "modules/device.h"
+#include "model/device.h"
 
 namespace devplug::kubelet {
 
 using SnapshotPtr = std::shared_ptr<const v1beta1::ListAndWatchResponse>;
 
 // Builds the ListAndWatch message for a device list.
-SnapshotPtr MakeSnapshot(const modules::DeviceList& devices);
+SnapshotPtr MakeSnapshot(const DeviceList& devices);
 
 class StreamHub {
  public:

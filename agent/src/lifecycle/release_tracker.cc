@@ -229,10 +229,10 @@ bool ReleaseTracker::synced() const {
   return synced_;
 }
 
-bool ReleaseTracker::Apply(modules::DeviceList& list) const {
+bool ReleaseTracker::Apply(DeviceList& list) const {
   std::lock_guard lock(mu_);
   bool changed = false;
-  for (modules::Device& d : list) {
+  for (Device& d : list) {
     auto it = devices_.find(d.id);
     if (it == devices_.end() || !Shown(it->second.state) || !d.healthy) continue;
     d.healthy = false;

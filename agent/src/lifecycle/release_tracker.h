@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
+#include "model/device.h"
 #include "model/pod_snapshot.h"
-#include "modules/device.h"
 #include "util/status.h"
 
 namespace devplug::lifecycle {
@@ -107,7 +107,7 @@ class ReleaseTracker {
 
   // Marks RELEASING and FAILED devices Unhealthy (held_back, with a reason)
   // in a device list about to be published. True if it changed anything.
-  bool Apply(modules::DeviceList& list) const;
+  bool Apply(DeviceList& list) const;
 
   struct DeviceView {
     State state = State::kFree;

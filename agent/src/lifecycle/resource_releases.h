@@ -35,7 +35,7 @@ class ResourceReleases final : public modules::ReleaseHooks {
   // before the call failed as a whole).
   void Allocated(const std::vector<std::string>& ids);
 
-  bool Apply(modules::DeviceList& list) override { return tracker_ && tracker_->Apply(list); }
+  bool Apply(DeviceList& list) override { return tracker_ && tracker_->Apply(list); }
   std::vector<std::string> DueBeforeStart(const std::vector<std::string>& ids, bool* wait) override;
   void Released(const std::vector<std::string>& ids, int rc, const std::string& why,
                 bool before_start) override;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "devplug/module.h"
-#include "modules/device.h"
+#include "model/device.h"
 
 namespace devplug::modules {
 

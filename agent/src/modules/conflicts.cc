@@ -13,9 +13,9 @@ struct Emits {
   std::map<std::string, std::set<std::string>> envs, paths, annotations;
 };
 
-Emits Collect(const modules::DeviceList& devices) {
+Emits Collect(const DeviceList& devices) {
   Emits e;
-  for (const modules::Device& d : devices) {
+  for (const Device& d : devices) {
     for (const auto& [k, v] : d.recipe.envs) e.envs[k].insert(v);
     for (const auto& n : d.recipe.device_nodes) e.paths[n.container_path].insert(n.host_path);
     for (const auto& m : d.recipe.mounts) e.paths[m.container_path].insert(m.host_path);
@@ -45,7 +45,7 @@ void Compare(const std::string& what, const std::map<std::string, std::set<std::
 }  // namespace
 
 std::vector<std::string> FindRecipeConflicts(
-    const std::vector<std::pair<std::string, modules::DeviceListPtr>>& resources) {
+    const std::vector<std::pair<std::string, DeviceListPtr>>& resources) {
   std::vector<Emits> emits;
   for (const auto& [name, list] : resources) emits.push_back(list ? Collect(*list) : Emits{});
   std::vector<std::string> out;

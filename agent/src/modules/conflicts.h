@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "modules/device.h"
+#include "model/device.h"
 
 namespace devplug {
 
 // One warning line per conflicting pair and item, naming both resources.
 std::vector<std::string> FindRecipeConflicts(
-    const std::vector<std::pair<std::string, modules::DeviceListPtr>>& resources);
+    const std::vector<std::pair<std::string, DeviceListPtr>>& resources);
 
 }  // namespace devplug

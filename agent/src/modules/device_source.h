@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "modules/device.h"
+#include "model/device.h"
 #include "modules/device_lanes.h"
 #include "util/status.h"
 

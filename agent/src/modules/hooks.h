@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "model/device.h"
 #include "model/scan_cause.h"
-#include "modules/device.h"
 
 namespace devplug::modules {
 

@@ -30,8 +30,8 @@
 
 #include "config/config.h"
 #include "devplug/module.h"
+#include "model/device.h"
 #include "model/scan_cause.h"
-#include "modules/device.h"
 #include "modules/device_lanes.h"
 #include "modules/device_source.h"
 #include "modules/hooks.h"

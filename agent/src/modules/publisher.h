@@ -14,7 +14,7 @@
 #include <mutex>
 #include <string>
 
-#include "modules/device.h"
+#include "model/device.h"
 #include "modules/hooks.h"
 #include "util/status.h"
 

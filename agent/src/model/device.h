@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace devplug::modules {
+namespace devplug {
 
 struct DeviceNode {
   std::string host_path;
@@ -74,4 +74,4 @@ using DeviceListPtr = std::shared_ptr<const DeviceList>;
 // Merges the default recipes of `ids` (those found in `devices`).
 Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids);
 
-}  // namespace devplug::modules
+}  // namespace devplug

@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <string_view>
 
-#include "modules/device.h"
+#include "model/device.h"
 #include "util/status.h"
 
-namespace devplug::modules {
+namespace devplug {
 namespace {
 
 // `item` is one of the comma-separated items of `list`.
@@ -75,4 +75,4 @@ Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& 
   return out;
 }
 
-}  // namespace devplug::modules
+}  // namespace devplug
