@@ -61,13 +61,7 @@ Status Agent::Start() {
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
   // A change during our own start is a change too.
   UpdateConfigWatch();
-  if (auto pw = udev::PathWatch::Create(); pw.ok())
-    path_watch_ = std::move(*pw);
-  else
-    spdlog::warn(
-        "no path watches ({}); nodes made or removed without a uevent are seen at "
-        "the next resync only",
-        pw.status().message());
+  hotplug_.OpenPathWatch();
   // Status and metrics: useful from the first moment, and never a reason
   // not to serve the hardware.
   if (!config_.control_socket.empty()) {
@@ -106,7 +100,7 @@ Status Agent::Start() {
         LeaveOut(*r, st, true);
     }
   }
-  RebuildUdevMonitor();
+  UpdateHotplug();
   const auto t_loaded = Clock::now();
   // Every create() and first scan run at once, each on its own worker.
   for (auto& r : resources_)
@@ -274,12 +268,9 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[7] = {{signal_fd, POLLIN, 0},
-                     {watch_.fd(), POLLIN, 0},
-                     {mailbox_->fd(), POLLIN, 0},
-                     {udev_ ? udev_->fd() : -1, POLLIN, 0},
-                     {path_watch_ ? path_watch_->fd() : -1, POLLIN, 0},
-                     {registry_watch_.fd(), POLLIN, 0},
+    pollfd fds[7] = {{signal_fd, POLLIN, 0},          {watch_.fd(), POLLIN, 0},
+                     {mailbox_->fd(), POLLIN, 0},     {hotplug_.udev_fd(), POLLIN, 0},
+                     {hotplug_.path_fd(), POLLIN, 0}, {registry_watch_.fd(), POLLIN, 0},
                      {config_watch_.fd(), POLLIN, 0}};
     const int n = poll(fds, 7, timeout_ms);
     if (n < 0 && errno != EINTR) {
@@ -320,8 +311,8 @@ int Agent::Run(int signal_fd) {
     }
     if (fds[6].revents & POLLIN) config_watch_.Drain(Clock::now());
     if (config_watch_.Changed(Clock::now())) BeginReload("configuration files changed");
-    if (fds[3].revents & POLLIN) DispatchUdevEvents(*udev_);
-    if (fds[4].revents & POLLIN) DrainPathWatch();
+    if (fds[3].revents & POLLIN) hotplug_.DrainUdev();
+    if (fds[4].revents & POLLIN) hotplug_.DrainPaths();
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
     if (!plugin_dir_lost_) FireTimers();
@@ -417,6 +408,34 @@ void Agent::Shutdown() {
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::info("stopped in {:.1f} ms (servers {:.1f} ms, modules {:.1f} ms)", ms(Clock::now() - t0),
                ms(t_servers - t0), ms(Clock::now() - t_servers));
+}
+
+void Agent::UpdateHotplug() { hotplug_.Update(config_.udev_source, config_.resync_interval); }
+
+std::map<uint64_t, std::vector<std::string>> Agent::Subscriptions() const {
+  std::map<uint64_t, std::vector<std::string>> out;
+  for (const auto& r : resources_) {
+    if (!r->module || r->module->descriptor().udev_subsystems == nullptr) continue;
+    auto& subsystems = out[r->id];
+    for (const char* const* s = r->module->descriptor().udev_subsystems; *s; ++s)
+      subsystems.emplace_back(*s);
+  }
+  return out;
+}
+
+void Agent::Deliver(uint64_t id, std::vector<udev::Event> events) {
+  Resource* r = ById(id);
+  if (r && r->instance) r->instance->OnUdevEvents(std::move(events));
+}
+
+void Agent::PathChanged(uint64_t id) {
+  Resource* r = ById(id);
+  if (r && r->instance) r->instance->OnPathChanged();
+}
+
+void Agent::RescanAll() {
+  for (auto& r : resources_)
+    if (r->instance) r->instance->RequestRescan();
 }
 
 }  // namespace devplug

@@ -7,7 +7,8 @@
 //   mailbox.cc         how other threads reach the main loop
 //   resource_start.cc  loading a module, creating its instance, retries, giving up
 //   serving.cc         each resource's gRPC server, and what its Registrar acts on
-//   hotplug.cc         the udev filter and which resource hears which event
+//   (hotplug.h         class Hotplug: the udev filter, which resource hears which
+//                      event; the Agent is its Targets)
 //   releases.cc        PodResources Lists and the release trackers (ReleaseCoordinator)
 //   reload.cc          SIGHUP: stage, check, commit or keep the old configuration
 //   agent_status.cc    STATUS=, the control socket's status JSON, metrics counts
@@ -36,6 +37,7 @@
 #include "cdi/resource_cdi.h"
 #include "config/config.h"
 #include "config/config_watch.h"
+#include "hotplug.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
@@ -72,7 +74,7 @@ inline constexpr std::chrono::milliseconds kStopTimeout{5000};
 // The nice value every thread takes once a stop begins (util/exit_priority.h).
 inline constexpr int kExitNice = -10;
 
-class Agent {
+class Agent final : private Hotplug::Targets {
  public:
   struct Options {
     std::string version = "unknown";
@@ -234,10 +236,13 @@ class Agent {
   void LeaveOut(Resource& r, Status why, bool retry);
   void GiveUp(Resource& r);
   void TryStart(Resource& r);
-  void RebuildUdevMonitor();
-  void DispatchUdevEvents(udev::Monitor& monitor);
-  // Paths modules watch changed: those modules rescan.
-  void DrainPathWatch();
+  // The udev filter after the set of loaded modules changed.
+  void UpdateHotplug();
+  // Hotplug::Targets
+  std::map<uint64_t, std::vector<std::string>> Subscriptions() const override;
+  void Deliver(uint64_t id, std::vector<udev::Event> events) override;
+  void PathChanged(uint64_t id) override;
+  void RescanAll() override;
 
   // ---- serving and registering ----
   // Stops the registration and the server: the streams end. `exiting`: the
@@ -332,12 +337,8 @@ class Agent {
   kubelet::PluginDirWatch registry_watch_;
   // The plugin directory was removed: Run ends with kExitPluginDirLost.
   bool plugin_dir_lost_ = false;
-  std::unique_ptr<udev::Monitor> udev_;
-  // Paths modules watch (host->watch_path); null when inotify failed.
-  std::shared_ptr<udev::PathWatch> path_watch_;
-  std::vector<std::string> udev_subsystems_;  // the monitor's filter, sorted
-  // Subsystem -> ids of the resources whose module declared it.
-  std::map<std::string, std::vector<uint64_t>, std::less<>> udev_subscribers_;
+  // Uevents and module path watches, routed to the resources (hotplug.h).
+  Hotplug hotplug_{this, metrics_};
   uint64_t next_id_ = 1;
   // Register calls whose callback has not run yet; Shutdown waits for them
   // (their callbacks run on gRPC threads and count down here).

@@ -1,67 +1,76 @@
-// Hotplug dispatch: the udev filter is the union of every module's
-// subsystems, and each event reaches the resources that asked for its
-// subsystem.
+#include "hotplug.h"
+
 #include <spdlog/spdlog.h>
 
-#include "agent.h"
+#include "config/config.h"
+#include "util/status.h"
 
 namespace devplug {
 
-void Agent::RebuildUdevMonitor() {
+Hotplug::Hotplug(Targets* targets, std::shared_ptr<ops::Metrics> metrics)
+    : targets_(targets), metrics_(std::move(metrics)) {}
+
+void Hotplug::OpenPathWatch() {
+  if (path_watch_) return;
+  if (auto pw = udev::PathWatch::Create(); pw.ok())
+    path_watch_ = std::move(*pw);
+  else
+    spdlog::warn(
+        "no path watches ({}); nodes made or removed without a uevent are seen at "
+        "the next resync only",
+        pw.status().message());
+}
+
+void Hotplug::Update(UdevSource source, std::chrono::milliseconds resync) {
   std::map<std::string, std::vector<uint64_t>, std::less<>> subscribers;
-  for (const auto& r : resources_) {
-    if (!r->module || r->module->descriptor().udev_subsystems == nullptr) continue;
-    for (const char* const* s = r->module->descriptor().udev_subsystems; *s; ++s)
-      if (**s) subscribers[*s].push_back(r->id);
-  }
+  for (const auto& [id, subsystems] : targets_->Subscriptions())
+    for (const std::string& s : subsystems)
+      if (!s.empty()) subscribers[s].push_back(id);
   std::vector<std::string> subsystems;
   for (const auto& [s, _] : subscribers) subsystems.push_back(s);
-  udev_subscribers_ = std::move(subscribers);
-  if (subsystems == udev_subsystems_ && (udev_ || subsystems.empty())) return;
-  udev_subsystems_ = subsystems;
+  subscribers_ = std::move(subscribers);
+  if (subsystems == subsystems_ && (udev_ || subsystems.empty())) return;
+  subsystems_ = subsystems;
   if (subsystems.empty()) return;
-  const config::UdevSource source = udev::ResolveSource(config_.udev_source);
-  auto monitor = udev::Monitor::Create(source, subsystems);
+  const UdevSource resolved = udev::ResolveSource(source);
+  auto monitor = udev::Monitor::Create(resolved, subsystems);
   if (!monitor.ok()) {
     spdlog::warn("no hotplug events ({}); devices are rescanned every {} ms only",
-                 monitor.status().message(), config_.resync_interval.count());
+                 monitor.status().message(), resync.count());
     return;
   }
   // The new monitor listens before the old one goes: nothing falls between.
-  if (udev_) DispatchUdevEvents(*udev_);
+  if (udev_) Dispatch(*udev_);
   udev_ = std::move(*monitor);
-  spdlog::info("listening for {} events on subsystems {}{}", config::UdevSourceName(source),
-               StrJoin(subsystems, ","),
-               config_.udev_source == config::UdevSource::kAuto ? " (udev_source auto)" : "");
+  spdlog::info("listening for {} events on subsystems {}{}", config::UdevSourceName(resolved),
+               StrJoin(subsystems, ","), source == UdevSource::kAuto ? " (udev_source auto)" : "");
 }
 
-void Agent::DispatchUdevEvents(udev::Monitor& monitor) {
+void Hotplug::DrainUdev() {
+  if (udev_) Dispatch(*udev_);
+}
+
+void Hotplug::Dispatch(udev::Monitor& monitor) {
   bool overflowed = false;
   std::vector<udev::Event> events = monitor.Drain(&overflowed);
   std::map<uint64_t, std::vector<udev::Event>> batches;
   for (udev::Event& e : events) {
     spdlog::trace("uevent {} {} {}", e.action, e.subsystem, e.syspath);
-    auto it = udev_subscribers_.find(e.subsystem);
-    if (it == udev_subscribers_.end()) continue;
-    metrics_->Uevent(e.subsystem);
+    auto it = subscribers_.find(e.subsystem);
+    if (it == subscribers_.end()) continue;
+    if (metrics_) metrics_->Uevent(e.subsystem);
     for (uint64_t id : it->second) batches[id].push_back(e);
   }
-  for (auto& [id, batch] : batches) {
-    Resource* r = ById(id);
-    if (r && r->instance) r->instance->OnUdevEvents(std::move(batch));
-  }
+  for (auto& [id, batch] : batches) targets_->Deliver(id, std::move(batch));
   if (overflowed) {
     spdlog::warn("uevent queue overflowed; rescanning every resource");
-    for (auto& r : resources_)
-      if (r->instance) r->instance->RequestRescan();
+    targets_->RescanAll();
   }
 }
 
-void Agent::DrainPathWatch() {
-  for (uint64_t id : path_watch_->Drain()) {
-    Resource* r = ById(id);
-    if (r && r->instance) r->instance->OnPathChanged();
-  }
+void Hotplug::DrainPaths() {
+  if (!path_watch_) return;
+  for (uint64_t id : path_watch_->Drain()) targets_->PathChanged(id);
 }
 
 }  // namespace devplug

@@ -267,7 +267,7 @@ void Agent::CommitReload() {
   resources_ = std::move(serving);
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
-  RebuildUdevMonitor();
+  UpdateHotplug();
   std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)
     if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());

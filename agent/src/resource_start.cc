@@ -104,7 +104,8 @@ void Agent::Launch(Resource& r, const config::AgentConfig& cfg,
         mailbox->Post({Event::kTrackerChanged, i, 0, OkStatus(), nullptr});
       });
   if (r.tracker) opts.releases = r.releases;
-  if (path_watch_) opts.watches = std::make_shared<udev::PathWatchSet>(path_watch_, r.id);
+  if (hotplug_.path_watch())
+    opts.watches = std::make_shared<udev::PathWatchSet>(hotplug_.path_watch(), r.id);
   const uint64_t launch = ++r.launch;
   ++r.attempts;
   r.start_deadline = Clock::now() + cfg.start_timeout;
@@ -189,7 +190,7 @@ void Agent::TryStart(Resource& r) {
       LeaveOut(r, st, st.code() != StatusCode::kInvalidArgument);
       return;
     }
-    RebuildUdevMonitor();  // before its first scan, so no event is missed
+    UpdateHotplug();  // before its first scan, so no event is missed
   }
   Launch(r, config_);
 }
