@@ -1,4 +1,4 @@
-// The generic module (contracts/generic.md): a glob over 1,000 device nodes,
+// The generic module (modules/generic/README.md): a glob over 1,000 device nodes,
 // and how fast a node made or removed reaches the kubelet.
 //
 //  - scan: one list_devices() of "/dev/bench/node*" over 1,000 character

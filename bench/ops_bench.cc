@@ -1,4 +1,4 @@
-// Operations benchmark (contracts/operations.md): what a SIGHUP reload costs
+// Operations benchmark (docs/design.md, "Reload, status, metrics"): what a SIGHUP reload costs
 // the resources it does not change (nothing: no stream end, no registration)
 // and how soon the one it changes is back; what the metrics cost a kubelet
 // call (the counters one Allocate bumps, and Allocate latency while a scraper

@@ -49,6 +49,7 @@
 #include "lifecycle/release_coordinator.h"
 #include "lifecycle/release_tracker.h"
 #include "lifecycle/resource_releases.h"
+#include "mailbox.h"
 #include "modules/module_instance.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
@@ -181,42 +182,7 @@ class Agent final : private Hotplug::Targets {
     std::function<void()> Register(uint64_t n) override;
   };
 
-  struct Event {
-    enum Kind {
-      kCreated,         // number: launch
-      kRegisterDone,    // number: registration
-      kStreamEnded,     // number: registration
-      kProbed,          // number: registration (plugin watcher's GetInfo)
-      kKubeletStatus,   // status: the plugin watcher's NotifyRegistrationStatus
-      kTrackerChanged,  // an Allocate or a release moved a device
-      kPodList,         // a PodResources List finished (resource unused)
-      kControl,         // a control socket request (resource unused)
-    } kind;
-    uint64_t resource;  // Resource::id
-    uint64_t number;
-    Status status;
-    kubelet::PodSnapshotPtr pods;                         // kPodList, when it worked
-    std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
-  };
-
-  // Where other threads post events; an eventfd wakes the main loop. Shared
-  // with every callback, so one that runs after the agent is gone (a given-up
-  // module finishing create() at last) finds it closed.
-  class Mailbox {
-   public:
-    Mailbox();
-    ~Mailbox();
-    int fd() const { return fd_; }
-    void Post(Event ev);
-    std::vector<Event> Drain();
-    void Close();
-
-   private:
-    int fd_ = -1;
-    std::mutex mu_;
-    std::vector<Event> events_;  // guarded by mu_
-    bool closed_ = false;        // guarded by mu_
-  };
+  using Event = AgentEvent;
 
   // The resource with this id (serving, or staged by a reload), or nullptr.
   Resource* ById(uint64_t id);

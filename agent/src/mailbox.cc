@@ -2,17 +2,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "mailbox.h"
 
 namespace devplug {
 
-Agent::Mailbox::Mailbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+Mailbox::Mailbox() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-Agent::Mailbox::~Mailbox() {
+Mailbox::~Mailbox() {
   if (fd_ >= 0) close(fd_);
 }
 
-void Agent::Mailbox::Post(Event ev) {
+void Mailbox::Post(AgentEvent ev) {
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
@@ -22,16 +22,16 @@ void Agent::Mailbox::Post(Event ev) {
   [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof(one));
 }
 
-std::vector<Agent::Event> Agent::Mailbox::Drain() {
+std::vector<AgentEvent> Mailbox::Drain() {
   uint64_t count;
   [[maybe_unused]] ssize_t rd = read(fd_, &count, sizeof(count));
-  std::vector<Event> out;
+  std::vector<AgentEvent> out;
   std::lock_guard lock(mu_);
   out.swap(events_);
   return out;
 }
 
-void Agent::Mailbox::Close() {
+void Mailbox::Close() {
   std::lock_guard lock(mu_);
   closed_ = true;
   events_.clear();

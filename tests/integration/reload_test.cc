@@ -1,4 +1,4 @@
-// SIGHUP reload (contracts/operations.md): what did not change keeps serving
+// SIGHUP reload (docs/design.md, "Reload, status, metrics"): what did not change keeps serving
 // untouched, what changed restarts alone, and any mistake keeps the old
 // configuration running. The kubelet simulator counts every registration and
 // every stream end, so "untouched" is measured, not assumed.

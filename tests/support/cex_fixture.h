@@ -1,5 +1,5 @@
 // An s390 AP bus and zcrypt class under a temporary host_root, shaped as
-// drivers/s390/crypto makes them (contracts/cex.md §5): cards
+// drivers/s390/crypto makes them (modules/cex/README.md): cards
 // sys/devices/ap/cardXX with queues XX.YYYY, the bus's driver links, and
 // /sys/class/zcrypt/{create,destroy}. The kernel's create/destroy are acted
 // out by the module's test build (modules/cex/emulator.h).

@@ -1,0 +1,56 @@
+// How other threads reach the agent's main loop: events posted to a
+// Mailbox, and an eventfd that wakes the loop.
+//
+// Thread safety: Post from any thread; Drain and Close from the main loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kubelet/pod_resources.h"
+#include "ops/control.h"
+#include "util/status.h"
+
+namespace devplug {
+
+// What another thread tells the main loop.
+struct AgentEvent {
+  enum Kind {
+    kCreated,         // number: launch
+    kRegisterDone,    // number: registration
+    kStreamEnded,     // number: registration
+    kProbed,          // number: registration (plugin watcher's GetInfo)
+    kKubeletStatus,   // status: the plugin watcher's NotifyRegistrationStatus
+    kTrackerChanged,  // an Allocate or a release moved a device
+    kPodList,         // a PodResources List finished (resource unused)
+    kControl,         // a control socket request (resource unused)
+  } kind;
+  uint64_t resource;  // Resource::id
+  uint64_t number;
+  Status status;
+  kubelet::PodSnapshotPtr pods;                         // kPodList, when it worked
+  std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
+};
+
+// Where other threads post events; an eventfd wakes the main loop. Shared
+// with every callback, so one that runs after the agent is gone (a given-up
+// module finishing create() at last) finds it closed.
+class Mailbox {
+ public:
+  Mailbox();
+  ~Mailbox();
+  int fd() const { return fd_; }
+  void Post(AgentEvent ev);
+  std::vector<AgentEvent> Drain();
+  void Close();
+
+ private:
+  int fd_ = -1;
+  std::mutex mu_;
+  std::vector<AgentEvent> events_;  // guarded by mu_
+  bool closed_ = false;             // guarded by mu_
+};
+
+}  // namespace devplug
