@@ -10,7 +10,7 @@ Lane::Lane(std::string name, Task on_start, Task on_wake)
 Lane::~Lane() {
   if (!thread_.joinable()) return;
   RequestStop({});
-  (void)WaitStopped(Clock::time_point::max());
+  (void)WaitStopped(Clock::now() + std::chrono::hours(24 * 365));
 }
 
 void Lane::Start() {
@@ -19,25 +19,25 @@ void Lane::Start() {
 
 void Lane::Post(Task task) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
 
 void Lane::WakeAt(std::optional<Clock::time_point> at) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   wake_at_ = at;
 }
 
 std::optional<Lane::Clock::time_point> Lane::wake_at() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return wake_at_;
 }
 
 void Lane::RequestStop(Task last) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return;
     if (last) queue_.push_back(std::move(last));
     stopping_ = true;
@@ -47,13 +47,17 @@ void Lane::RequestStop(Task last) {
 
 bool Lane::WaitStopped(Clock::time_point deadline) {
   if (!thread_.joinable()) return true;
-  std::unique_lock lock(mu_);
-  if (!exited_cv_.wait_until(lock, deadline, [&] { return exited_; })) {
-    lock.unlock();
+  bool exited = false;
+  {
+    MutexLock lock(mu_);
+    while (!exited_ && exited_cv_.wait_until(mu_, deadline) == std::cv_status::no_timeout) {
+    }
+    exited = exited_;
+  }
+  if (!exited) {
     thread_.detach();
     return false;
   }
-  lock.unlock();
   thread_.join();
   return true;
 }
@@ -65,12 +69,13 @@ void Lane::Loop() {
   for (;;) {
     Task task;
     {
-      std::unique_lock lock(mu_);
-      auto ready = [&] { return stopping_ || !queue_.empty(); };
-      if (wake_at_)
-        cv_.wait_until(lock, *wake_at_, ready);
-      else
-        cv_.wait(lock, ready);
+      MutexLock lock(mu_);
+      while (!stopping_ && queue_.empty()) {
+        if (!wake_at_)
+          cv_.wait(mu_);
+        else if (cv_.wait_until(mu_, *wake_at_) == std::cv_status::timeout)
+          break;
+      }
       if (!queue_.empty()) {
         task = std::move(queue_.front());
         queue_.pop_front();

@@ -18,10 +18,11 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+
+#include "util/mutex.h"
 
 namespace devplug::modules {
 
@@ -60,13 +61,13 @@ class Lane {
   const std::string name_;
   const Task on_start_;
   const Task on_wake_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable exited_cv_;
-  std::deque<Task> queue_;                    // guarded by mu_
-  std::optional<Clock::time_point> wake_at_;  // guarded by mu_
-  bool stopping_ = false;                     // guarded by mu_
-  bool exited_ = false;                       // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::condition_variable_any exited_cv_;
+  std::deque<Task> queue_ DEVPLUG_GUARDED_BY(mu_);
+  std::optional<Clock::time_point> wake_at_ DEVPLUG_GUARDED_BY(mu_);
+  bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
+  bool exited_ DEVPLUG_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

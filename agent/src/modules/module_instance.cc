@@ -163,7 +163,7 @@ std::shared_ptr<const LaneWait> ModuleInstance::PostSlow(std::vector<std::string
 void ModuleInstance::OnUdevEvents(std::vector<udev::Event> events) {
   if (events.empty()) return;
   {
-    std::lock_guard lock(events_mu_);
+    MutexLock lock(events_mu_);
     if (pending_events_.empty())
       pending_events_ = std::move(events);
     else
@@ -178,7 +178,7 @@ void ModuleInstance::OnUdevEvents(std::vector<udev::Event> events) {
 void ModuleInstance::ProcessEventsOnWorker() {
   std::vector<udev::Event> events;
   {
-    std::lock_guard lock(events_mu_);
+    MutexLock lock(events_mu_);
     events.swap(pending_events_);
     events_queued_ = false;
   }

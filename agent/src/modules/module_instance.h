@@ -40,6 +40,7 @@
 #include "modules/loaded_module.h"
 #include "modules/publisher.h"
 #include "udev/event.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::modules {
@@ -226,9 +227,9 @@ class ModuleInstance final : public DeviceSource {
   std::atomic<bool> path_scan_queued_{false};
   std::atomic<int> queued_calls_{0};  // kubelet calls waiting on the worker or a lane
 
-  std::mutex events_mu_;
-  std::vector<udev::Event> pending_events_;  // guarded by events_mu_
-  bool events_queued_ = false;               // guarded by events_mu_
+  Mutex events_mu_;
+  std::vector<udev::Event> pending_events_ DEVPLUG_GUARDED_BY(events_mu_);
+  bool events_queued_ DEVPLUG_GUARDED_BY(events_mu_) = false;
   // Worker thread only: rate limit of event-driven scans.
   std::chrono::steady_clock::time_point last_event_scan_{};
   ScanCause deferred_cause_ = ScanCause::kEvent;  // what deferred the pending scan

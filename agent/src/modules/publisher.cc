@@ -49,19 +49,19 @@ Publisher::Publisher(std::string resource, std::shared_ptr<ListSink> lists,
       devices_(std::make_shared<const DeviceList>()) {}
 
 DeviceListPtr Publisher::devices() const {
-  std::lock_guard lock(devices_mu_);
+  MutexLock lock(devices_mu_);
   return devices_;
 }
 
 Status Publisher::Scanned(DeviceList list, bool tracking) {
-  std::lock_guard lock(publish_mu_);
+  MutexLock lock(publish_mu_);
   // Kept for Republish() when the agent's release state can change it.
   if (tracking) scanned_ = list;
   return PublishLocked(std::move(list), tracking);
 }
 
 void Publisher::Republish(bool tracking) {
-  std::lock_guard lock(publish_mu_);
+  MutexLock lock(publish_mu_);
   if (published_) (void)PublishLocked(scanned_, tracking);
 }
 
@@ -80,7 +80,7 @@ Status Publisher::PublishLocked(DeviceList list, bool tracking) {
     }
   }
   {
-    std::lock_guard lock(devices_mu_);
+    MutexLock lock(devices_mu_);
     devices_ = next;
   }
   const bool first = !published_;

@@ -11,11 +11,11 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "model/device.h"
 #include "modules/hooks.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::modules {
@@ -43,20 +43,20 @@ class Publisher {
   void Silence() { silenced_ = true; }
 
  private:
-  Status PublishLocked(DeviceList list, bool tracking);  // needs publish_mu_
+  Status PublishLocked(DeviceList list, bool tracking) DEVPLUG_REQUIRES(publish_mu_);
 
   const std::string resource_;
   const std::shared_ptr<ListSink> lists_;
   const std::shared_ptr<ReleaseHooks> releases_;
   const std::shared_ptr<InstanceObserver> observer_;
 
-  std::mutex publish_mu_;  // one publication at a time
-  DeviceList scanned_;     // guarded by publish_mu_: the module's last list
+  Mutex publish_mu_;                                    // one publication at a time
+  DeviceList scanned_ DEVPLUG_GUARDED_BY(publish_mu_);  // the module's last list
   std::atomic<bool> published_{false};
   std::atomic<bool> silenced_{false};
 
-  mutable std::mutex devices_mu_;
-  DeviceListPtr devices_;  // guarded by devices_mu_
+  mutable Mutex devices_mu_;
+  DeviceListPtr devices_ DEVPLUG_GUARDED_BY(devices_mu_);
 };
 
 }  // namespace devplug::modules
