@@ -11,7 +11,8 @@
 //                      event; the Agent is its Targets)
 //   releases.cc        PodResources Lists and the release trackers (ReleaseCoordinator)
 //   reload.cc          SIGHUP: stage, check, commit or keep the old configuration
-//   agent_status.cc    STATUS=, the control socket's status JSON, metrics counts
+//   agent_status.cc    the view ops/status_report.h makes STATUS= and the status
+//                      JSON of; control answers
 // The registration state machine is kubelet::Registrar (kubelet/registrar.h).
 //
 // Thread safety: Start(), Run() and the destructor are called from the main
@@ -53,6 +54,7 @@
 #include "modules/module_instance.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
+#include "ops/status_report.h"
 #include "udev/path_watch.h"
 #include "udev/udev_monitor.h"
 #include "util/status.h"
@@ -256,7 +258,8 @@ class Agent final : private Hotplug::Targets {
 
   // ---- status and metrics ----
   void OnControl(const std::shared_ptr<ops::ControlCall>& call);
-  std::string StatusJson(bool devices, const std::string& only) const;
+  // What status reports are made of (ops/status_report.h).
+  ops::AgentView View() const;
 
   // ---- pod identity and releases ----
   void SchedulePodList(bool now);

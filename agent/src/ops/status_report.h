@@ -1,0 +1,72 @@
+// What devplugd tells about itself, from a view of the agent taken on the
+// main loop: the one-line STATUS= systemd shows, and the control socket's
+// status JSON (docs/design.md, "Reload, status, metrics"). Pure functions of
+// the view, tested over views made by hand.
+//
+// Thread safety: plain values and functions; a view's pointers (tracker,
+// CDI) are read while the view is used, on the thread that owns them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cdi/resource_cdi.h"
+#include "kubelet/registrar.h"
+#include "lifecycle/release_tracker.h"
+#include "model/device.h"
+#include "model/registration_mode.h"
+#include "util/status.h"
+
+namespace devplug::ops {
+
+struct ResourceView {
+  std::string name;
+  std::string module, module_version, module_file;
+  std::string socket;
+  RegistrationMode registration = RegistrationMode::kKubelet;
+  // The instance runs; create() and the first scan are under way; it was
+  // left out (why: failure); a retry is due or under way.
+  bool running = false, starting = false, failed = false, retrying = false;
+  std::string failure;
+  // The registrar's word.
+  kubelet::Registrar::State state = kubelet::Registrar::State::kDown;
+  bool registered = false;
+  std::optional<std::chrono::system_clock::time_point> registered_since;
+  std::optional<Status> kubelet_status;  // the plugin watcher's
+  std::string last_error;
+  bool kubelet_connected = false;  // the registration's ListAndWatch stream is open
+  DeviceListPtr devices;           // null: none
+  // Release tracking is on: `tracker` says each device's state and holder.
+  bool release_tracking = false;
+  const lifecycle::ReleaseTracker* tracker = nullptr;
+  const cdi::ResourceCdi* cdi = nullptr;  // null: cdi is "off"
+};
+
+struct AgentView {
+  std::string version, abi;
+  std::chrono::system_clock::time_point since;
+  bool started = false;         // every resource's first start attempt has ended
+  bool kubelet_socket = false;  // kubelet.sock is there
+  std::string release_problem;  // release tracking waits for this
+  std::string reload_error;     // the last reload's first error
+  std::vector<ResourceView> resources;
+};
+
+// "registered 2/3 resources; 1 failed (1 retrying); ...".
+std::string StatusLine(const AgentView& view);
+
+// The status JSON: every resource (or only `only`, then with devices),
+// devices listed with `devices`; `status` is the last STATUS= line. An
+// unknown `only` gives {"error": ...}.
+std::string StatusJson(const AgentView& view, const std::string& status, bool devices,
+                       const std::string& only);
+
+// The control socket's other answers: {"error": message}, {"metrics": text}.
+std::string ErrorJson(const std::string& message);
+std::string MetricsJson(const std::string& text);
+
+}  // namespace devplug::ops
