@@ -3,7 +3,7 @@
 // release tracking, the pod lookup, metrics, path watches). The instance
 // holds them by pointer; none is a closure written where the instance is
 // launched, so the order a list goes through them is the instance's own
-// (modules/publication.cc) and each has one implementation to read:
+// (modules/publisher.cc) and each has one implementation to read:
 //
 //   ListSink          kubelet::ListPublisher   (the device plugin stream, the CDI spec)
 //   ReleaseHooks      lifecycle::ResourceReleases
