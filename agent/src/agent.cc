@@ -1,5 +1,6 @@
 #include "agent.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -11,6 +12,7 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -18,6 +20,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "model/kubelet_names.h"
 #include "modules/conflicts.h"
 #include "modules/loaded_module.h"
 #include "ops/log.h"
@@ -93,22 +96,22 @@ Status Agent::Start() {
   // their create-time mistakes are found too.
   std::vector<std::pair<size_t, std::string>> config_errors;
   for (auto& r : resources_) {
-    if (Status st = LoadModule(*r); !st.ok()) {
+    if (Status st = r->LoadModule(); !st.ok()) {
       if (st.code() == StatusCode::kInvalidArgument)
-        config_errors.emplace_back(r->index, st.message());
+        config_errors.emplace_back(r->index(), st.message());
       else
-        LeaveOut(*r, st, true);
+        r->LeaveOut(st, true);
     }
   }
   UpdateHotplug();
   const auto t_loaded = Clock::now();
   // Every create() and first scan run at once, each on its own worker.
   for (auto& r : resources_)
-    if (r->module) Launch(*r, config_);
+    if (r->module()) r->Launch(config_);
   const auto deadline = Clock::now() + config_.start_timeout;
   auto starting = [&] {
     return std::any_of(resources_.begin(), resources_.end(),
-                       [](const auto& r) { return r->starting != nullptr; });
+                       [](const auto& r) { return r->starting(); });
   };
   while (starting() && Clock::now() < deadline) {
     pollfd p{mailbox_->fd(), POLLIN, 0};
@@ -116,11 +119,10 @@ Status Agent::Start() {
     if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) > 0)
       for (Event& ev : mailbox_->Drain()) HandleEvent(ev);
   }
-  for (auto& r : resources_)
-    if (r->starting) GiveUp(*r);
+  for (auto& r : resources_) r->GiveUp();
   for (const auto& r : resources_)
-    if (r->failure.code() == StatusCode::kInvalidArgument)
-      config_errors.emplace_back(r->index, r->failure.message());
+    if (r->failure().code() == StatusCode::kInvalidArgument)
+      config_errors.emplace_back(r->index(), r->failure().message());
   if (!config_errors.empty()) {
     std::stable_sort(config_errors.begin(), config_errors.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -129,17 +131,17 @@ Status Agent::Start() {
     return InvalidArgumentError(StrJoin(lines, "\n"));
   }
   for (const auto& r : resources_) {
-    if (!r->failure.ok() && r->cfg.required)
+    if (!r->failure().ok() && r->cfg().required)
       return FailedPreconditionError(
-          StrCat("required resource \"", r->cfg.name, "\" failed: ", r->failure.message()));
+          StrCat("required resource \"", r->cfg().name, "\" failed: ", r->failure().message()));
   }
   std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)
-    if (r->instance) lists.emplace_back(r->cfg.name, r->instance->devices());
+    if (r->instance()) lists.emplace_back(r->cfg().name, r->instance()->devices());
   for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
   const auto t_created = Clock::now();
   for (auto& r : resources_)
-    if (r->instance) r->registrar->Start();
+    if (r->instance()) r->registrar().Start();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::debug(
       "started in {:.1f} ms (modules loaded {:.1f} ms, created {:.1f} ms, serving and "
@@ -158,14 +160,6 @@ Status Agent::Start() {
   return OkStatus();
 }
 
-// ---- starting resources -------------------------------------------------------------------
-
-bool Agent::Tracking(const Resource& r) { return r.tracker && r.tracker->enabled(); }
-
-// ---- serving and registering --------------------------------------------------------------
-
-// ---- pod identity and releases --------------------------------------------------------------
-
 // ---- the main loop ------------------------------------------------------------------------
 
 void Agent::HandleEvent(const Event& ev) {
@@ -182,7 +176,7 @@ void Agent::HandleEvent(const Event& ev) {
     // Retired meanwhile. A release that ran in an instance a reload
     // replaced reports to the tracker its successor took over.
     if (ev.kind == Event::kTrackerChanged)
-      for (auto& r : resources_) OnTrackerChanged(*r);
+      for (auto& r : resources_) r->TrackerChanged(releases_, Clock::now());
     return;
   }
   Resource& r = *found;
@@ -191,25 +185,25 @@ void Agent::HandleEvent(const Event& ev) {
       OnCreated(r, ev.number, ev.status);
       break;
     case Event::kRegisterDone:
-      if (r.registrar->OnRegisterDone(ev.number, ev.status)) r.metrics->Registration();
+      if (r.registrar().OnRegisterDone(ev.number, ev.status)) r.metrics()->Registration();
       break;
     case Event::kTrackerChanged:
-      OnTrackerChanged(r);
+      r.TrackerChanged(releases_, Clock::now());
       break;
     case Event::kPodList:
     case Event::kControl:
       break;  // handled above
     case Event::kStreamEnded:
-      r.registrar->OnStreamEnded(ev.number);
+      r.registrar().OnStreamEnded(ev.number);
       break;
     case Event::kProbed:
-      r.registrar->OnProbed(ev.number);
+      r.registrar().OnProbed(ev.number);
       break;
     case Event::kKubeletStatus: {
-      const bool was = r.registrar->registered();
-      r.registrar->OnKubeletStatus(ev.status);
-      if (!ev.status.ok()) r.metrics->RegistrationRefused();
-      if (!was && r.registrar->registered()) r.metrics->Registration();
+      const bool was = r.registrar().registered();
+      r.registrar().OnKubeletStatus(ev.status);
+      if (!ev.status.ok()) r.metrics()->RegistrationRefused();
+      if (!was && r.registrar().registered()) r.metrics()->Registration();
       break;
     }
   }
@@ -224,12 +218,8 @@ int Agent::NextTimeoutMs() const {
   consider(next_watchdog_);
   consider(config_watch_.deadline());
   consider(releases_.NextDeadline());
-  if (reload_) consider(reload_->deadline);
-  for (const auto& r : resources_) {
-    consider(r->registrar->NextDeadline());
-    consider(r->start_at);
-    consider(r->start_deadline);
-  }
+  if (reload_) consider(reload_->deadline());
+  for (const auto& r : resources_) consider(r->NextDeadline());
   if (!next) return -1;
   const auto left = std::chrono::ceil<milliseconds>(*next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
@@ -237,30 +227,21 @@ int Agent::NextTimeoutMs() const {
 
 void Agent::FireTimers() {
   const auto now = Clock::now();
-  auto due = [&](std::optional<Clock::time_point>& t) {
-    if (!t || *t > now) return false;
-    t.reset();
-    return true;
-  };
   if (next_watchdog_ && *next_watchdog_ <= now) {
     // Reaching this line proves the main loop runs; a loop stuck anywhere
     // stops the pings and systemd restarts the service.
     sd::Notify("WATCHDOG=1");
     next_watchdog_ = now + watchdog_interval_;
   }
-  if (reload_ && reload_->deadline <= now) FinishReload();
+  if (reload_ && reload_->deadline() <= now) FinishReload();
   SendPodListIfDue();
   if (next_resync_ && *next_resync_ <= now) {
     next_resync_ = now + config_.resync_interval;
     for (const auto& r : resources_)
-      if (r->instance) r->instance->RequestRescan();
+      if (r->instance()) r->instance()->RequestRescan();
   }
-  for (auto& rp : resources_) {
-    Resource& r = *rp;
-    if (r.start_deadline && *r.start_deadline <= now) GiveUp(r);
-    if (due(r.start_at)) TryStart(r);
-    if (r.instance) r.registrar->OnTimer();
-  }
+  for (auto& r : resources_)
+    if (r->OnTimer(now)) TryStart(*r);
   UpdateStatus();
 }
 
@@ -294,8 +275,8 @@ int Agent::Run(int signal_fd) {
         if (ev.kubelet_socket_created) OnKubeletRestart();
         for (const std::string& name : ev.removed)
           for (auto& r : resources_)
-            if (r->cfg.registration == RegistrationMode::kKubelet && name == r->cfg.socket)
-              r->registrar->OnSocketRemoved();
+            if (r->cfg().registration == RegistrationMode::kKubelet && name == r->cfg().socket)
+              r->registrar().OnSocketRemoved();
       }
     }
     if (fds[5].revents & POLLIN) {
@@ -304,9 +285,9 @@ int Agent::Run(int signal_fd) {
       // again (the next serve watches the folder anew, making it if needed).
       const kubelet::PluginDirWatch::Events ev = registry_watch_.Drain();
       for (auto& r : resources_) {
-        if (r->cfg.registration != RegistrationMode::kPluginWatcher) continue;
-        if (ev.dir_gone || std::count(ev.removed.begin(), ev.removed.end(), r->cfg.socket) > 0)
-          r->registrar->OnSocketRemoved();
+        if (r->cfg().registration != RegistrationMode::kPluginWatcher) continue;
+        if (ev.dir_gone || std::count(ev.removed.begin(), ev.removed.end(), r->cfg().socket) > 0)
+          r->registrar().OnSocketRemoved();
       }
     }
     if (fds[6].revents & POLLIN) config_watch_.Drain(Clock::now());
@@ -358,10 +339,10 @@ void Agent::Shutdown() {
   exposer_.reset();
   // A reload under way is dropped; its new resources stop with the rest.
   if (reload_) {
-    for (auto& r : reload_->staged) resources_.push_back(std::move(r));
+    for (auto& r : reload_->staged()) resources_.push_back(std::move(r));
     reload_.reset();
   }
-  for (auto& r : resources_) Withdraw(*r, /*exiting=*/true);
+  for (auto& r : resources_) r->Withdraw(/*exiting=*/true);
   const auto t_servers = Clock::now();
   // Destroy module instances after every server is down: no call can reach
   // them any more. All stop at once, under one deadline well inside a pod's
@@ -369,31 +350,17 @@ void Agent::Shutdown() {
   // a programming) costs its thread, not the shutdown.
   const auto stop_timeout = std::min<milliseconds>(config_.start_timeout, kStopTimeout);
   const auto deadline = Clock::now() + stop_timeout;
+  for (auto& r : resources_) r->RequestStop();
   for (auto& r : resources_) {
-    if (r->instance) r->instance->RequestStop();
-    if (r->starting) r->starting->RequestStop();
+    // Stopped, but kept until the process ends: the servers were not shut
+    // down (Withdraw while exiting), and a call the kubelet sends on a
+    // connection still open finds a stopped instance, never a freed one.
+    if (!r->StopModule(deadline, /*keep=*/true))
+      spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
+                    r->cfg().name, r->module()->name(), stop_timeout.count());
   }
-  for (auto& r : resources_) {
-    for (auto* inst : {&r->instance, &r->starting}) {
-      if (!*inst) continue;
-      if (!modules::StopOrAbandon(*inst, deadline))
-        spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
-                      r->cfg.name, r->module->name(), stop_timeout.count());
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-      // Stopped, but kept until the process ends: the servers were not shut
-      // down (StopServing), and a call the kubelet sends on a connection
-      // still open finds a stopped instance, never a freed one.
-      (void)inst->release();
-#else
-      inst->reset();
-#endif
-    }
-  }
-  {
-    // Cancelled above; their callbacks count down here.
-    std::unique_lock lock(register_mu_);
-    register_cv_.wait(lock, [&] { return registers_in_flight_ == 0; });
-  }
+  // Cancelled above; their answers still come.
+  registers_.WaitNone();
   // Resources a reload retired: their threads end within their own
   // deadline, or are left to run out with the process at ours.
   for (Retiring& t : retiring_) {
@@ -410,32 +377,202 @@ void Agent::Shutdown() {
                ms(t_servers - t0), ms(Clock::now() - t_servers));
 }
 
+// ---- resources ----------------------------------------------------------------------------
+
+std::unique_ptr<Resource> Agent::NewResource(const config::ResourceConfig& cfg, size_t index,
+                                             bool staged) {
+  // A reload's resource is counted from its create() on, but exported only
+  // once the reload commits (one series per resource name).
+  auto metrics =
+      staged ? std::make_shared<ops::ResourceMetrics>(cfg.name) : metrics_->Add(cfg.name);
+  Resource::Services& services = *this;
+  return std::make_unique<Resource>(services, cfg, next_id_++, index, std::move(metrics), staged);
+}
+
+Resource* Agent::ById(uint64_t id) {
+  for (auto& r : resources_)
+    if (r->id() == id) return r.get();
+  return reload_ ? reload_->Find(id) : nullptr;
+}
+
+void Agent::OnCreated(Resource& r, uint64_t launch, Status st) {
+  if (!r.Created(launch, std::move(st))) return;  // given up meanwhile
+  if (r.staged()) {
+    FinishReload();  // the reload decides, once all of them are known
+    return;
+  }
+  if (!r.instance()) return;  // left out
+  if (r.tracking()) {
+    spdlog::info("resource \"{}\": tracking device releases through {}", r.cfg().name,
+                 pods_->socket());
+    SchedulePodList(true);  // the first List is the truth about what is held
+  }
+  // At start every resource is served together, once all are created.
+  if (started_ && !shut_down_) r.registrar().Start();
+}
+
+void Agent::TryStart(Resource& r) {
+  if (!r.module()) {
+    if (Status st = r.LoadModule(); !st.ok()) {
+      r.LeaveOut(st, st.code() != StatusCode::kInvalidArgument);
+      return;
+    }
+    UpdateHotplug();  // before its first scan, so no event is missed
+  }
+  r.Launch(config_);
+}
+
+// ---- the kubelet ----------------------------------------------------------------------------
+
+std::string Agent::KubeletSocketPath() const {
+  return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
+}
+
+std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
+  struct stat st;
+  if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
+  return std::make_pair(
+      static_cast<uint64_t>(st.st_ino),
+      static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
+}
+
+bool Agent::PluginDirGone() {
+  if (watch_.Gone()) plugin_dir_lost_ = true;
+  return plugin_dir_lost_;
+}
+
+Status Agent::WatchRegistry() {
+  // The folder is the kubelet's, which never removes it; watch it for
+  // our sockets removed behind our back (made when missing). Removed and
+  // made again by someone, it is another folder: watched anew, or later
+  // removals of our socket would go unnoticed.
+  if (registry_watch_.fd() >= 0 && !registry_watch_.Gone()) return OkStatus();
+  return registry_watch_.Start(config_.plugins_registry_dir);
+}
+
+void Agent::OnKubeletRestart() {
+  const auto kubelet = KubeletSocketIdentity();
+  if (!kubelet) return;  // already gone again; its successor will tell us
+  bool said = false;
+  for (auto& r : resources_) {
+    if (!r->instance()) continue;
+    // Already registered, or registering, with this very kubelet: a
+    // kubelet.sock that appeared during our own start, or a retry that got
+    // there first. Once per kubelet.sock identity.
+    if (r->registrar().WithKubelet(kubelet)) continue;
+    if (!said) {
+      spdlog::info("kubelet.sock created: the kubelet (re)started{}",
+                   r->cfg().registration == RegistrationMode::kKubelet
+                       ? "; serving and registering again"
+                       : "; its plugin watcher finds our sockets by itself");
+      // Its pod list may be incomplete for a while: no release meanwhile.
+      releases_.OnKubeletRestart(Clock::now());
+      metrics_->KubeletRestart();
+    }
+    said = true;
+    r->registrar().OnKubeletRestart();
+  }
+}
+
+void Agent::RemoveStaleSockets() {
+  std::set<std::string> ours;
+  for (const auto& r : resources_) ours.insert(r->socket_path());
+  // Both folders, whatever the resources use now: an earlier devplugd may
+  // have served through the plugin watcher (its dead socket there would be
+  // probed by the kubelet for ever).
+  const std::set<std::string> dirs{config_.plugin_dir, config_.plugins_registry_dir};
+  for (const std::string& dir : dirs) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      // Only names devplugd makes by default; a socket nobody answers on.
+      const std::string name = e->d_name;
+      const std::string path = StrCat(dir, "/", name);
+      struct stat st;
+      if (!kubelet::IsDefaultSocketName(name) || ours.count(path) ||
+          lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || UnixSocketIsLive(path))
+        continue;
+      if (unlink(path.c_str()) == 0)
+        spdlog::info(
+            "removed {}, a socket an earlier devplugd left for a resource not configured now",
+            path);
+    }
+    closedir(d);
+  }
+}
+
+void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
+  std::set<std::string> dirs;
+  std::vector<std::pair<std::string, cdi::Kind>> keep;
+  for (const config::AgentConfig* c : {static_cast<const config::AgentConfig*>(&config_), also}) {
+    if (c == nullptr) continue;
+    dirs.insert(c->cdi_dir);
+    for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
+  }
+  for (const auto& r : resources_)
+    if (r->cdi()) keep.emplace_back(r->cdi()->dir(), r->cdi()->kind());
+  cdi::RemoveStale(config_.host_root, dirs, keep);
+}
+
+// ---- PodResources Lists and the release trackers ----------------------------------------------
+
+void Agent::SchedulePodList(bool now) { releases_.Schedule(Clock::now(), now); }
+
+void Agent::SendPodListIfDue() {
+  if (!releases_.TakeDue(Clock::now())) return;
+  // Answers from the last List when it is younger than half a period: every
+  // resource shares one List.
+  pods_->Fetch(std::min<milliseconds>(milliseconds(1000), config_.pod_resources_poll / 2),
+               [mailbox = mailbox_](StatusOr<kubelet::PodSnapshotPtr> s) {
+                 mailbox->Post({Event::kPodList, 0, 0, s.ok() ? OkStatus() : s.status(),
+                                s.ok() ? *s : nullptr});
+               });
+}
+
+void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods) {
+  std::vector<lifecycle::ReleaseCoordinator::Tracked> tracked;
+  std::vector<Resource*> of;
+  for (auto& r : resources_) {
+    if (lifecycle::ReleaseTracker* t = r->TrackerForList(status.ok())) {
+      tracked.push_back({r->cfg().name, t});
+      of.push_back(r.get());
+    }
+  }
+  const auto due = releases_.OnList(status, pods, tracked, Clock::now());
+  if (status.ok()) {
+    for (size_t i = 0; i < of.size(); ++i) {
+      // The kubelet hears "Unhealthy (releasing)" before the release runs.
+      of[i]->TrackerChanged(releases_, Clock::now());
+      of[i]->Release(due[i], *pods);
+    }
+  }
+  UpdateStatus();
+}
+
+// ---- udev and path watches ------------------------------------------------------------------
+
 void Agent::UpdateHotplug() { hotplug_.Update(config_.udev_source, config_.resync_interval); }
 
 std::map<uint64_t, std::vector<std::string>> Agent::Subscriptions() const {
   std::map<uint64_t, std::vector<std::string>> out;
-  for (const auto& r : resources_) {
-    if (!r->module || r->module->descriptor().udev_subsystems == nullptr) continue;
-    auto& subsystems = out[r->id];
-    for (const char* const* s = r->module->descriptor().udev_subsystems; *s; ++s)
-      subsystems.emplace_back(*s);
-  }
+  for (const auto& r : resources_)
+    if (std::vector<std::string> s = r->Subsystems(); !s.empty()) out[r->id()] = std::move(s);
   return out;
 }
 
 void Agent::Deliver(uint64_t id, std::vector<udev::Event> events) {
   Resource* r = ById(id);
-  if (r && r->instance) r->instance->OnUdevEvents(std::move(events));
+  if (r && r->instance()) r->instance()->OnUdevEvents(std::move(events));
 }
 
 void Agent::PathChanged(uint64_t id) {
   Resource* r = ById(id);
-  if (r && r->instance) r->instance->OnPathChanged();
+  if (r && r->instance()) r->instance()->OnPathChanged();
 }
 
 void Agent::RescanAll() {
   for (auto& r : resources_)
-    if (r->instance) r->instance->RequestRescan();
+    if (r->instance()) r->instance()->RequestRescan();
 }
 
 }  // namespace devplug

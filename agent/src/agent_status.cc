@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
-#include "modules/loaded_module.h"
 #include "util/systemd.h"
 
 namespace devplug {
@@ -18,46 +17,20 @@ ops::AgentView Agent::View() const {
   v.kubelet_socket = KubeletSocketIdentity().has_value();
   v.release_problem = releases_.problem();
   v.reload_error = reload_error_;
-  for (const auto& r : resources_) {
-    ops::ResourceView rv;
-    rv.name = r->cfg.name;
-    rv.module = r->module ? std::string(r->module->name()) : r->cfg.module;
-    rv.module_version = r->module ? std::string(r->module->version()) : std::string();
-    rv.module_file = r->module ? r->module->path()
-                               : modules::ResolveModulePath(r->cfg.module, config_.module_dir);
-    rv.socket = r->socket_path;
-    rv.registration = r->cfg.registration;
-    rv.running = r->instance != nullptr;
-    rv.starting = r->starting != nullptr;
-    rv.failed = !r->failure.ok();
-    rv.failure = r->failure.message();
-    rv.retrying = r->start_at.has_value();
-    const kubelet::Registrar& reg = *r->registrar;
-    rv.state = reg.state();
-    rv.registered = reg.registered();
-    rv.registered_since = reg.registered_since();
-    rv.kubelet_status = reg.kubelet_status();
-    rv.last_error = reg.last_error();
-    rv.kubelet_connected =
-        rv.registered && reg.registration() != 0 && r->hub->kubelet_stream() == reg.registration();
-    if (r->instance) rv.devices = r->instance->devices();
-    rv.release_tracking = Tracking(*r);
-    rv.tracker = r->tracker.get();
-    rv.cdi = r->cdi.get();
-    v.resources.push_back(std::move(rv));
-  }
+  for (const auto& r : resources_) v.resources.push_back(r->View(config_.module_dir));
   return v;
 }
 
 void Agent::UpdateStatus() {
-  for (const auto& r : resources_) r->metrics->Registered(r->registrar->registered());
+  for (const auto& r : resources_) r->metrics()->Registered(r->registrar().registered());
   std::string status = ops::StatusLine(View());
   if (status != last_status_) {
     last_status_ = status;
     sd::Notify("STATUS=" + status);
     spdlog::debug("status: {}", status);
     for (const auto& r : resources_)
-      spdlog::trace("  {}: {}", r->cfg.name, kubelet::Registrar::StateName(r->registrar->state()));
+      spdlog::trace("  {}: {}", r->cfg().name,
+                    kubelet::Registrar::StateName(r->registrar().state()));
   }
 }
 

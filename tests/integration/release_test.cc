@@ -445,12 +445,19 @@ TEST_F(ReleaseTest, PodResourcesPollOffAndOnByReload) {
       << agent_->Log();
   EXPECT_EQ(sim_->resource(kRel)->registrations, 1u) << "an unchanged resource was restarted";
 
-  // On again for the running instance: fake-1 goes to pod b, b ends, and
+  // On again for the running instance: its first List goes out at once
+  // (no Allocate needed to ask for it); fake-1 goes to pod b, b ends, and
   // fake-1 is released.
   std::remove(fail.c_str());
+  // Older than the PodResources client's cache (half a poll period): the
+  // List asked for now reaches the kubelet.
+  std::this_thread::sleep_for(300ms);
+  const uint64_t before = sim_->pod_resources_lists();
   Rewrite(module, Agent());
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(agent_->WaitForLog("tracking device releases through", kWait));
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() > before; }))
+      << "tracking turned on by a reload sends no List of its own";
   Give("fake-1", "b");
   const uint64_t lists = sim_->pod_resources_lists();
   ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 2; }));

@@ -1,0 +1,262 @@
+// The agent's side of a reload (reload.h decides what changes): stage the
+// added and changed resources, then commit them (and retire what they
+// replace) or keep the old configuration whole. Runs on the main loop.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <ctime>
+
+#include <spdlog/spdlog.h>
+
+#include "agent.h"
+#include "modules/conflicts.h"
+#include "modules/loaded_module.h"
+#include "ops/log.h"
+#include "util/systemd.h"
+
+namespace devplug {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A changed resource registers again this long after its old stream ended,
+// so that the kubelet has seen the end before the new registration: a
+// kubelet that handles the old stream's end late drops a registration that
+// came first (kubelet-contract §3.7). The same wait as after any stream end.
+constexpr milliseconds kReloadRegisterDelay{1000};
+
+}  // namespace
+
+void Agent::BeginReload(const char* why) {
+  if (reload_) {
+    // Applied once the one under way ends (its files may predate this).
+    if (!reload_again_)
+      spdlog::info("{}: a reload is already under way; reloading again once it ends", why);
+    reload_again_ = why;
+    return;
+  }
+  config_watch_.Taken();
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  sd::Notify(StrCat("RELOADING=1\nMONOTONIC_USEC=", static_cast<uint64_t>(ts.tv_sec) * 1'000'000 +
+                                                        static_cast<uint64_t>(ts.tv_nsec / 1000)));
+  spdlog::info("{}: reloading the configuration", why);
+  if (!options_.reload) {
+    FailReload("this devplugd runs a built-in configuration and cannot reload it");
+    return;
+  }
+  StatusOr<config::AgentConfig> next = options_.reload();
+  if (!next.ok()) {
+    FailReload(next.status().message());
+    return;
+  }
+  std::vector<Reload::Current> running;
+  for (const auto& r : resources_) {
+    Reload::Current c{r->cfg(), std::nullopt, false};
+    if (const auto& m = r->module()) {
+      c.module_file = m->file_id();
+      c.takes_prestart = m->has_pre_start() || m->has_on_release();
+    }
+    running.push_back(std::move(c));
+  }
+  StatusOr<Reload::Plan> plan =
+      Reload::Make(config_, *next, running, modules::LoadedModule::Identify);
+  if (!plan.ok()) {
+    FailReload(plan.status().message());
+    return;
+  }
+  for (const auto& r : resources_)
+    if (std::count(plan->replaced.begin(), plan->replaced.end(), r->cfg().name) > 0)
+      spdlog::info("resource \"{}\": module file {} was replaced", r->cfg().name,
+                   r->module()->path());
+  std::vector<std::string> errors;
+  std::vector<std::unique_ptr<Resource>> staged;
+  for (size_t i : plan->stage) {
+    auto r = NewResource(next->resources[i], i, /*staged=*/true);
+    if (Status st = r->LoadModule(); !st.ok()) errors.push_back(st.message());
+    staged.push_back(std::move(r));
+  }
+  if (!errors.empty()) {
+    FailReload(StrJoin(errors, "\n"));
+    return;
+  }
+  const auto deadline = Clock::now() + next->start_timeout;
+  reload_ = std::make_unique<Reload>(std::move(*next), std::move(staged), deadline);
+  // Their create() and first scan run while everything else keeps serving,
+  // under the new configuration. A restarted resource shares its
+  // predecessor's release state from the start: what it holds back is held
+  // back in the new instance's first list too, and a release still running
+  // in the old instance reports to it.
+  for (auto& r : reload_->staged()) {
+    auto old = std::find_if(resources_.begin(), resources_.end(),
+                            [&](const auto& o) { return o->cfg().name == r->cfg().name; });
+    r->Launch(reload_->config(), old != resources_.end() ? old->get() : nullptr);
+  }
+  FinishReload();
+}
+
+void Agent::FinishReload() {
+  if (!reload_ || !reload_->Ready(Clock::now())) return;
+  const std::vector<std::string> errors = reload_->Errors();
+  if (!errors.empty()) {
+    std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged());
+    reload_.reset();
+    for (auto& r : staged) Retire(std::move(r));
+    FailReload(StrJoin(errors, "\n"));
+    return;
+  }
+  CommitReload();
+}
+
+void Agent::UpdateConfigWatch() {
+  if (!config_.watch_config || options_.config_path.empty()) {
+    if (config_watch_.active()) spdlog::info("no longer watching the configuration files");
+    config_watch_.Stop();
+    return;
+  }
+  if (config_watch_.active()) return;
+  if (Status st = config_watch_.Start(options_.config_path); !st.ok())
+    spdlog::warn("watch_config: {}; reload with SIGHUP instead", st.message());
+  else
+    spdlog::info("watching {} and its conf.d/ for changes", options_.config_path);
+}
+
+void Agent::FailReload(const std::string& why) {
+  const std::string first = why.substr(0, why.find('\n'));
+  spdlog::error("reload failed, the old configuration keeps running:");
+  for (size_t at = 0; at <= why.size();) {
+    const size_t nl = std::min(why.find('\n', at), why.size());
+    spdlog::error("  {}", why.substr(at, nl - at));
+    at = nl + 1;
+  }
+  reload_error_ = first;
+  metrics_->Reload(false);
+  UpdateStatus();
+  sd::Notify("READY=1");
+}
+
+void Agent::CommitReload() {
+  std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged());
+  // From here on config_ is the new configuration: the servers,
+  // registrations and trackers of new resources take its values.
+  const config::AgentConfig previous = std::exchange(config_, reload_->TakeConfig());
+  reload_.reset();
+
+  std::vector<std::unique_ptr<Resource>> serving;
+  std::vector<std::string> added, changed, removed, unchanged;
+  bool list_now = false;
+  for (size_t i = 0; i < config_.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = config_.resources[i];
+    auto take = [&](std::vector<std::unique_ptr<Resource>>& from) -> std::unique_ptr<Resource> {
+      auto it = std::find_if(from.begin(), from.end(),
+                             [&](const auto& r) { return r && r->cfg().name == cfg.name; });
+      if (it == from.end()) return nullptr;
+      std::unique_ptr<Resource> r = std::move(*it);
+      from.erase(it);
+      return r;
+    };
+    std::unique_ptr<Resource> fresh = take(staged), old = take(resources_);
+    if (!fresh) {  // unchanged: not touched at all
+      old->Renumber(i, cfg);
+      unchanged.push_back(cfg.name);
+      serving.push_back(std::move(old));
+      continue;
+    }
+    fresh->Commit();
+    // An added resource's first List is the truth about what is held (a
+    // carried tracker has seen one already; one more costs nothing).
+    if (fresh->tracking()) list_now = true;
+    if (old) old->HandOver(*fresh);
+    metrics_->Adopt(fresh->metrics(), old ? old->metrics() : nullptr);
+    if (old) {
+      changed.push_back(cfg.name);
+      // The old stream ends first; the new registration follows once the
+      // kubelet has seen that end.
+      // (At the same path the new server's socket replaces it.)
+      if (old->socket_path() != fresh->socket_path())
+        old->Withdraw();
+      else
+        old->StopServer();
+      Retire(std::move(old));
+      fresh->registrar().StartAfter(kReloadRegisterDelay);
+    } else {
+      added.push_back(cfg.name);
+      fresh->registrar().Start();
+    }
+    // Uevents reach it only from now on: one scan sees what changed since
+    // its first one.
+    fresh->instance()->RequestRescan(ops::ScanCause::kEvent);
+    spdlog::info("resource \"{}\": module \"{}\" {} from {}", cfg.name, fresh->module()->name(),
+                 fresh->module()->version(), fresh->module()->path());
+    serving.push_back(std::move(fresh));
+  }
+  for (auto& old : resources_) {
+    removed.push_back(old->cfg().name);
+    old->Withdraw();
+    Retire(std::move(old));
+  }
+  resources_ = std::move(serving);
+  RemoveStaleSpecs(&previous);
+  ApplyAgentKeys(previous);
+  if (list_now) SchedulePodList(true);
+  UpdateHotplug();
+  std::vector<std::pair<std::string, DeviceListPtr>> lists;
+  for (const auto& r : resources_)
+    if (r->instance()) lists.emplace_back(r->cfg().name, r->instance()->devices());
+  for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
+  auto names = [](const std::vector<std::string>& v) {
+    return v.empty() ? std::string("none") : StrJoin(v, ", ");
+  };
+  spdlog::info("reloaded: {} unchanged; added: {}; changed: {}; removed: {}", unchanged.size(),
+               names(added), names(changed), names(removed));
+  reload_error_.clear();
+  UpdateConfigWatch();
+  metrics_->Reload(true);
+  UpdateStatus();
+  sd::Notify("READY=1");
+}
+
+void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
+  if (config_.log_level != previous.log_level) {
+    SetLogLevel(config_.log_level);
+    spdlog::info("log level: {}", config::LogLevelName(config_.log_level));
+  }
+  if (config_.resync_interval != previous.resync_interval) {
+    next_resync_.reset();
+    if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
+  }
+  pods_->set_socket(config_.pod_resources_socket);
+  // The poll first: a resource whose tracking turns on asks for a List at
+  // once, which a poll of "0s" would not schedule.
+  releases_.SetPoll(config_.pod_resources_poll);
+  bool list_now = false;
+  for (auto& r : resources_) list_now |= r->ApplyAgentKeys(config_, releases_);
+  if (list_now) SchedulePodList(true);
+}
+
+void Agent::Retire(std::unique_ptr<Resource> r) {
+  metrics_->Remove(r->metrics());
+  r->RequestStop();
+  // A module may take a while to destroy(): a thread waits for it, so the
+  // main loop keeps serving. Stuck past the deadline, the instance and what
+  // it may still touch (the resource's hub) are left to it.
+  const auto deadline = Clock::now() + config_.start_timeout;
+  std::erase_if(retiring_, [](Retiring& t) {
+    if (!t.done->load()) return false;
+    t.thread.join();
+    return true;
+  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  retiring_.push_back({std::thread([r = std::move(r), deadline, done]() mutable {
+                         if (!r->StopModule(deadline)) {
+                           spdlog::error("resource \"{}\": module did not stop; abandoning it",
+                                         r->cfg().name);
+                           (void)r.release();
+                         }
+                         r.reset();
+                         done->store(true);
+                       }),
+                       done});
+}
+
+}  // namespace devplug
