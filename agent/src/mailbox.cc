@@ -14,7 +14,7 @@ Mailbox::~Mailbox() {
 
 void Mailbox::Post(AgentEvent ev) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (closed_) return;
     events_.push_back(std::move(ev));
   }
@@ -26,13 +26,13 @@ std::vector<AgentEvent> Mailbox::Drain() {
   uint64_t count;
   [[maybe_unused]] ssize_t rd = read(fd_, &count, sizeof(count));
   std::vector<AgentEvent> out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   out.swap(events_);
   return out;
 }
 
 void Mailbox::Close() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   closed_ = true;
   events_.clear();
 }

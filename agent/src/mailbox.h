@@ -6,11 +6,11 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "kubelet/pod_resources.h"
 #include "ops/control.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug {
@@ -48,9 +48,9 @@ class Mailbox {
 
  private:
   int fd_ = -1;
-  std::mutex mu_;
-  std::vector<AgentEvent> events_;  // guarded by mu_
-  bool closed_ = false;             // guarded by mu_
+  Mutex mu_;
+  std::vector<AgentEvent> events_ DEVPLUG_GUARDED_BY(mu_);
+  bool closed_ DEVPLUG_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace devplug

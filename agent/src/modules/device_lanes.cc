@@ -7,12 +7,12 @@
 namespace devplug::modules {
 
 LaneWait::Clock::duration LaneWait::Waited(Clock::time_point now) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return total_ + (since_ ? now - *since_ : Clock::duration::zero());
 }
 
 void LaneWait::Update(bool waiting, Clock::time_point now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (waiting && !since_) {
     since_ = now;
   } else if (!waiting && since_) {
@@ -29,7 +29,7 @@ DeviceLanes::DeviceLanes(std::string name, size_t lanes, std::function<void()> o
 DeviceLanes::~DeviceLanes() { Stop(); }
 
 size_t DeviceLanes::threads() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return threads_.size();
 }
 
@@ -66,7 +66,7 @@ void DeviceLanes::Account(Clock::time_point now) {
 std::shared_ptr<const LaneWait> DeviceLanes::Post(std::vector<std::string> devices, Task task) {
   auto wait = std::make_shared<LaneWait>();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return wait;
     queue_.push_back({std::move(devices), std::move(task), wait});
     Account(Clock::now());
@@ -81,13 +81,13 @@ std::shared_ptr<const LaneWait> DeviceLanes::Post(std::vector<std::string> devic
 void DeviceLanes::Loop() {
   pthread_setname_np(pthread_self(), name_.c_str());
   if (on_thread_start_) on_thread_start_();
-  std::unique_lock lock(mu_);
+  mu_.lock();
   for (;;) {
     auto it = Runnable();
     if (it == queue_.end()) {
-      if (stopping_ && queue_.empty()) return;
+      if (stopping_ && queue_.empty()) break;
       ++idle_;
-      cv_.wait(lock);
+      cv_.wait(mu_);
       --idle_;
       continue;
     }
@@ -97,20 +97,21 @@ void DeviceLanes::Loop() {
     q.wait->Update(false, started);
     const auto mine = running_.insert(running_.end(), q.devices);
     Account(started);
-    lock.unlock();
+    mu_.unlock();
     q.task();
     q.task = nullptr;  // what it holds goes before the next task
-    lock.lock();
+    mu_.lock();
     running_.erase(mine);
     Account(Clock::now());
     cv_.notify_all();
   }
+  mu_.unlock();
 }
 
 void DeviceLanes::Stop() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
     // Tasks still queued run first; they need a thread.
     if (threads_.empty() && !queue_.empty()) threads_.emplace_back([this] { Loop(); });

@@ -24,11 +24,12 @@
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace devplug::modules {
 
@@ -42,9 +43,9 @@ class LaneWait {
  private:
   friend class DeviceLanes;
   void Update(bool waiting, Clock::time_point now);
-  mutable std::mutex mu_;
-  Clock::duration total_{};                 // guarded by mu_
-  std::optional<Clock::time_point> since_;  // guarded by mu_: waiting now
+  mutable Mutex mu_;
+  Clock::duration total_ DEVPLUG_GUARDED_BY(mu_){};
+  std::optional<Clock::time_point> since_ DEVPLUG_GUARDED_BY(mu_);  // waiting now
 };
 
 class DeviceLanes {
@@ -77,23 +78,23 @@ class DeviceLanes {
   };
   void Loop();
   // The first queued task whose devices no running or earlier queued task
-  // holds; queue_.end() if none. Needs mu_.
-  std::deque<Queued>::iterator Runnable();
-  // Updates every queued task's lane wait after the state changed. Needs mu_.
-  void Account(Clock::time_point now);
+  // holds; queue_.end() if none.
+  std::deque<Queued>::iterator Runnable() DEVPLUG_REQUIRES(mu_);
+  // Updates every queued task's lane wait after the state changed.
+  void Account(Clock::time_point now) DEVPLUG_REQUIRES(mu_);
   bool Busy(const std::vector<std::string>& devices,
             const std::vector<const std::vector<std::string>*>& holders) const;
 
   const std::string name_;
   const size_t lanes_;
   const std::function<void()> on_thread_start_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Queued> queue_;                     // guarded by mu_
-  std::list<std::vector<std::string>> running_;  // guarded by mu_: devices per task
-  size_t idle_ = 0;                              // guarded by mu_
-  bool stopping_ = false;                        // guarded by mu_
-  std::vector<std::thread> threads_;             // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<Queued> queue_ DEVPLUG_GUARDED_BY(mu_);
+  std::list<std::vector<std::string>> running_ DEVPLUG_GUARDED_BY(mu_);  // devices per task
+  size_t idle_ DEVPLUG_GUARDED_BY(mu_) = 0;
+  bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_ DEVPLUG_GUARDED_BY(mu_);
 };
 
 }  // namespace devplug::modules
