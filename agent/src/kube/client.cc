@@ -1,0 +1,287 @@
+#include "kube/client.h"
+
+#include <curl/curl.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+namespace devplug::kube {
+namespace {
+
+std::once_flag curl_init;
+
+size_t Collect(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+std::string Trim(std::string s) {
+  const size_t end = s.find_last_not_of(" \t\r\n");
+  s.erase(end == std::string::npos ? 0 : end + 1);
+  return s.substr(std::min(s.size(), s.find_first_not_of(" \t\r\n")));
+}
+
+StatusOr<std::string> ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError(StrCat("cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The API server's answer to a request that failed, as a Status: its own
+// message (a metav1.Status), the HTTP code and the request's verb and path.
+Status ErrorOf(long code, const std::string& body, const char* method, const std::string& path) {
+  std::string message, reason;
+  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object()) {
+    if (j.contains("message") && j["message"].is_string()) message = j["message"];
+    if (j.contains("reason") && j["reason"].is_string()) reason = j["reason"];
+  }
+  if (message.empty()) message = body.substr(0, 200);
+  const std::string text = StrCat(method, " ", path.substr(0, path.find('?')), ": HTTP ", code,
+                                  reason.empty() ? "" : StrCat(" ", reason), ": ", message);
+  switch (code) {
+    case 400:
+    case 422:
+      return InvalidArgumentError(text);
+    case 401:
+    case 403:
+      return Status(StatusCode::kPermissionDenied, text);
+    case 404:
+      return NotFoundError(text);
+    case 409:
+      return reason == "AlreadyExists" ? Status(StatusCode::kAlreadyExists, text)
+                                       : Status(StatusCode::kAborted, text);
+    case 410:
+      return Status(StatusCode::kOutOfRange, text);  // a continue token that expired
+    case 429:
+      return Status(StatusCode::kResourceExhausted, text);
+    default:
+      return UnavailableError(text);
+  }
+}
+
+std::string Query(const Selector& selector) {
+  std::string q;
+  auto add = [&](const char* key, const std::string& value) {
+    if (value.empty()) return;
+    q += q.empty() ? "?" : "&";
+    q += StrCat(key, "=", Escape(value));
+  };
+  add("fieldSelector", selector.fields);
+  add("labelSelector", selector.labels);
+  return q;
+}
+
+}  // namespace
+
+std::string Escape(const std::string& text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+StatusOr<Credentials> InCluster(const std::string& dir) {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || port == nullptr || *host == '\0' || *port == '\0')
+    return FailedPreconditionError(
+        "not in a pod: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set");
+  Credentials c;
+  const std::string h = host;
+  // An IPv6 service address goes in brackets.
+  c.server =
+      StrCat("https://", h.find(':') != std::string::npos ? StrCat("[", h, "]") : h, ":", port);
+  c.ca_file = dir + "/ca.crt";
+  c.token_file = dir + "/token";
+  for (const std::string& f : {c.ca_file, c.token_file}) {
+    struct stat st;
+    if (stat(f.c_str(), &st) != 0)
+      return FailedPreconditionError(StrCat("no service account credentials: ", f, " is missing"));
+  }
+  return c;
+}
+
+Client::Client(Options options) : options_(std::move(options)) {
+  std::call_once(curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  MutexLock lock(mu_);
+  curl_ = curl_easy_init();
+  token_ = options_.credentials.token;
+}
+
+Client::~Client() {
+  MutexLock lock(mu_);
+  if (curl_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
+
+uint64_t Client::requests() const {
+  MutexLock lock(mu_);
+  return requests_;
+}
+
+std::string Client::Bearer() {
+  const std::string& file = options_.credentials.token_file;
+  if (!file.empty()) {
+    struct stat st;
+    const int64_t mtime =
+        stat(file.c_str(), &st) == 0
+            ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec
+            : -1;
+    if (mtime != token_mtime_ns_) {
+      // Kept as it was when the file cannot be read: the next request tries again.
+      if (auto text = ReadAll(file); text.ok()) {
+        token_ = Trim(*text);
+        token_mtime_ns_ = mtime;
+      }
+    }
+  }
+  return token_.empty() ? std::string() : StrCat("Authorization: Bearer ", token_);
+}
+
+StatusOr<Client::Response> Client::Call(const char* method, const std::string& path_and_query,
+                                        const std::string* body) {
+  MutexLock lock(mu_);
+  CURL* curl = static_cast<CURL*>(curl_);
+  if (curl == nullptr) return InternalError("curl_easy_init failed");
+  ++requests_;
+  // Options go back to their defaults; the connection and TLS session stay.
+  curl_easy_reset(curl);
+  const Credentials& c = options_.credentials;
+  const std::string url = c.server + path_and_query;
+  Response response;
+  char error[CURL_ERROR_SIZE] = {0};
+  curl_slist* headers = nullptr;
+  headers = curl_slist_append(headers, "Accept: application/json");
+  if (body) headers = curl_slist_append(headers, "Content-Type: application/json");
+  const std::string bearer = c.client_cert.empty() ? Bearer() : std::string();
+  if (!bearer.empty()) headers = curl_slist_append(headers, bearer.c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, options_.user_agent.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https,http");
+  if (!c.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, c.ca_file.c_str());
+  if (!c.client_cert.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, c.client_cert.c_str());
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, c.client_key.c_str());
+  }
+  if (body) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+  }
+  const CURLcode rc = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  if (rc != CURLE_OK)
+    return UnavailableError(StrCat(method, " ", c.server,
+                                   path_and_query.substr(0, path_and_query.find('?')), ": ",
+                                   error[0] ? error : curl_easy_strerror(rc)));
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.code);
+  return response;
+}
+
+namespace {
+
+StatusOr<Json> Parse(const std::string& body, const char* method, const std::string& path) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return UnavailableError(StrCat(method, " ", path, ": the answer is not JSON"));
+  return j;
+}
+
+}  // namespace
+
+StatusOr<Json> Client::Get(const std::string& path) {
+  auto r = Call("GET", path, nullptr);
+  if (!r.ok()) return r.status();
+  if (r->code != 200) return ErrorOf(r->code, r->body, "GET", path);
+  return Parse(r->body, "GET", path);
+}
+
+StatusOr<Json> Client::List(const std::string& path, const Selector& selector) {
+  Json all = {{"items", Json::array()}, {"metadata", Json::object()}};
+  std::string next;
+  for (bool first = true; first || !next.empty(); first = false) {
+    std::string query = Query(selector);
+    if (options_.page_size > 0)
+      query += StrCat(query.empty() ? "?" : "&", "limit=", options_.page_size);
+    if (!next.empty()) query += StrCat(query.empty() ? "?" : "&", "continue=", Escape(next));
+    auto page = Get(path + query);
+    if (!page.ok()) return page.status();
+    if (page->contains("items") && (*page)["items"].is_array())
+      for (auto& item : (*page)["items"]) all["items"].push_back(std::move(item));
+    const Json& meta = page->value("metadata", Json::object());
+    if (first && meta.contains("resourceVersion"))
+      all["metadata"]["resourceVersion"] = meta["resourceVersion"];
+    next = meta.contains("continue") && meta["continue"].is_string()
+               ? meta["continue"].get<std::string>()
+               : std::string();
+  }
+  return all;
+}
+
+StatusOr<Json> Client::Create(const std::string& collection, const Json& object) {
+  const std::string body = object.dump();
+  auto r = Call("POST", collection, &body);
+  if (!r.ok()) return r.status();
+  if (r->code != 200 && r->code != 201 && r->code != 202)
+    return ErrorOf(r->code, r->body, "POST", collection);
+  return Parse(r->body, "POST", collection);
+}
+
+StatusOr<Json> Client::Replace(const std::string& path, const Json& object) {
+  const std::string body = object.dump();
+  auto r = Call("PUT", path, &body);
+  if (!r.ok()) return r.status();
+  if (r->code != 200 && r->code != 201) return ErrorOf(r->code, r->body, "PUT", path);
+  return Parse(r->body, "PUT", path);
+}
+
+StatusOr<Json> Client::Update(const std::string& path, const std::function<Status(Json&)>& change) {
+  Status last;
+  for (int attempt = 0; attempt <= options_.conflict_retries; ++attempt) {
+    auto object = Get(path);
+    if (!object.ok()) return object.status();
+    if (Status st = change(*object); !st.ok()) return st;
+    auto written = Replace(path, *object);
+    if (written.ok() || written.status().code() != StatusCode::kAborted) return written;
+    last = written.status();
+  }
+  return Status(StatusCode::kAborted, StrCat(last.message(), " (", options_.conflict_retries + 1,
+                                             " conflicts in a row)"));
+}
+
+Status Client::Delete(const std::string& path) {
+  auto r = Call("DELETE", path, nullptr);
+  if (!r.ok()) return r.status();
+  if (r->code != 200 && r->code != 202) return ErrorOf(r->code, r->body, "DELETE", path);
+  return OkStatus();
+}
+
+Status Client::DeleteCollection(const std::string& collection, const Selector& selector) {
+  const std::string path = collection + Query(selector);
+  auto r = Call("DELETE", path, nullptr);
+  if (!r.ok()) return r.status();
+  if (r->code != 200 && r->code != 202) return ErrorOf(r->code, r->body, "DELETE", path);
+  return OkStatus();
+}
+
+}  // namespace devplug::kube

@@ -1,0 +1,101 @@
+// A thin client of the Kubernetes API server: JSON over HTTPS (libcurl),
+// the cluster's CA, a bearer token (re-read from its file when it changes:
+// projected service account tokens rotate) or a client certificate, and
+// the verbs a node driver needs: get, list (field and label selectors,
+// pages followed), create, replace, update with conflict retries, delete
+// and delete-collection. Errors carry the API server's own message and map
+// its HTTP code to a StatusCode (404 NOT_FOUND, 409 ABORTED for a stale
+// resourceVersion and ALREADY_EXISTS for a name taken, 401/403
+// PERMISSION_DENIED, 5xx and transport errors UNAVAILABLE).
+//
+// Thread safety: thread-safe; calls run one at a time over one connection.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "util/mutex.h"
+#include "util/status.h"
+
+namespace devplug::kube {
+
+using Json = nlohmann::json;
+
+// Where the API server is and how devplugd proves who it is.
+struct Credentials {
+  std::string server;      // "https://10.96.0.1:443"
+  std::string ca_file;     // PEM the server's certificate must chain to ("": the system's)
+  std::string token_file;  // a bearer token, read again whenever the file changes
+  std::string token;       // a fixed bearer token (when there is no token_file)
+  std::string client_cert, client_key;  // PEM files: a client certificate instead of a token
+};
+
+// The pod's service account: KUBERNETES_SERVICE_HOST and _PORT, and
+// `dir`'s ca.crt and token.
+StatusOr<Credentials> InCluster(
+    const std::string& dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+
+// ?fieldSelector=...&labelSelector=... ("" leaves one out).
+struct Selector {
+  std::string fields;  // "spec.nodeName=node-1,spec.driver=dev.example.com"
+  std::string labels;
+};
+
+class Client {
+ public:
+  struct Options {
+    Credentials credentials;
+    std::chrono::milliseconds timeout{10'000};  // per request, connecting included
+    int conflict_retries = 5;                   // Update: fresh GETs after a 409
+    int64_t page_size = 500;                    // List: items per page (0: no limit)
+    std::string user_agent = "devplug";
+  };
+  explicit Client(Options options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // `path` is the API path: "/apis/resource.k8s.io/v1/resourceslices/x".
+  StatusOr<Json> Get(const std::string& path);
+  // Every item of a collection, all pages: {"items": [...], "metadata":
+  // {"resourceVersion": the first page's}}.
+  StatusOr<Json> List(const std::string& path, const Selector& selector = {});
+  StatusOr<Json> Create(const std::string& collection, const Json& object);
+  // PUT: `object` carries the resourceVersion it was read at; a newer one
+  // on the server is ABORTED (409 Conflict).
+  StatusOr<Json> Replace(const std::string& path, const Json& object);
+  // GET, `change`, PUT; after a conflict, again from a fresh GET, up to
+  // conflict_retries times. `change` may stop it with an error.
+  StatusOr<Json> Update(const std::string& path, const std::function<Status(Json&)>& change);
+  Status Delete(const std::string& path);
+  Status DeleteCollection(const std::string& collection, const Selector& selector);
+
+  // Requests sent so far (for tests and metrics).
+  uint64_t requests() const;
+
+ private:
+  struct Response {
+    long code = 0;
+    std::string body;
+  };
+  StatusOr<Response> Call(const char* method, const std::string& path_and_query,
+                          const std::string* body) DEVPLUG_EXCLUDES(mu_);
+  // The Authorization header, from the token file when it changed.
+  std::string Bearer() DEVPLUG_REQUIRES(mu_);
+
+  const Options options_;
+  mutable Mutex mu_;
+  void* curl_ DEVPLUG_GUARDED_BY(mu_) = nullptr;  // CURL*
+  std::string token_ DEVPLUG_GUARDED_BY(mu_);
+  int64_t token_mtime_ns_ DEVPLUG_GUARDED_BY(mu_) = -1;
+  uint64_t requests_ DEVPLUG_GUARDED_BY(mu_) = 0;
+};
+
+// A query string's value, %-escaped.
+std::string Escape(const std::string& text);
+
+}  // namespace devplug::kube

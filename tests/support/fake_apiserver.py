@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""A fake Kubernetes API server for devplug's tests: a JSON object store.
+
+It serves what a node driver uses, as the real one answers it:
+  GET an object or a collection (fieldSelector / labelSelector on any
+  dotted field, limit + continue pages), POST (uid, resourceVersion,
+  creationTimestamp, generateName; 409 AlreadyExists), PUT (409 Conflict on
+  a stale resourceVersion), DELETE, and DELETE on a collection (with the
+  same selectors). Errors are metav1.Status objects. With --token, a request
+  without "Authorization: Bearer <token>" gets 401 (the token file is read
+  at each request, so a test can rotate it).
+Paths are /api/v1/... and /apis/<group>/<version>/..., namespaced or not.
+
+For the tests, under /_fake/:
+  POST /_fake/conflicts?count=N   the next N PUTs answer 409 Conflict
+  GET  /_fake/requests            every request so far: method, path, query,
+                                  authorization
+Usage: fake_apiserver.py --port-file F [--cert C --key K] [--token-file T]
+       [--page-limit N]. It binds 127.0.0.1 on a free port and writes it to F.
+"""
+import argparse
+import datetime
+import http.server
+import json
+import ssl
+import sys
+import threading
+import urllib.parse
+import uuid
+
+LOCK = threading.Lock()
+STORE = {}  # collection path -> {name: object}
+REQUESTS = []
+STATE = {"rv": 1, "conflicts": 0}
+
+
+def split(path):
+    """(collection, name) for an API path; name is None for a collection."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        base = 2  # api, v1
+    elif parts[:1] == ["apis"]:
+        base = 3  # apis, group, version
+    else:
+        return None, None
+    rest = parts[base:]
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        head, rest = parts[:base + 2], rest[2:]
+    else:
+        head = parts[:base]
+    if len(rest) == 1:
+        return "/" + "/".join(head + rest), None
+    if len(rest) == 2:
+        return "/" + "/".join(head + rest[:1]), rest[1]
+    return None, None
+
+
+def field(obj, dotted):
+    for key in dotted.split("."):
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def matches(obj, query):
+    for sel in query.get("fieldSelector", []):
+        for term in filter(None, sel.split(",")):
+            key, _, want = term.partition("=")
+            if str(field(obj, key)) != want:
+                return False
+    for sel in query.get("labelSelector", []):
+        labels = field(obj, "metadata.labels") or {}
+        for term in filter(None, sel.split(",")):
+            key, _, want = term.partition("=")
+            if labels.get(key) != want:
+                return False
+    return True
+
+
+def status(code, reason, message):
+    return code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                  "message": message, "reason": reason, "code": code}
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as one answer, not 40 ms apart
+    token_file = None
+    page_limit = 0
+
+    def log_message(self, *args):
+        pass
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"null") if n else None
+
+    def answer(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def handle_any(self, method):
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        body = self.body() if method in ("POST", "PUT") else None
+        with LOCK:
+            REQUESTS.append({"method": method, "path": url.path, "query": url.query,
+                             "authorization": self.headers.get("Authorization", "")})
+            code, obj = self.route(method, url.path, query, body)
+        self.answer(code, obj)
+
+    def route(self, method, path, query, body):
+        if path == "/_fake/conflicts":
+            STATE["conflicts"] = int(query["count"][0])
+            return 200, {}
+        if path == "/_fake/requests":
+            return 200, {"items": REQUESTS[:-1]}
+        if self.token_file:
+            with open(self.token_file) as f:
+                want = "Bearer " + f.read().strip()
+            if self.headers.get("Authorization") != want:
+                return status(401, "Unauthorized", "Unauthorized")
+        collection, name = split(path)
+        if collection is None:
+            return status(404, "NotFound", "the server could not find the requested resource")
+        items = STORE.setdefault(collection, {})
+        kind = collection.rsplit("/", 1)[1]
+        if method == "GET" and name is None:
+            found = [items[k] for k in sorted(items) if matches(items[k], query)]
+            start = int(query.get("continue", ["0"])[0])
+            limit = int(query.get("limit", ["0"])[0]) or len(found)
+            if self.page_limit:
+                limit = min(limit, self.page_limit)
+            page = found[start:start + limit]
+            meta = {"resourceVersion": str(STATE["rv"])}
+            if start + limit < len(found):
+                meta["continue"] = str(start + limit)
+            return 200, {"kind": "List", "items": page, "metadata": meta}
+        if method == "GET":
+            if name not in items:
+                return status(404, "NotFound", f'{kind} "{name}" not found')
+            return 200, items[name]
+        if method == "POST" and name is None:
+            meta = body.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+            if meta.get("name") in items:
+                return status(409, "AlreadyExists", f'{kind} "{meta["name"]}" already exists')
+            STATE["rv"] += 1
+            meta.update(resourceVersion=str(STATE["rv"]), uid=str(uuid.uuid4()),
+                        creationTimestamp=datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"))
+            items[meta["name"]] = body
+            return 201, body
+        if method == "PUT" and name is not None:
+            if name not in items:
+                return status(404, "NotFound", f'{kind} "{name}" not found')
+            have = items[name]["metadata"]["resourceVersion"]
+            if STATE["conflicts"] > 0 or body.get("metadata", {}).get("resourceVersion") != have:
+                STATE["conflicts"] = max(0, STATE["conflicts"] - 1)
+                return status(409, "Conflict",
+                              f'Operation cannot be fulfilled on {kind} "{name}": the object has '
+                              'been modified; please apply your changes to the latest version '
+                              'and try again')
+            STATE["rv"] += 1
+            body["metadata"]["resourceVersion"] = str(STATE["rv"])
+            body["metadata"]["uid"] = items[name]["metadata"]["uid"]
+            items[name] = body
+            return 200, body
+        if method == "DELETE" and name is not None:
+            if name not in items:
+                return status(404, "NotFound", f'{kind} "{name}" not found')
+            return 200, items.pop(name)
+        if method == "DELETE":
+            gone = [k for k in items if matches(items[k], query)]
+            for k in gone:
+                del items[k]
+            return 200, {"kind": "Status", "status": "Success"}
+        return status(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
+
+    def do_GET(self):
+        self.handle_any("GET")
+
+    def do_POST(self):
+        self.handle_any("POST")
+
+    def do_PUT(self):
+        self.handle_any("PUT")
+
+    def do_DELETE(self):
+        self.handle_any("DELETE")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    ap.add_argument("--token-file")
+    ap.add_argument("--page-limit", type=int, default=0)
+    args = ap.parse_args()
+    Handler.token_file = args.token_file
+    Handler.page_limit = args.page_limit
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if args.cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.cert, args.key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    import os
+    os.rename(args.port_file + ".tmp", args.port_file)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

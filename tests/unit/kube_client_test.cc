@@ -1,0 +1,251 @@
+// kube::Client against a fake API server (tests/support/fake_apiserver.py,
+// a child process) over real TLS: certificates made by openssl for each
+// test, a bearer token in a file, and the server's own error objects.
+#include "kube/client.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "test_util.h"
+
+namespace devplug::kube {
+namespace {
+
+using namespace std::chrono_literals;
+using devplug::testing::ReadFile;
+using devplug::testing::SpawnProcess;
+using devplug::testing::StopProcess;
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+
+// A self-signed certificate for 127.0.0.1 (its own CA), as `name`.pem and
+// `name`.key in `dir`.
+bool MakeCert(const TempDir& dir, const std::string& name) {
+  const std::string cmd =
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+      "-nodes -days 1 -subj /CN=fake-apiserver "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      dir / (name + ".key") + " -out " + dir / (name + ".pem") + " >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(MakeCert(dir_, "server")) << "openssl req failed";
+    WriteFile(dir_ / "token", "secret-1\n");
+    StartServer({});
+  }
+  void TearDown() override {
+    if (pid_ > 0) StopProcess(pid_, SIGTERM);
+  }
+  void StartServer(const std::vector<std::string>& extra) {
+    if (pid_ > 0) StopProcess(pid_, SIGTERM);
+    std::remove((dir_ / "port").c_str());
+    std::vector<std::string> argv{
+        "/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", dir_ / "port",
+        "--cert",           dir_ / "server.pem",    "--key",       dir_ / "server.key",
+        "--token-file",     dir_ / "token"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pid_ = SpawnProcess(argv, dir_ / "server.log");
+    ASSERT_GT(pid_, 0);
+    struct stat st;
+    for (int i = 0; i < 3000 && stat((dir_ / "port").c_str(), &st) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(stat((dir_ / "port").c_str(), &st), 0) << ReadFile(dir_ / "server.log");
+    port_ = ReadFile(dir_ / "port");
+  }
+  Client::Options Opts() {
+    Client::Options o;
+    o.credentials.server = "https://127.0.0.1:" + port_;
+    o.credentials.ca_file = dir_ / "server.pem";
+    o.credentials.token_file = dir_ / "token";
+    return o;
+  }
+  // What the fake server saw, oldest first.
+  std::vector<Json> Requests(Client& c) {
+    auto r = c.Get("/_fake/requests");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? (*r)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+  }
+  static Json Slice(const std::string& name, const std::string& node) {
+    return {{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "ResourceSlice"},
+            {"metadata", {{"name", name}, {"labels", {{"owner", "devplug"}}}}},
+            {"spec", {{"nodeName", node}, {"driver", "dev.example.com"}}}};
+  }
+
+  static constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+  TempDir dir_;
+  pid_t pid_ = -1;
+  std::string port_;
+};
+
+TEST_F(KubeClientTest, CreatesAndReadsOverTlsWithTheClusterCaAndABearerToken) {
+  Client c(Opts());
+  auto made = c.Create(kSlices, Slice("node-1-dev", "node-1"));
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_FALSE((*made)["metadata"]["uid"].get<std::string>().empty());
+  auto got = c.Get(std::string(kSlices) + "/node-1-dev");
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ((*got)["spec"]["nodeName"], "node-1");
+  EXPECT_EQ((*got)["metadata"]["resourceVersion"], (*made)["metadata"]["resourceVersion"]);
+  const std::vector<Json> seen = Requests(c);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0]["method"], "POST");
+  EXPECT_EQ(seen[0]["authorization"], "Bearer secret-1");
+}
+
+TEST_F(KubeClientTest, AServerCertificateFromAnotherCaIsRefused) {
+  ASSERT_TRUE(MakeCert(dir_, "other"));
+  Client::Options o = Opts();
+  o.credentials.ca_file = dir_ / "other.pem";
+  Client c(o);
+  auto got = c.Get(kSlices);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(got.status().message().find("certificate"), std::string::npos)
+      << got.status().message();
+}
+
+TEST_F(KubeClientTest, AWrongTokenIsPermissionDeniedAndARotatedTokenIsReadAgain) {
+  Client c(Opts());
+  ASSERT_TRUE(c.Get(kSlices).ok());
+  // The server's token changes (a rotated projected token): ours is stale
+  // until our file changes too.
+  WriteFile(dir_ / "token.server", "secret-2\n");
+  StartServer({"--token-file", dir_ / "token.server"});
+  Client::Options o = Opts();
+  Client stale(o);
+  auto got = stale.Get(kSlices);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(got.status().message().find("HTTP 401 Unauthorized"), std::string::npos)
+      << got.status().message();
+  // The file is replaced as the kubelet does it (a new file renamed in).
+  WriteFile(dir_ / "token.new", "secret-2\n");
+  ASSERT_EQ(rename((dir_ / "token.new").c_str(), (dir_ / "token").c_str()), 0);
+  got = stale.Get(kSlices);
+  EXPECT_TRUE(got.ok()) << got.status().message();
+}
+
+TEST_F(KubeClientTest, ListFiltersByFieldAndLabelSelectorsAndFollowsEveryPage) {
+  StartServer({"--page-limit", "2"});
+  Client c(Opts());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(c.Create(kSlices, Slice("a-" + std::to_string(i), "node-1")).ok());
+  ASSERT_TRUE(c.Create(kSlices, Slice("b-0", "node-2")).ok());
+  auto list = c.List(kSlices, {.fields = "spec.nodeName=node-1,spec.driver=dev.example.com",
+                               .labels = "owner=devplug"});
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  ASSERT_EQ((*list)["items"].size(), 5u) << "three pages of two";
+  for (const Json& item : (*list)["items"]) EXPECT_EQ(item["spec"]["nodeName"], "node-1");
+  int lists = 0;
+  for (const Json& r : Requests(c)) {
+    if (r["method"] != "GET") continue;
+    ++lists;
+    EXPECT_NE(r["query"].get<std::string>().find(
+                  "fieldSelector=spec.nodeName%3Dnode-1%2Cspec.driver%3Ddev.example.com"),
+              std::string::npos)
+        << r["query"];
+  }
+  EXPECT_EQ(lists, 3);
+}
+
+TEST_F(KubeClientTest, UpdateRetriesAConflictFromAFreshRead) {
+  Client::Options o = Opts();
+  o.conflict_retries = 2;
+  Client c(o);
+  ASSERT_TRUE(c.Create(kSlices, Slice("s", "node-1")).ok());
+  ASSERT_TRUE(c.Create("/_fake/conflicts?count=2", Json::object()).ok());
+  int changes = 0;
+  auto done = c.Update(std::string(kSlices) + "/s", [&](Json& obj) {
+    ++changes;
+    obj["spec"]["pool"] = {{"generation", changes}};
+    return OkStatus();
+  });
+  ASSERT_TRUE(done.ok()) << done.status().message();
+  EXPECT_EQ(changes, 3);
+  EXPECT_EQ((*done)["spec"]["pool"]["generation"], 3);
+  // One more conflict than it may retry: ABORTED, with the server's words.
+  ASSERT_TRUE(c.Create("/_fake/conflicts?count=3", Json::object()).ok());
+  done = c.Update(std::string(kSlices) + "/s", [](Json&) { return OkStatus(); });
+  ASSERT_FALSE(done.ok());
+  EXPECT_EQ(done.status().code(), StatusCode::kAborted);
+  EXPECT_NE(done.status().message().find("the object has been modified"), std::string::npos)
+      << done.status().message();
+  // A stale resourceVersion is a conflict without any help.
+  auto current = c.Get(std::string(kSlices) + "/s");
+  ASSERT_TRUE(current.ok());
+  Json stale = *current;
+  ASSERT_TRUE(c.Replace(std::string(kSlices) + "/s", *current).ok());
+  EXPECT_EQ(c.Replace(std::string(kSlices) + "/s", stale).status().code(), StatusCode::kAborted);
+}
+
+TEST_F(KubeClientTest, ErrorsCarryTheServersCodeAndMessage) {
+  Client c(Opts());
+  auto missing = c.Get(std::string(kSlices) + "/nothing");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(),
+            "GET /apis/resource.k8s.io/v1/resourceslices/nothing: HTTP 404 NotFound: "
+            "resourceslices \"nothing\" not found");
+  ASSERT_TRUE(c.Create(kSlices, Slice("s", "node-1")).ok());
+  EXPECT_EQ(c.Create(kSlices, Slice("s", "node-1")).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(c.Delete(std::string(kSlices) + "/nothing").code(), StatusCode::kNotFound);
+}
+
+TEST_F(KubeClientTest, DeleteCollectionTakesOnlyWhatTheSelectorNames) {
+  Client c(Opts());
+  ASSERT_TRUE(c.Create(kSlices, Slice("mine-0", "node-1")).ok());
+  ASSERT_TRUE(c.Create(kSlices, Slice("mine-1", "node-1")).ok());
+  ASSERT_TRUE(c.Create(kSlices, Slice("theirs", "node-2")).ok());
+  ASSERT_TRUE(c.DeleteCollection(kSlices, {.fields = "spec.nodeName=node-1"}).ok());
+  auto left = c.List(kSlices);
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ((*left)["items"].size(), 1u);
+  EXPECT_EQ((*left)["items"][0]["metadata"]["name"], "theirs");
+}
+
+TEST_F(KubeClientTest, ANoAnswerIsUnavailableWithinTheTimeout) {
+  Client::Options o = Opts();
+  o.credentials.server = "https://127.0.0.1:1";  // nothing listens there
+  Client c(o);
+  auto got = c.Get(kSlices);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(got.status().message().find("https://127.0.0.1:1/apis"), std::string::npos)
+      << got.status().message();
+}
+
+TEST(KubeInClusterTest, ReadsTheServiceAccountAndTheServiceAddress) {
+  TempDir dir;
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  EXPECT_EQ(InCluster(dir.path()).status().code(), StatusCode::kFailedPrecondition);
+  setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  auto missing = InCluster(dir.path());
+  EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.status().message().find("ca.crt is missing"), std::string::npos);
+  WriteFile(dir / "ca.crt", "pem");
+  WriteFile(dir / "token", "t");
+  auto c = InCluster(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->server, "https://[fd00::1]:443");
+  EXPECT_EQ(c->ca_file, dir / "ca.crt");
+  EXPECT_EQ(c->token_file, dir / "token");
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
+TEST(KubeEscapeTest, KeepsUnreservedCharactersOnly) {
+  EXPECT_EQ(Escape("spec.nodeName=a b,c/d~e_f-g"), "spec.nodeName%3Da%20b%2Cc%2Fd~e_f-g");
+}
+
+}  // namespace
+}  // namespace devplug::kube
