@@ -1,0 +1,93 @@
+#include "dra/resource_slice.h"
+
+#include <cstdio>
+
+#include "util/utf8.h"
+
+namespace devplug::dra {
+namespace {
+
+using Json = nlohmann::json;
+
+bool Alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// FNV-1a, 32 bits: stable across builds and machines.
+uint32_t Hash(std::string_view text) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+// `text` with the characters `keep` allows, alphanumeric at both ends, at
+// most `max` characters; unchanged when it already was, else with a hash.
+std::string Sanitize(std::string_view text, size_t max, bool dots) {
+  auto allowed = [&](char c) { return Alnum(c) || c == '-' || (dots && c == '.'); };
+  bool clean = !text.empty() && text.size() <= max && Alnum(text.front()) && Alnum(text.back());
+  for (char c : text) clean = clean && allowed(c);
+  if (clean) return std::string(text);
+  std::string out;
+  for (char c : text) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    out += allowed(c) ? c : '-';
+  }
+  char suffix[10];
+  std::snprintf(suffix, sizeof(suffix), "-%08x", Hash(text));
+  // Room for the suffix; no '-' or '.' left at the ends.
+  out.resize(std::min(out.size(), max - 9));
+  while (!out.empty() && !Alnum(out.back())) out.pop_back();
+  size_t start = 0;
+  while (start < out.size() && !Alnum(out[start])) ++start;
+  out.erase(0, start);
+  if (out.empty()) return std::string(suffix + 1);  // the hash alone starts alphanumeric
+  return out + suffix;
+}
+
+Json DeviceJson(const Device& d) {
+  Json attrs = Json::object();
+  // Attribute strings hold 64 characters at most, and JSON valid UTF-8.
+  attrs["id"] = {{"string", PrintableUtf8(d.id, 64)}};
+  if (d.numa_node >= 0) attrs["numaNode"] = {{"int", d.numa_node}};
+  return {{"name", DeviceName(d.id)}, {"attributes", std::move(attrs)}};
+}
+
+}  // namespace
+
+std::string DeviceName(std::string_view id) { return Sanitize(id, 63, /*dots=*/false); }
+
+std::string ObjectName(std::string_view text) { return Sanitize(text, 253, /*dots=*/true); }
+
+std::string SliceName(const Pool& pool, size_t index) {
+  return ObjectName(pool.node + "-" + pool.driver + "-" + std::to_string(index));
+}
+
+std::vector<Json> Slices(const Pool& pool, const DeviceList& devices) {
+  std::vector<Json> listed;
+  for (const Device& d : devices)
+    if (d.healthy && !d.held_back) listed.push_back(DeviceJson(d));
+  const size_t count =
+      std::max<size_t>(1, (listed.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  std::vector<Json> slices;
+  for (size_t i = 0; i < count; ++i) {
+    Json devs = Json::array();
+    for (size_t j = i * kMaxDevicesPerSlice;
+         j < std::min(listed.size(), (i + 1) * kMaxDevicesPerSlice); ++j)
+      devs.push_back(std::move(listed[j]));
+    slices.push_back({{"apiVersion", "resource.k8s.io/v1"},
+                      {"kind", "ResourceSlice"},
+                      {"metadata", {{"name", SliceName(pool, i)}}},
+                      {"spec",
+                       {{"driver", pool.driver},
+                        {"nodeName", pool.node},
+                        {"pool",
+                         {{"name", pool.node},
+                          {"generation", pool.generation},
+                          {"resourceSliceCount", static_cast<int64_t>(count)}}},
+                        {"devices", std::move(devs)}}}});
+  }
+  return slices;
+}
+
+}  // namespace devplug::dra

@@ -1,0 +1,132 @@
+// How a device list becomes a DRA pool's ResourceSlices, and the device
+// names DRA knows them by.
+#include "dra/resource_slice.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+namespace devplug::dra {
+namespace {
+
+bool IsLabel(const std::string& s) {
+  static const std::regex label("[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?");
+  return std::regex_match(s, label);
+}
+
+Device Dev(const std::string& id, bool healthy = true, int numa = -1) {
+  Device d;
+  d.id = id;
+  d.healthy = healthy;
+  d.numa_node = numa;
+  return d;
+}
+
+TEST(DraDeviceNameTest, ALabelKeepsItsSpelling) {
+  EXPECT_EQ(DeviceName("kvm-0"), "kvm-0");
+  EXPECT_EQ(DeviceName("tun3"), "tun3");
+  EXPECT_EQ(DeviceName("0"), "0");
+}
+
+TEST(DraDeviceNameTest, AnyOtherIdBecomesALabelWithAHashOfTheId) {
+  const std::string pci = DeviceName("0000:3b:00.0");
+  EXPECT_TRUE(IsLabel(pci)) << pci;
+  EXPECT_EQ(pci.rfind("0000-3b-00-0-", 0), 0u) << pci;
+  // Stable: the same ID, the same name, whatever else is listed.
+  EXPECT_EQ(DeviceName("0000:3b:00.0"), pci);
+  // IDs that spell alike stay apart.
+  EXPECT_NE(DeviceName("0000:3b:00.0"), DeviceName("0000-3b-00-0"));
+  EXPECT_NE(DeviceName("a:b"), DeviceName("a.b"));
+  const std::string gpu = DeviceName("GPU-1f0e2a44-aaaa-bbbb-cccc-0123456789ab");
+  EXPECT_TRUE(IsLabel(gpu)) << gpu;
+  EXPECT_EQ(gpu.rfind("gpu-1f0e2a44-", 0), 0u) << gpu;
+}
+
+TEST(DraDeviceNameTest, EdgesLengthAndEmptinessStillGiveALabel) {
+  for (const std::string& id :
+       {std::string(""), std::string("-"), std::string(":::"), std::string("-x-"),
+        std::string(200, 'a'), std::string("mlx5_0/port-1"), std::string("é")}) {
+    SCOPED_TRACE(id);
+    EXPECT_TRUE(IsLabel(DeviceName(id))) << DeviceName(id);
+  }
+  EXPECT_NE(DeviceName(std::string(200, 'a')), DeviceName(std::string(201, 'a')));
+}
+
+TEST(DraDeviceNameTest, ObjectNamesAreSubdomains) {
+  EXPECT_EQ(ObjectName("node-1-kvm.devices.kubevirt.io-0"), "node-1-kvm.devices.kubevirt.io-0");
+  const std::string n = ObjectName("Node_1-x");
+  EXPECT_TRUE(std::regex_match(n, std::regex("[a-z0-9]([-a-z0-9.]*[a-z0-9])?"))) << n;
+  EXPECT_LE(ObjectName(std::string(400, 'n')).size(), 253u);
+}
+
+TEST(DraSlicesTest, HealthyDevicesArePublishedWithTheirIdAndNumaNode) {
+  const Pool pool{.driver = "tun.example.com", .node = "node-1", .generation = 7};
+  const auto slices = Slices(pool, {Dev("tun0", true, 1), Dev("tun1", false), Dev("tun2")});
+  ASSERT_EQ(slices.size(), 1u);
+  const auto& s = slices[0];
+  EXPECT_EQ(s["apiVersion"], "resource.k8s.io/v1");
+  EXPECT_EQ(s["kind"], "ResourceSlice");
+  EXPECT_EQ(s["metadata"]["name"], "node-1-tun.example.com-0");
+  EXPECT_EQ(s["spec"]["driver"], "tun.example.com");
+  EXPECT_EQ(s["spec"]["nodeName"], "node-1");
+  EXPECT_EQ(s["spec"]["pool"]["name"], "node-1");
+  EXPECT_EQ(s["spec"]["pool"]["generation"], 7);
+  EXPECT_EQ(s["spec"]["pool"]["resourceSliceCount"], 1);
+  const auto& devs = s["spec"]["devices"];
+  ASSERT_EQ(devs.size(), 2u) << "the Unhealthy tun1 leaves the pool";
+  EXPECT_EQ(devs[0]["name"], "tun0");
+  EXPECT_EQ(devs[0]["attributes"]["id"]["string"], "tun0");
+  EXPECT_EQ(devs[0]["attributes"]["numaNode"]["int"], 1);
+  EXPECT_EQ(devs[1]["name"], "tun2");
+  EXPECT_FALSE(devs[1]["attributes"].contains("numaNode"));
+}
+
+TEST(DraSlicesTest, ADeviceHeldBackForItsReleaseIsNotOffered) {
+  Device held = Dev("fpga-0");
+  held.held_back = true;
+  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {held, Dev("fpga-1")});
+  ASSERT_EQ(slices[0]["spec"]["devices"].size(), 1u);
+  EXPECT_EQ(slices[0]["spec"]["devices"][0]["name"], "fpga-1");
+}
+
+TEST(DraSlicesTest, AnEmptyPoolIsStillOneSlice) {
+  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {Dev("a", false)});
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_TRUE(slices[0]["spec"]["devices"].empty());
+  EXPECT_EQ(slices[0]["spec"]["pool"]["resourceSliceCount"], 1);
+}
+
+TEST(DraSlicesTest, MoreThan128DevicesSpreadOverSlicesOfOnePool) {
+  DeviceList devices;
+  for (int i = 0; i < 300; ++i) devices.push_back(Dev("dev" + std::to_string(i)));
+  const auto slices = Slices({.driver = "d.example.com", .node = "n", .generation = 2}, devices);
+  ASSERT_EQ(slices.size(), 3u);
+  std::set<std::string> names;
+  size_t total = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    EXPECT_EQ(slices[i]["metadata"]["name"], "n-d.example.com-" + std::to_string(i));
+    EXPECT_EQ(slices[i]["spec"]["pool"]["resourceSliceCount"], 3);
+    EXPECT_EQ(slices[i]["spec"]["pool"]["generation"], 2);
+    EXPECT_LE(slices[i]["spec"]["devices"].size(), kMaxDevicesPerSlice);
+    for (const auto& d : slices[i]["spec"]["devices"]) names.insert(d["name"]);
+    total += slices[i]["spec"]["devices"].size();
+  }
+  EXPECT_EQ(total, 300u);
+  EXPECT_EQ(names.size(), 300u) << "unique in the pool";
+}
+
+TEST(DraSlicesTest, ALongIdIsCutToAnAttributeStringOfValidUtf8) {
+  const std::string id(100, 'x');
+  auto slices = Slices({.driver = "d.example.com", .node = "n"}, {Dev(id)});
+  EXPECT_EQ(slices[0]["spec"]["devices"][0]["attributes"]["id"]["string"].get<std::string>().size(),
+            64u);
+  // A two-byte character across the limit is not cut in half (the JSON
+  // would not be written at all).
+  slices =
+      Slices({.driver = "d.example.com", .node = "n"}, {Dev(std::string(63, 'x') + "\xc3\xa9")});
+  EXPECT_NO_THROW((void)slices[0].dump());
+}
+
+}  // namespace
+}  // namespace devplug::dra
