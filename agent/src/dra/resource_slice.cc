@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "util/hash.h"
 #include "util/utf8.h"
 
 namespace devplug::dra {
@@ -10,16 +11,6 @@ namespace {
 using Json = nlohmann::json;
 
 bool Alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
-// FNV-1a, 32 bits: stable across builds and machines.
-uint32_t Hash(std::string_view text) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
 
 // `text` with the characters `keep` allows, alphanumeric at both ends, at
 // most `max` characters; unchanged when it already was, else with a hash.
@@ -34,7 +25,7 @@ std::string Sanitize(std::string_view text, size_t max, bool dots) {
     out += allowed(c) ? c : '-';
   }
   char suffix[10];
-  std::snprintf(suffix, sizeof(suffix), "-%08x", Hash(text));
+  std::snprintf(suffix, sizeof(suffix), "-%08x", Fnv1a32(text));
   // Room for the suffix; no '-' or '.' left at the ends.
   out.resize(std::min(out.size(), max - 9));
   while (!out.empty() && !Alnum(out.back())) out.pop_back();

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "util/hash.h"
+
 namespace devplug::cdi {
 namespace {
 
@@ -22,15 +24,6 @@ std::string CheckPart(std::string_view what, std::string_view text, std::string_
       return StrCat(what, " \"", text, "\" holds '", std::string(1, c),
                     "' (allowed: letters, digits, ", extra, ")");
   return "";
-}
-
-uint32_t Fnv1a(std::string_view text) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
 }
 
 }  // namespace
@@ -115,7 +108,7 @@ std::string AnnotationKey(std::string_view resource) {
   if (part.size() > kMaxPart) part.resize(kMaxPart);
   while (!part.empty() && !Alnum(part.back())) part.pop_back();
   char hash[9];
-  std::snprintf(hash, sizeof hash, "%08x", Fnv1a(resource));
+  std::snprintf(hash, sizeof hash, "%08x", Fnv1a32(resource));
   return StrCat("cdi.k8s.io/devplug_", part, "_", hash);
 }
 
