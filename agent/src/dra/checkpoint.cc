@@ -1,0 +1,134 @@
+#include "dra/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "util/hash.h"
+
+namespace devplug::dra {
+namespace {
+
+using Json = nlohmann::json;
+constexpr int kVersion = 1;
+
+Json ToJson(const PreparedClaim& c) {
+  Json devices = Json::array();
+  for (const PreparedDevice& d : c.devices)
+    devices.push_back({{"request", d.request},
+                       {"pool", d.pool},
+                       {"device", d.device},
+                       {"id", d.id},
+                       {"cdiIDs", d.cdi_ids}});
+  return {{"uid", c.uid}, {"namespace", c.ns}, {"name", c.name}, {"devices", std::move(devices)}};
+}
+
+PreparedClaim FromJson(const Json& j) {
+  PreparedClaim c;
+  c.uid = j.at("uid").get<std::string>();
+  c.ns = j.at("namespace").get<std::string>();
+  c.name = j.at("name").get<std::string>();
+  for (const Json& d : j.at("devices"))
+    c.devices.push_back({d.at("request").get<std::string>(), d.at("pool").get<std::string>(),
+                         d.at("device").get<std::string>(), d.at("id").get<std::string>(),
+                         d.at("cdiIDs").get<std::vector<std::string>>()});
+  return c;
+}
+
+std::string Checksum(const Json& claims) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", Fnv1a32(claims.dump()));
+  return text;
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> Checkpoint::Load(const std::string& path) {
+  Checkpoint cp(path);
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return cp;
+    return UnavailableError(StrCat("checkpoint ", path, ": ", std::strerror(errno)));
+  }
+  std::ifstream in(path);
+  if (!in) return UnavailableError(StrCat("checkpoint ", path, ": cannot be read"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& why) {
+    return DataLossError(StrCat("checkpoint ", path, ": ", why,
+                                "; the claims it held are not known (move it aside to start "
+                                "without them)"));
+  };
+  if (!j.is_object()) return bad("not JSON");
+  if (j.value("version", 0) != kVersion)
+    return bad(StrCat("version ", j.value("version", 0), ", expected ", kVersion));
+  if (!j.contains("claims") || !j["claims"].is_array()) return bad("no claims");
+  if (j.value("checksum", "") != Checksum(j["claims"])) return bad("checksum mismatch");
+  try {
+    for (const Json& c : j["claims"]) cp.Put(FromJson(c));
+  } catch (const Json::exception& e) {
+    return bad(e.what());
+  }
+  return cp;
+}
+
+Status Checkpoint::Save() const {
+  Json claims = Json::array();
+  for (const auto& [uid, c] : claims_) claims.push_back(ToJson(c));
+  const Json j = {{"version", kVersion}, {"checksum", Checksum(claims)}, {"claims", claims}};
+  const std::string text = j.dump(1) + "\n";
+  const std::string tmp = path_ + ".tmp";
+  auto fail = [&](const char* what) {
+    const std::string why = std::strerror(errno);
+    unlink(tmp.c_str());
+    return UnavailableError(StrCat("checkpoint ", path_, ": ", what, ": ", why));
+  };
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("open");
+  for (size_t off = 0; off < text.size();) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return fail("write");
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    close(fd);
+    return fail("fsync");
+  }
+  close(fd);
+  if (rename(tmp.c_str(), path_.c_str()) != 0) return fail("rename");
+  // The rename itself reaches the disk with its folder.
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
+  if (const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
+  return OkStatus();
+}
+
+const PreparedClaim* Checkpoint::Find(const std::string& uid) const {
+  auto it = claims_.find(uid);
+  return it == claims_.end() ? nullptr : &it->second;
+}
+
+void Checkpoint::Put(PreparedClaim claim) {
+  std::string uid = claim.uid;
+  claims_[uid] = std::move(claim);
+}
+
+bool Checkpoint::Remove(const std::string& uid) { return claims_.erase(uid) > 0; }
+
+}  // namespace devplug::dra

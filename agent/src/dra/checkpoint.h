@@ -1,0 +1,60 @@
+// The claims a DRA resource has prepared on this node, kept in a file so
+// that a restarted devplugd knows them: it answers a repeated
+// NodePrepareResources with the same devices, unprepares (scrubs) what was
+// prepared before it stopped, and rebuilds the CDI specs a reboot took
+// from tmpfs.
+//
+// The file is JSON with a checksum of its claims; it is replaced whole
+// (written beside, flushed, renamed), so a crash leaves the old file or
+// the new one, never half of one. A file that does not parse, or whose
+// checksum does not match, is an error naming the file: devplugd must not
+// forget claims it prepared without saying so.
+//
+// Thread safety: not thread-safe; one owner.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "util/status.h"
+
+namespace devplug::dra {
+
+struct PreparedDevice {
+  std::string request;  // the claim's request it answers
+  std::string pool;
+  std::string device;  // the DRA device name
+  std::string id;      // the module's device ID
+  std::vector<std::string> cdi_ids;
+  bool operator==(const PreparedDevice&) const = default;
+};
+
+struct PreparedClaim {
+  std::string uid, ns, name;
+  std::vector<PreparedDevice> devices;
+  bool operator==(const PreparedClaim&) const = default;
+};
+
+class Checkpoint {
+ public:
+  // The checkpoint at `path`; empty when the file does not exist.
+  static StatusOr<Checkpoint> Load(const std::string& path);
+
+  // Writes every claim to the file, replacing it whole.
+  Status Save() const;
+
+  const std::string& path() const { return path_; }
+  const std::map<std::string, PreparedClaim>& claims() const { return claims_; }  // by UID
+  const PreparedClaim* Find(const std::string& uid) const;
+  void Put(PreparedClaim claim);
+  // False when it was not there.
+  bool Remove(const std::string& uid);
+
+ private:
+  explicit Checkpoint(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+  std::map<std::string, PreparedClaim> claims_;
+};
+
+}  // namespace devplug::dra

@@ -1,0 +1,103 @@
+// The prepared-claims checkpoint: what a restarted devplugd reads back,
+// and how it refuses a file it cannot trust.
+#include "dra/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace devplug::dra {
+namespace {
+
+using devplug::testing::ReadFile;
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+
+PreparedClaim Claim(const std::string& uid, int devices = 1) {
+  PreparedClaim c{uid, "ns", "claim-" + uid, {}};
+  for (int i = 0; i < devices; ++i)
+    c.devices.push_back({"gpu",
+                         "node-1",
+                         "tun" + std::to_string(i),
+                         "tun" + std::to_string(i),
+                         {"devplug.io/tun=" + uid + "-tun" + std::to_string(i)}});
+  return c;
+}
+
+TEST(DraCheckpointTest, AMissingFileIsAnEmptyCheckpoint) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(cp.ok()) << cp.status().message();
+  EXPECT_TRUE(cp->claims().empty());
+}
+
+TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(cp.ok());
+  cp->Put(Claim("uid-a", 2));
+  cp->Put(Claim("uid-b"));
+  ASSERT_TRUE(cp->Save().ok());
+  struct stat st;
+  ASSERT_EQ(stat((dir / "prepared.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(stat((dir / "prepared.json.tmp").c_str(), &st), 0) << "nothing left beside it";
+
+  auto again = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  ASSERT_EQ(again->claims().size(), 2u);
+  ASSERT_NE(again->Find("uid-a"), nullptr);
+  EXPECT_EQ(*again->Find("uid-a"), Claim("uid-a", 2));
+  EXPECT_EQ(*again->Find("uid-b"), Claim("uid-b"));
+
+  // Unprepared: gone from the file too.
+  EXPECT_TRUE(again->Remove("uid-a"));
+  EXPECT_FALSE(again->Remove("uid-a"));
+  ASSERT_TRUE(again->Save().ok());
+  auto last = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->claims().size(), 1u);
+  EXPECT_EQ(last->Find("uid-a"), nullptr);
+}
+
+TEST(DraCheckpointTest, AFileChangedBehindOurBackIsRefusedByName) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(cp.ok());
+  cp->Put(Claim("uid-a"));
+  ASSERT_TRUE(cp->Save().ok());
+  std::string text = ReadFile(dir / "prepared.json");
+  const size_t at = text.find("claim-uid-a");
+  ASSERT_NE(at, std::string::npos);
+  text[at] = 'K';  // still JSON, no longer what was written
+  WriteFile(dir / "prepared.json", text);
+  auto bad = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find(dir / "prepared.json"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("checksum mismatch"), std::string::npos);
+
+  WriteFile(dir / "prepared.json", "{\"version\": 1, \"claims\": [");
+  bad = Checkpoint::Load(dir / "prepared.json");
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("not JSON"), std::string::npos);
+
+  WriteFile(dir / "prepared.json", "{\"version\": 2, \"claims\": []}");
+  EXPECT_NE(Checkpoint::Load(dir / "prepared.json").status().message().find("version 2"),
+            std::string::npos);
+}
+
+TEST(DraCheckpointTest, ASaveThatCannotWriteFailsWithTheReason) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "missing/prepared.json");
+  ASSERT_TRUE(cp.ok());
+  cp->Put(Claim("uid-a"));
+  const Status st = cp->Save();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("open"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace devplug::dra
