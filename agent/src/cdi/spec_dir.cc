@@ -10,23 +10,13 @@
 #include <cstring>
 
 #include "cdi/spec.h"
+#include "util/replace_file.h"
 
 namespace devplug::cdi {
 namespace {
 
 Status Errno(std::string_view what, const std::string& path, int err) {
   return UnavailableError(StrCat(what, " ", path, ": ", std::strerror(err)));
-}
-
-bool WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 // mkdir -p, mode 0755.
@@ -43,20 +33,7 @@ int MakeDirs(const std::string& dir) {
 
 Status WriteSpecFile(const std::string& dir, const std::string& name, const std::string& content) {
   if (int err = MakeDirs(dir); err != 0) return Errno("cannot create", dir, err);
-  std::string tmp = StrCat(dir, "/.", kFilePrefix, "XXXXXX.tmp");
-  const int fd = ::mkostemps(tmp.data(), 4, O_CLOEXEC);
-  if (fd < 0) return Errno("cannot write in", dir, errno);
-  int err = 0;
-  if (!WriteAll(fd, content)) err = errno ? errno : EIO;
-  if (err == 0 && ::fchmod(fd, 0644) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  const std::string path = StrCat(dir, "/", name);
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    return Errno("cannot write", path, err);
-  }
-  return OkStatus();
+  return ReplaceFile(dir, name, content, 0644, StrCat(".", kFilePrefix));
 }
 
 Status RemoveSpecFile(const std::string& dir, const std::string& name) {

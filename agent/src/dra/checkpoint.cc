@@ -1,8 +1,6 @@
 #include "dra/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/hash.h"
+#include "util/replace_file.h"
 
 namespace devplug::dra {
 namespace {
@@ -86,36 +85,12 @@ Status Checkpoint::Save() const {
   for (const auto& [uid, c] : claims_) claims.push_back(ToJson(c));
   const Json j = {{"version", kVersion}, {"checksum", Checksum(claims)}, {"claims", claims}};
   const std::string text = j.dump(1) + "\n";
-  const std::string tmp = path_ + ".tmp";
-  auto fail = [&](const char* what) {
-    const std::string why = std::strerror(errno);
-    unlink(tmp.c_str());
-    return UnavailableError(StrCat("checkpoint ", path_, ": ", what, ": ", why));
-  };
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail("open");
-  for (size_t off = 0; off < text.size();) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(fd);
-      return fail("write");
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    close(fd);
-    return fail("fsync");
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path_.c_str()) != 0) return fail("rename");
-  // The rename itself reaches the disk with its folder.
   const size_t slash = path_.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-  if (const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    (void)fsync(dfd);
-    close(dfd);
-  }
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
+  const std::string name = path_.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (Status st = ReplaceFile(dir, name, text, 0600, StrCat(".", name, "."), /*durable=*/true);
+      !st.ok())
+    return UnavailableError(StrCat("checkpoint ", st.message()));
   return OkStatus();
 }
 

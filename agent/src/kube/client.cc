@@ -127,11 +127,6 @@ Client::~Client() {
   if (curl_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(curl_));
 }
 
-uint64_t Client::requests() const {
-  MutexLock lock(mu_);
-  return requests_;
-}
-
 std::string Client::Bearer() {
   const std::string& file = options_.credentials.token_file;
   if (!file.empty()) {
@@ -156,7 +151,6 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
   MutexLock lock(mu_);
   CURL* curl = static_cast<CURL*>(curl_);
   if (curl == nullptr) return InternalError("curl_easy_init failed");
-  ++requests_;
   // Options go back to their defaults; the connection and TLS session stay.
   curl_easy_reset(curl);
   const Credentials& c = options_.credentials;

@@ -74,9 +74,6 @@ class Client {
   Status Delete(const std::string& path);
   Status DeleteCollection(const std::string& collection, const Selector& selector);
 
-  // Requests sent so far (for tests and metrics).
-  uint64_t requests() const;
-
  private:
   struct Response {
     long code = 0;
@@ -88,11 +85,10 @@ class Client {
   std::string Bearer() DEVPLUG_REQUIRES(mu_);
 
   const Options options_;
-  mutable Mutex mu_;
+  Mutex mu_;
   void* curl_ DEVPLUG_GUARDED_BY(mu_) = nullptr;  // CURL*
   std::string token_ DEVPLUG_GUARDED_BY(mu_);
   int64_t token_mtime_ns_ DEVPLUG_GUARDED_BY(mu_) = -1;
-  uint64_t requests_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 // A query string's value, %-escaped.

@@ -26,13 +26,9 @@ class InFlight {
     MutexLock lock(mu_);
     while (count_ != 0) cv_.wait(mu_);
   }
-  int count() const {
-    MutexLock lock(mu_);
-    return count_;
-  }
 
  private:
-  mutable Mutex mu_;
+  Mutex mu_;
   std::condition_variable_any cv_;
   int count_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
