@@ -7,8 +7,8 @@ namespace devplug {
 bool Reload::SameResource(const config::ResourceConfig& a, const config::ResourceConfig& b) {
   if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
       a.registration != b.registration || a.required != b.required || a.cdi != b.cdi ||
-      a.cdi_dir != b.cdi_dir || a.cdi_only != b.cdi_only ||
-      a.module_keys.size() != b.module_keys.size())
+      a.cdi_dir != b.cdi_dir || a.cdi_only != b.cdi_only || a.api != b.api ||
+      a.driver != b.driver || a.module_keys.size() != b.module_keys.size())
     return false;
   for (const auto& [key, value] : a.module_keys) {
     auto it = b.module_keys.find(key);
@@ -45,6 +45,14 @@ StatusOr<Reload::Plan> Reload::Make(
         std::string(config::UdevSourceName(next.udev_source)));
   fixed("control_socket", now.control_socket, next.control_socket);
   fixed("metrics_address", now.metrics_address, next.metrics_address);
+  // DRA: the pool every slice names, and the client each resource holds.
+  fixed("node_name", now.node_name, next.node_name);
+  fixed("api_server", now.api_server, next.api_server);
+  fixed("api_ca_file", now.api_ca_file, next.api_ca_file);
+  fixed("api_token_file", now.api_token_file, next.api_token_file);
+  fixed("api_client_cert", now.api_client_cert, next.api_client_cert);
+  fixed("api_client_key", now.api_client_key, next.api_client_key);
+  fixed("dra_state_dir", now.dra_state_dir, next.dra_state_dir);
   if (!errors.empty()) return InvalidArgumentError(StrJoin(errors, "\n"));
 
   Plan plan;

@@ -466,5 +466,127 @@ TEST(ConfigTest, MissingFileIsAnError) {
             std::string::npos);
 }
 
+// ---- DRA (api = "dra") ----------------------------------------------------------------
+
+TEST(ConfigTest, ADraResourceGetsItsDriverNameSocketAndRegistration) {
+  auto cfg = LoadString(R"([agent]
+node_name = "node-1"
+api_server = "https://10.0.0.1:6443"
+api_ca_file = "/etc/kubernetes/pki/ca.crt"
+api_token_file = "/var/run/devplug/token"
+
+[[resource]]
+name = "devplug.io/tun"
+module = "generic"
+api = "dra"
+
+[[resource]]
+name = "devplug.io/kvm"
+module = "kvm"
+api = "dra"
+dra_driver = "kvm.dra.example.com"
+
+[[resource]]
+name = "devplug.io/Net_Dev"
+module = "generic"
+)",
+                        "dra.toml", Opts());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const auto& r = cfg->resources;
+  EXPECT_EQ(r[0].api, ServingApi::kDra);
+  EXPECT_EQ(r[0].driver, "tun.devplug.io");
+  EXPECT_EQ(r[0].socket, "tun.devplug.io.sock");
+  EXPECT_EQ(r[0].registration, RegistrationMode::kPluginWatcher);
+  EXPECT_EQ(r[1].driver, "kvm.dra.example.com");
+  EXPECT_EQ(r[2].api, ServingApi::kDevicePlugin);
+  EXPECT_EQ(r[2].driver, "");
+  EXPECT_EQ(r[2].registration, RegistrationMode::kKubelet);
+  EXPECT_EQ(cfg->node_name, "node-1");
+  EXPECT_EQ(cfg->api_server, "https://10.0.0.1:6443");
+  EXPECT_EQ(cfg->api_ca_file, "/etc/kubernetes/pki/ca.crt");
+  EXPECT_EQ(cfg->api_token_file, "/var/run/devplug/token");
+  EXPECT_EQ(cfg->dra_state_dir, "/var/lib/devplug/dra");
+  EXPECT_EQ(DefaultDriverName("devplug.io/Net_Dev"), "net-dev.devplug.io");
+}
+
+TEST(ConfigTest, DraMistakesNameFileLineAndKey) {
+  auto cfg = LoadString(R"([agent]
+node_name = "Node_1"
+api_server = "10.0.0.1:6443"
+
+[[resource]]
+name = "devplug.io/a"
+module = "generic"
+api = "dra"
+registration = "kubelet"
+cdi = "cri"
+
+[[resource]]
+name = "devplug.io/b"
+module = "generic"
+api = "dra"
+dra_driver = "a.devplug.io"
+
+[[resource]]
+name = "devplug.io/c"
+module = "generic"
+api = "grpc"
+
+[[resource]]
+name = "devplug.io/d"
+module = "generic"
+dra_driver = "d.devplug.io"
+
+[[resource]]
+name = "devplug.io/e"
+module = "generic"
+api = "dra"
+dra_driver = "E..devplug"
+)",
+                        "bad.toml", Opts());
+  ASSERT_FALSE(cfg.ok());
+  const std::string m(cfg.status().message());
+  EXPECT_NE(m.find("bad.toml:2: agent.node_name: \"Node_1\" is not a node name"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:3: agent.api_server: \"10.0.0.1:6443\" must be an https://"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:5: resource[0].registration: a DRA resource registers through the "
+                   "plugin watcher"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:10: resource[0].cdi: a DRA resource always hands its devices out by "
+                   "CDI name"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(
+      m.find(
+          "bad.toml:16: resource[1].dra_driver: DRA driver \"a.devplug.io\" is already served by "
+          "resource \"devplug.io/a\" (bad.toml:5)"),
+      std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:21: resource[2].api: unknown API \"grpc\" (expected "
+                   "device-plugin|dra)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:26: resource[3].dra_driver: is a DRA key"), std::string::npos) << m;
+  EXPECT_NE(m.find("bad.toml:32: resource[4].dra_driver: \"E..devplug\" is not a DRA driver name"),
+            std::string::npos)
+      << m;
+}
+
+TEST(ConfigTest, DraDriverNamesAreDnsSubdomains) {
+  EXPECT_EQ(CheckDriverName("gpu.example.com"), "");
+  EXPECT_EQ(CheckDriverName("a-1.b"), "");
+  EXPECT_NE(CheckDriverName(""), "");
+  EXPECT_NE(CheckDriverName("-a.b"), "");
+  EXPECT_NE(CheckDriverName("a..b"), "");
+  EXPECT_NE(CheckDriverName("a.b."), "");
+  EXPECT_NE(CheckDriverName("A.b"), "");
+  EXPECT_NE(CheckDriverName("a_b.c"), "");
+  EXPECT_NE(CheckDriverName(std::string(64, 'a')), "");
+  EXPECT_EQ(CheckDriverName(std::string(63, 'a')), "");
+}
+
 }  // namespace
 }  // namespace devplug::config

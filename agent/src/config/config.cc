@@ -1,7 +1,10 @@
 #include "config/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -180,6 +183,26 @@ class Parser {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
         if (std::string why = SetPath(*s, &(cfg_.*field)); !why.empty()) Error(node, key, why);
+      } else if (name == "node_name") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (s->empty() || s->size() > 253 ||
+            s->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") != std::string::npos)
+          Error(node, key,
+                StrCat(
+                    "\"", *s,
+                    "\" is not a node name (a DNS subdomain: a-z, 0-9, '-' and '.', at most 253)"));
+        else
+          cfg_.node_name = *s;
+      } else if (name == "api_server") {
+        const std::string* s = String(node, key);
+        if (s == nullptr) continue;
+        if (!s->empty() && s->rfind("https://", 0) != 0 && s->rfind("http://", 0) != 0)
+          Error(
+              node, key,
+              StrCat("\"", *s, "\" must be an https:// (or http://) URL, or \"\" for in-cluster"));
+        else
+          cfg_.api_server = *s;
       } else if (name == "log_level") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
@@ -241,7 +264,14 @@ class Parser {
                                        "control_socket",
                                        "metrics_address",
                                        "cdi",
-                                       "cdi_dir"};
+                                       "cdi_dir",
+                                       "node_name",
+                                       "api_server",
+                                       "api_ca_file",
+                                       "api_token_file",
+                                       "api_client_cert",
+                                       "api_client_key",
+                                       "dra_state_dir"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
       }
@@ -254,6 +284,11 @@ class Parser {
     if (name == "module_dir") return &AgentConfig::module_dir;
     if (name == "host_root") return &AgentConfig::host_root;
     if (name == "cdi_dir") return &AgentConfig::cdi_dir;
+    if (name == "api_ca_file") return &AgentConfig::api_ca_file;
+    if (name == "api_token_file") return &AgentConfig::api_token_file;
+    if (name == "api_client_cert") return &AgentConfig::api_client_cert;
+    if (name == "api_client_key") return &AgentConfig::api_client_key;
+    if (name == "dra_state_dir") return &AgentConfig::dra_state_dir;
     return nullptr;
   }
 
@@ -347,12 +382,28 @@ class Parser {
             Error(node, key_of(name),
                   StrCat("unknown mode \"", *s, "\" (expected kubelet|plugin-watcher)"));
         }
+      } else if (name == "api") {
+        if (const std::string* s = String(node, key_of(name))) {
+          if (ParseServingApi(*s, &r.api))
+            key_lines_[{index, "api"}] = LineOf(node);
+          else
+            Error(node, key_of(name),
+                  StrCat("unknown API \"", *s, "\" (expected device-plugin|dra)"));
+        }
+      } else if (name == "dra_driver") {
+        if (const std::string* s = String(node, key_of(name))) {
+          r.driver = *s;
+          key_lines_[{index, "dra_driver"}] = LineOf(node);
+          if (std::string why = CheckDriverName(*s); !why.empty())
+            Error(node, key_of(name), StrCat("\"", *s, "\" is not a DRA driver name: ", why));
+        }
       } else if (name == "required" || name == "cdi_only") {
         if (const auto* b = node.as_boolean())
           (name == "required" ? r.required : r.cdi_only) = b->get();
         else
           Error(node, key_of(name), StrCat("must be a boolean, not ", TypeName(node)));
         if (name == "cdi_only") key_lines_[{index, "cdi_only"}] = LineOf(node);
+        if (name == "required") key_lines_[{index, "required"}] = LineOf(node);
       } else if (name == "cdi" && node.is_string()) {
         // A string: devplugd's. Anything else stays the module's own key (the
         // nvidia module's boolean `cdi`).
@@ -438,6 +489,43 @@ class Parser {
   std::map<std::pair<size_t, std::string>, int> key_lines_;
 };
 
+// A DRA resource's own rules: its driver name, registration through the
+// plugin watcher, devices always by CDI name (its own specs, one per claim).
+void FinishDra(AgentConfig& cfg, const Parser& parser, Errors& errors, size_t i,
+               std::map<std::string, size_t>& drivers) {
+  ResourceConfig& r = cfg.resources[i];
+  const std::string prefix = ResourceKey(i, "");
+  if (parser.RegistrationSet(i) && r.registration != RegistrationMode::kPluginWatcher)
+    errors.Add(r.where.file, r.where.line, prefix + "registration",
+               "a DRA resource registers through the plugin watcher (leave registration out)");
+  for (const char* key : {"cdi", "cdi_only"})
+    if (parser.KeySet(i, key))
+      errors.Add(r.where.file, parser.KeyLine(i, key), prefix + key,
+                 "a DRA resource always hands its devices out by CDI name, in a spec per claim "
+                 "(leave it out)");
+  if (r.name.empty() || !CheckResourceName(r.name).empty()) return;
+  if (r.driver.empty()) {
+    r.driver = DefaultDriverName(r.name);
+    if (std::string why = CheckDriverName(r.driver); !why.empty()) {
+      errors.Add(r.where.file, parser.KeyLine(i, "api"), prefix + "dra_driver",
+                 StrCat("the name derived from \"", r.name, "\", \"", r.driver,
+                        "\", is not a DRA driver name: ", why, "; set dra_driver"));
+      return;
+    }
+  }
+  if (auto kind = cdi::KindOf(r.name); !kind.ok())
+    errors.Add(r.where.file, parser.KeyLine(i, "api"), prefix + "api",
+               StrCat("resource \"", r.name, "\" has no CDI kind: ", kind.status().message()));
+  if (r.socket.empty()) r.socket = StrCat(r.driver, ".sock");
+  auto [it, fresh] = drivers.emplace(r.driver, i);
+  if (!fresh) {
+    const ResourceConfig& first = cfg.resources[it->second];
+    errors.Add(r.where.file, parser.KeyLine(i, "dra_driver"), prefix + "dra_driver",
+               StrCat("DRA driver \"", r.driver, "\" is already served by resource \"", first.name,
+                      "\" (", first.where.file, ":", first.where.line, ")"));
+  }
+}
+
 // Cross-table checks once every file is read: sockets, duplicates.
 void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
   if (cfg.resources.empty() && !cfg.files.empty()) {
@@ -445,13 +533,23 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
                "no [[resource]] table (in this file or a conf.d/*.toml drop-in): nothing to "
                "serve");
   }
-  std::map<std::string, size_t> names, sockets, cdi_files;
+  std::map<std::string, size_t> names, sockets, cdi_files, drivers;
+  bool dra = false;
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     ResourceConfig& r = cfg.resources[i];
     const std::string prefix = ResourceKey(i, "");
+    if (r.api == ServingApi::kDra) {
+      dra = true;
+      FinishDra(cfg, parser, errors, i, drivers);
+    } else if (parser.KeySet(i, "dra_driver")) {
+      errors.Add(r.where.file, parser.KeyLine(i, "dra_driver"), prefix + "dra_driver",
+                 "is a DRA key; this resource serves the device plugin API (api = \"dra\" to "
+                 "serve it through DRA)");
+    }
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
     if (!parser.RegistrationSet(i)) r.registration = cfg.registration;
-    if (!parser.KeySet(i, "cdi")) r.cdi = cfg.cdi;
+    if (r.api == ServingApi::kDra) r.registration = RegistrationMode::kPluginWatcher;
+    if (!parser.KeySet(i, "cdi") && r.api == ServingApi::kDevicePlugin) r.cdi = cfg.cdi;
     if (r.cdi_dir.empty()) r.cdi_dir = cfg.cdi_dir;
     if (r.cdi_only && r.cdi == CdiMode::kOff) {
       errors.Add(r.where.file, parser.KeyLine(i, "cdi_only"), prefix + "cdi_only",
@@ -504,6 +602,21 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
                           "\" (", first.where.file, ":", first.where.line, ")"));
       }
     }
+  }
+  if (dra && cfg.node_name.empty()) {
+    // The DaemonSet passes spec.nodeName as $NODE_NAME; a systemd service
+    // runs under the host name, which is the kubelet's default node name.
+    if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
+      cfg.node_name = env;
+    } else {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) == 0) cfg.node_name = host;
+      for (char& c : cfg.node_name)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    if (cfg.node_name.empty())
+      errors.Add(cfg.files.empty() ? std::string() : cfg.files.front(), 0, "agent.node_name",
+                 "DRA resources need this node's name: set node_name, or $NODE_NAME");
   }
 }
 

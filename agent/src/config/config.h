@@ -18,6 +18,7 @@
 #include "model/cdi_mode.h"
 #include "model/log_level.h"
 #include "model/registration_mode.h"
+#include "model/serving_api.h"
 #include "model/udev_source.h"
 #include "util/status.h"
 
@@ -60,8 +61,15 @@ struct ResourceConfig {
   // Socket file name inside plugin_dir (plugins_registry_dir with the
   // plugin watcher). Default: derived from name.
   std::string socket;
-  // How it registers: the table's `registration`, else [agent]'s.
+  // How it registers: the table's `registration`, else [agent]'s. A DRA
+  // resource always registers through the plugin watcher.
   RegistrationMode registration = RegistrationMode::kKubelet;
+  // Which API serves it (`api`: "device-plugin", the default, or "dra").
+  ServingApi api = ServingApi::kDevicePlugin;
+  // DRA: the driver name (a DNS subdomain of at most 63 characters): the
+  // table's `dra_driver`, else the resource's name turned around
+  // ("devplug.io/tun" -> "tun.devplug.io"). "" for the device plugin API.
+  std::string driver;
   // true: failing to load or create this resource stops the agent at start.
   bool required = false;
   // Devices by CDI name (the table's `cdi`, else [agent]'s): the spec's
@@ -130,6 +138,20 @@ struct AgentConfig {
   // Prometheus metrics over HTTP, "host:port"; "" (the default) is off.
   std::string metrics_address;
 
+  // ---- DRA (resources with api = "dra"; docs/design.md, "DRA") ----
+  // This node's name, as the API server knows it: the pool of every DRA
+  // resource and its ResourceSlices' spec.nodeName. "" until loaded: then
+  // $NODE_NAME, else the host name.
+  std::string node_name;
+  // The API server: "https://host:port", or "" for the in-cluster
+  // service account ($KUBERNETES_SERVICE_HOST and the token, CA and
+  // namespace under /var/run/secrets/kubernetes.io/serviceaccount).
+  std::string api_server;
+  // Its credentials when api_server is set: the CA bundle, and a bearer
+  // token file (re-read when it changes) or a client certificate and key.
+  std::string api_ca_file, api_token_file, api_client_cert, api_client_key;
+  // Where DRA resources keep their prepared claims across restarts.
+  std::string dra_state_dir = "/var/lib/devplug/dra";
   // Where each [agent] key was set (for messages about them, e.g. a reload
   // that would change one that needs a restart).
   std::map<std::string, SourceLocation> agent_keys;
@@ -195,6 +217,16 @@ std::string_view UdevSourceName(UdevSource source);
 // "off" | "cri" | "annotations" | "both"
 std::string_view CdiModeName(CdiMode mode);
 bool ParseCdiMode(std::string_view text, CdiMode* out);
+// "device-plugin" | "dra"
+std::string_view ServingApiName(ServingApi api);
+bool ParseServingApi(std::string_view text, ServingApi* out);
+// The driver name a DRA resource gets without a `dra_driver` key: the name's
+// part before the domain, then the domain ("devplug.io/tun" ->
+// "tun.devplug.io"), lower-cased, '_' as '-'.
+std::string DefaultDriverName(std::string_view resource_name);
+// "" when `name` may be a DRA driver name (a DNS subdomain of at most 63
+// characters), else why not.
+std::string CheckDriverName(std::string_view name);
 // "kubelet" | "plugin-watcher"
 std::string_view RegistrationModeName(RegistrationMode mode);
 bool ParseRegistrationMode(std::string_view text, RegistrationMode* out);

@@ -71,6 +71,53 @@ bool ParseLogLevel(std::string_view name, LogLevel* out) {
   return false;
 }
 
+std::string_view ServingApiName(ServingApi api) {
+  return api == ServingApi::kDra ? "dra" : "device-plugin";
+}
+
+bool ParseServingApi(std::string_view text, ServingApi* out) {
+  if (text == "device-plugin")
+    *out = ServingApi::kDevicePlugin;
+  else if (text == "dra")
+    *out = ServingApi::kDra;
+  else
+    return false;
+  return true;
+}
+
+std::string DefaultDriverName(std::string_view resource_name) {
+  const size_t slash = resource_name.find('/');
+  std::string out = slash == std::string_view::npos ? std::string(resource_name)
+                                                    : StrCat(resource_name.substr(slash + 1), ".",
+                                                             resource_name.substr(0, slash));
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c == '_') c = '-';
+  }
+  return out;
+}
+
+std::string CheckDriverName(std::string_view name) {
+  if (name.empty()) return "is empty";
+  if (name.size() > 63) return StrCat("is ", name.size(), " characters; at most 63");
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string_view::npos) dot = name.size();
+    const std::string_view label = name.substr(start, dot - start);
+    if (label.empty()) return "has an empty label (two dots, or a dot at an end)";
+    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (!alnum(label.front()) || !alnum(label.back()))
+      return StrCat("label \"", label, "\" must start and end with a lower-case letter or digit");
+    for (char c : label)
+      if (!alnum(c) && c != '-')
+        return StrCat("label \"", label, "\" holds '", std::string(1, c),
+                      "' (a DNS subdomain holds a-z, 0-9, '-' and '.')");
+    start = dot + 1;
+  }
+  return "";
+}
+
 std::string_view RegistrationModeName(RegistrationMode mode) {
   return mode == RegistrationMode::kPluginWatcher ? "plugin-watcher" : "kubelet";
 }
