@@ -201,6 +201,13 @@ void KubeletSim::Deregister(const std::string& socket) {
     Event(StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering ", ep->resource));
     ep->stream_ctx.TryCancel();
   }
+  std::lock_guard lock(mu_);
+  for (auto& [name, d] : dra_drivers_) {
+    if (d.socket != socket || !d.registered) continue;
+    Event(StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering DRA driver ", name));
+    d.registered = false;
+    dra_channels_.erase(name);
+  }
 }
 
 void KubeletSim::DropConnections() {

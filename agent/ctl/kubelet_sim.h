@@ -41,6 +41,7 @@
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -55,6 +56,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
+#include "dra/v1/api.grpc.pb.h"
+#include "pluginregistration/v1/api.grpc.pb.h"
 #include "podresources/v1/api.grpc.pb.h"
 #include "util/status.h"
 
@@ -78,6 +81,19 @@ struct ResourceView {
   bool connected = false;                // ListAndWatch open
   size_t healthy() const;
 };
+
+// A DRA driver the plugin watcher registered (type "DRAPlugin").
+struct DraDriverView {
+  std::string name;      // the driver name
+  std::string socket;    // its registration socket
+  std::string endpoint;  // where its DRAPlugin service is
+  std::vector<std::string> versions;
+  uint64_t probes = 0;
+  uint64_t registrations = 0;
+  bool registered = false;
+};
+
+namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
 
 class KubeletSim {
  public:
@@ -147,6 +163,16 @@ class KubeletSim {
                                       std::vector<std::string>* out);
   grpc::Status PreStartContainer(const std::string& name, const std::vector<std::string>& ids);
 
+  // DRA: the drivers the plugin watcher knows, and the kubelet's calls to
+  // one (v1), each claim as {namespace, uid, name}.
+  std::optional<DraDriverView> dra_driver(const std::string& name) const;
+  grpc::Status NodePrepareResources(const std::string& driver,
+                                    const std::vector<std::array<std::string, 3>>& claims,
+                                    drav1::NodePrepareResourcesResponse* out);
+  grpc::Status NodeUnprepareResources(const std::string& driver,
+                                      const std::vector<std::array<std::string, 3>>& claims,
+                                      drav1::NodeUnprepareResourcesResponse* out);
+
   // PodResources: the container `container` of pod namespace/name holds
   // `ids` of `resource` (what the kubelet records after Allocate), until
   // DeletePod. Pods survive a simulated kubelet restart.
@@ -187,6 +213,10 @@ class KubeletSim {
   // GetInfo, validation, Connect, NotifyRegistrationStatus; the resource's
   // name, or "" after a failure.
   std::string Probe(const std::string& socket);
+  // The DRA handler's part of a probe: validation and a dial; "" when it
+  // registered, else why not.
+  std::string ProbeDra(const std::string& socket, const pluginregistration::PluginInfo& info);
+  std::shared_ptr<grpc::Channel> DraChannel(const std::string& driver, grpc::Status* err) const;
   void Deregister(const std::string& socket);
   void RunStream(std::shared_ptr<Endpoint> ep);
   void CheckSnapshot(const std::string& name, const v1beta1::ListAndWatchResponse& msg);
@@ -203,13 +233,15 @@ class KubeletSim {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<std::string, ResourceView> resources_;               // guarded by mu_
-  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;  // guarded by mu_
-  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;        // guarded by mu_
-  std::vector<std::string> violations_;                         // guarded by mu_
-  uint64_t total_registrations_ = 0;                            // guarded by mu_
-  uint64_t checkpoint_seq_ = 0;                                 // guarded by mu_
-  bool serving_ = false;                                        // guarded by mu_
+  std::map<std::string, ResourceView> resources_;                       // guarded by mu_
+  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;          // guarded by mu_
+  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;                // guarded by mu_
+  std::vector<std::string> violations_;                                 // guarded by mu_
+  std::map<std::string, DraDriverView> dra_drivers_;                    // guarded by mu_
+  std::map<std::string, std::shared_ptr<grpc::Channel>> dra_channels_;  // guarded by mu_
+  uint64_t total_registrations_ = 0;                                    // guarded by mu_
+  uint64_t checkpoint_seq_ = 0;                                         // guarded by mu_
+  bool serving_ = false;                                                // guarded by mu_
   bool checkpoint_ours_ = false;  // set in Start(): may write (and remove) the checkpoint
   // PodResources, guarded by mu_.
   std::map<std::pair<std::string, std::string>, PodRecord> pods_;

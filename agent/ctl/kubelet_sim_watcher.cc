@@ -167,7 +167,7 @@ std::string KubeletSim::Probe(const std::string& socket) {
     }
   }
   const std::string& name = info.name();
-  {
+  if (info.type() != "DRAPlugin") {
     std::lock_guard lock(mu_);
     auto& r = resources_[name];
     r.name = name;
@@ -193,6 +193,11 @@ std::string KubeletSim::Probe(const std::string& socket) {
   if (!options_.refuse_probes.empty())
     return refuse(StrCat("RegisterPlugin error -- plugin registration failed with err: ",
                          options_.refuse_probes));
+  if (info.type() == "DRAPlugin") {
+    if (std::string why = ProbeDra(socket, info); !why.empty()) return refuse(why);
+    notify(true, "");
+    return name;
+  }
   if (info.type() != "DevicePlugin")
     return refuse(StrCat("RegisterPlugin error -- no handler registered for plugin type: ",
                          info.type(), " at socket ", socket));
@@ -218,6 +223,109 @@ std::string KubeletSim::Probe(const std::string& socket) {
                          st.error_message()));
   notify(true, "");
   return name;
+}
+
+std::string KubeletSim::ProbeDra(const std::string& socket,
+                                 const pluginregistration::PluginInfo& info) {
+  const std::string& name = info.name();
+  {
+    std::lock_guard lock(mu_);
+    auto& d = dra_drivers_[name];
+    d.name = name;
+    d.probes++;
+  }
+  // The kubelet's DRA handler takes the newest version it knows.
+  const auto& versions = info.supported_versions();
+  std::vector<std::string> offered(versions.begin(), versions.end());
+  if (std::find(offered.begin(), offered.end(), "v1.DRAPlugin") == offered.end())
+    return StrCat(
+        "RegisterPlugin error -- plugin validation failed with err: none of the "
+        "versions ",
+        StrJoin(offered, ","), " of DRA driver ", name, " is supported");
+  if (name.empty() || name.size() > 63 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") != std::string::npos)
+    return StrCat(
+        "RegisterPlugin error -- plugin validation failed with err: invalid DRA driver "
+        "name \"",
+        name, "\"");
+  const std::string& endpoint = info.endpoint();
+  if (endpoint.empty() || endpoint.front() != '/') {
+    Violation(StrCat(name, ": DRA endpoint \"", endpoint, "\" is not an absolute path"));
+    return StrCat("RegisterPlugin error -- invalid endpoint \"", endpoint, "\"");
+  }
+  auto channel = grpc::CreateChannel("unix:" + endpoint, grpc::InsecureChannelCredentials());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + options_.dial_timeout))
+    return StrCat("RegisterPlugin error -- cannot dial DRA driver ", name, " at ", endpoint);
+  std::lock_guard lock(mu_);
+  auto& d = dra_drivers_[name];
+  d.socket = socket;
+  d.endpoint = endpoint;
+  d.versions = offered;
+  d.registrations++;
+  d.registered = true;
+  dra_channels_[name] = channel;
+  cv_.notify_all();
+  Event(StrCat("kubelet: DRA driver ", name, " registered at ", endpoint));
+  return "";
+}
+
+std::optional<DraDriverView> KubeletSim::dra_driver(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = dra_drivers_.find(name);
+  if (it == dra_drivers_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::shared_ptr<grpc::Channel> KubeletSim::DraChannel(const std::string& driver,
+                                                      grpc::Status* err) const {
+  std::lock_guard lock(mu_);
+  auto it = dra_channels_.find(driver);
+  if (it == dra_channels_.end()) {
+    *err = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        StrCat("DRA driver ", driver, " is not registered"));
+    return nullptr;
+  }
+  return it->second;
+}
+
+namespace {
+template <typename Request>
+void AddClaims(const std::vector<std::array<std::string, 3>>& claims, Request* req) {
+  for (const auto& [ns, uid, name] : claims) {
+    auto* c = req->add_claims();
+    c->set_namespace_(ns);
+    c->set_uid(uid);
+    c->set_name(name);
+  }
+}
+// The kubelet gives the driver's calls 45 s.
+constexpr std::chrono::seconds kDraCallDeadline{45};
+}  // namespace
+
+grpc::Status KubeletSim::NodePrepareResources(const std::string& driver,
+                                              const std::vector<std::array<std::string, 3>>& claims,
+                                              drav1::NodePrepareResourcesResponse* out) {
+  grpc::Status err;
+  auto channel = DraChannel(driver, &err);
+  if (!channel) return err;
+  drav1::NodePrepareResourcesRequest req;
+  AddClaims(claims, &req);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kDraCallDeadline);
+  return drav1::DRAPlugin::NewStub(channel)->NodePrepareResources(&ctx, req, out);
+}
+
+grpc::Status KubeletSim::NodeUnprepareResources(
+    const std::string& driver, const std::vector<std::array<std::string, 3>>& claims,
+    drav1::NodeUnprepareResourcesResponse* out) {
+  grpc::Status err;
+  auto channel = DraChannel(driver, &err);
+  if (!channel) return err;
+  drav1::NodeUnprepareResourcesRequest req;
+  AddClaims(claims, &req);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kDraCallDeadline);
+  return drav1::DRAPlugin::NewStub(channel)->NodeUnprepareResources(&ctx, req, out);
 }
 
 }  // namespace devplug::sim

@@ -247,6 +247,21 @@ int PrintStatus(const StatusOptions& o) {
       if (const std::string p = Str(c, "problem"); !p.empty()) StrAppend(&cdi, "; ", p);
       Wrapped("    CDI: ", cdi, 6);
     }
+    if (const json d = r.value("dra", json()); d.is_object()) {
+      std::string dra = StrCat("driver ", Str(d, "driver"), ", pool ", Str(d, "pool"),
+                               " (generation ", d.value("generation", 0), ")");
+      if (const std::string e = Str(d, "slice_error"); !e.empty())
+        StrAppend(&dra, "; ResourceSlices: ", e);
+      Wrapped("    DRA: ", dra, 6);
+      for (const json& c : d.value("prepared", json::array())) {
+        std::vector<std::string> ids;
+        for (const json& dev : c.value("devices", json::array())) ids.push_back(Str(dev, "id"));
+        Wrapped("    prepared: ",
+                StrCat(Str(c, "namespace"), "/", Str(c, "name"), " (", Str(c, "uid"),
+                       "): ", StrJoin(ids, ",")),
+                6);
+      }
+    }
     if (const std::string e = Str(r, "last_error"); !e.empty()) Wrapped("    last error: ", e, 6);
     if (r.contains("devices")) PrintDevices(r);
   }

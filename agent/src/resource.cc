@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
@@ -35,6 +36,26 @@ lifecycle::ReleaseTiming Timing(const config::AgentConfig& c) {
 }
 
 }  // namespace
+
+// A DRA resource's ListSink: the instance's lists go to the driver once the
+// resource serves (a reload's staged resource publishes no slice).
+class DraSink final : public modules::ListSink {
+ public:
+  // Weak: only resources own the driver (a driver with no resource left is
+  // stopped), and a list published after that goes nowhere.
+  DraSink(const std::shared_ptr<dra::Driver>& driver, bool active)
+      : driver_(driver), active_(active) {}
+  std::string Accept(const DeviceList&) override { return ""; }
+  void Publish(const DeviceListPtr& list) override {
+    if (!active_.load()) return;
+    if (std::shared_ptr<dra::Driver> d = driver_.lock()) d->Publish(list);
+  }
+  void set_active(bool active) { active_ = active; }
+
+ private:
+  const std::weak_ptr<dra::Driver> driver_;
+  std::atomic<bool> active_;
+};
 
 Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64_t id, size_t index,
                    std::shared_ptr<ops::ResourceMetrics> metrics, bool staged)
@@ -84,22 +105,86 @@ Status Resource::LoadModule() {
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
   if (Status st = (*module)->CheckKeys(cfg_, index_); !st.ok()) return st;
+  if (cfg_.api == ServingApi::kDra && !dra_) {
+    auto driver = MakeDriver();
+    if (!driver.ok()) return driver.status();
+    dra_ = *driver;
+  }
   module_ = *module;
   return OkStatus();
 }
 
+StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver() const {
+  const config::AgentConfig& cfg = services_.running();
+  StatusOr<kube::Credentials> creds = kube::Credentials{};
+  if (cfg.api_server.empty()) {
+    creds = kube::InCluster();
+    if (!creds.ok())
+      return FailedPreconditionError(StrCat(
+          "resource \"", cfg_.name, "\": DRA needs the API server: ", creds.status().message(),
+          " (outside a pod, set agent.api_server and its credentials)"));
+  } else {
+    creds = kube::Credentials{cfg.api_server,      cfg.api_ca_file,   cfg.api_token_file, "",
+                              cfg.api_client_cert, cfg.api_client_key};
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.dra_state_dir, ec);
+  if (ec)
+    return UnavailableError(
+        StrCat("resource \"", cfg_.name, "\": DRA: ", cfg.dra_state_dir, ": ", ec.message()));
+  kube::Client::Options client;
+  client.credentials = std::move(*creds);
+  client.timeout = cfg.call_timeout;
+  auto driver = dra::Driver::Make(
+      {.resource = cfg_.name,
+       .driver = cfg_.driver,
+       .node = cfg.node_name,
+       .cdi_dir = cfg_.cdi_dir,
+       .host_root = cfg.host_root,
+       .checkpoint = StrCat(cfg.dra_state_dir, "/", cfg_.driver, ".json"),
+       .call_timeout = cfg.call_timeout,
+       .prestart_timeout = cfg.prestart_timeout,
+       .client = std::make_shared<kube::Client>(std::move(client)),
+       .observe = [metrics = metrics_](Rpc rpc, StatusCode code, std::chrono::nanoseconds took) {
+         metrics->Rpc(rpc, code, took);
+       }});
+  if (!driver.ok())
+    return Status(driver.status().code(),
+                  StrCat("resource \"", cfg_.name, "\": DRA: ", driver.status().message()));
+  spdlog::info("resource \"{}\": DRA driver {} on node {}", cfg_.name, cfg_.driver, cfg.node_name);
+  return std::shared_ptr<dra::Driver>(std::move(*driver));
+}
+
+void Resource::StopDriver() {
+  if (dra_sink_) dra_sink_->set_active(false);
+  if (!dra_ || dra_.use_count() > 1) return;  // a reload's successor took it over
+  if (instance_) dra_->ClearInstance(instance_.get());
+  if (!dra_->Stop(/*delete_slices=*/true)) (void)new std::shared_ptr<dra::Driver>(dra_);  // stuck
+  dra_.reset();
+}
+
 void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecessor) {
   if (predecessor) handed_out_ = predecessor->handed_out_;
+  // One driver per driver name: its checkpoint is written by one owner.
+  if (predecessor && predecessor->dra_ && predecessor->cfg_.driver == cfg_.driver)
+    dra_ = predecessor->dra_;
   modules::ModuleInstance::Options opts;
   opts.host_root = cfg.host_root;
   opts.index = index_;
   opts.start_timeout = cfg.start_timeout;
   opts.prestart_timeout = cfg.prestart_timeout;
-  opts.lists = std::make_shared<kubelet::ListPublisher>(hub_.get(), cdi_);
+  if (dra_) {
+    dra_sink_ = std::make_shared<DraSink>(dra_, !staged_);
+    opts.lists = dra_sink_;
+  } else {
+    opts.lists = std::make_shared<kubelet::ListPublisher>(hub_.get(), cdi_);
+  }
   opts.observer = metrics_;
   opts.pods = std::make_shared<kubelet::PodLookup>(services_.pods(), handed_out_, cfg_.name);
   tracker_.reset();
-  if (module_->has_on_release()) {
+  // A DRA resource's devices are released by NodeUnprepareResources, not
+  // by what PodResources lists.
+  if (module_->has_on_release() && !dra_) {
     // Every module with on_release has a tracker, switched off while
     // pod_resources_poll is "0s", so a reload can switch tracking on and
     // off for instances that keep running. A resource a reload re-creates
@@ -152,6 +237,7 @@ bool Resource::Created(uint64_t launch, Status st) {
   }
   instance_ = std::move(inst);
   if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
+  if (dra_) dra_->SetInstance(instance_.get());
   const bool retried = !failure_.ok();
   failure_ = OkStatus();
   start_backoff_ = milliseconds(0);
@@ -217,6 +303,11 @@ void Resource::Commit() {
   // Its spec replaces the old resource's before the kubelet hears of it.
   if (cdi_) cdi_->Activate();
   if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
+  if (dra_) {
+    dra_->SetInstance(instance_.get());
+    dra_sink_->set_active(true);
+    dra_->Publish(instance_->devices());
+  }
 }
 
 void Resource::Renumber(size_t index, const config::ResourceConfig& cfg) {
@@ -282,12 +373,19 @@ Status Resource::Serve() {
   // removed by us, and only while it is still the file we bound.
   const std::string bind_path = BindPath(socket_path_);
   unlink(bind_path.c_str());  // one a killed devplugd left
-  service_ = std::make_unique<kubelet::DevicePluginService>(
-      instance_.get(), hub_.get(), &services_.timers(), cfg.call_timeout, cfg.prestart_timeout,
-      releases_, metrics_, cdi_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
+  if (dra_) {
+    dra_v1_ = std::make_unique<dra::DraServiceV1>(dra_.get());
+    dra_v1beta1_ = std::make_unique<dra::DraServiceV1beta1>(dra_.get());
+    builder.RegisterService(dra_v1_.get());
+    builder.RegisterService(dra_v1beta1_.get());
+  } else {
+    service_ = std::make_unique<kubelet::DevicePluginService>(
+        instance_.get(), hub_.get(), &services_.timers(), cfg.call_timeout, cfg.prestart_timeout,
+        releases_, metrics_, cdi_);
+    builder.RegisterService(service_.get());
+  }
   if (watched) {
     kubelet::RegistrationService::Callbacks cb;
     cb.probed = [probes = probes_, hub = hub_.get(), mailbox = services_.mailbox(), i = id_] {
@@ -300,13 +398,26 @@ Status Resource::Serve() {
     cb.status = [mailbox = services_.mailbox(), i = id_](Status st) {
       mailbox->Post({AgentEvent::kKubeletStatus, i, 0, std::move(st), nullptr});
     };
-    registration_ = std::make_unique<kubelet::RegistrationService>(cfg_.name, std::move(cb));
+    if (dra_) {
+      // The kubelet dials the DRAPlugin service at this same socket.
+      pluginregistration::PluginInfo info;
+      info.set_type(dra::kDraPluginType);
+      info.set_name(cfg_.driver);
+      info.set_endpoint(socket_path_);
+      for (const char* v : dra::kDraVersions) info.add_supported_versions(v);
+      registration_ =
+          std::make_unique<kubelet::RegistrationService>(std::move(info), std::move(cb));
+    } else {
+      registration_ = std::make_unique<kubelet::RegistrationService>(cfg_.name, std::move(cb));
+    }
     builder.RegisterService(registration_.get());
   }
   server_ = builder.BuildAndStart();
   if (!server_) {
     service_.reset();
     registration_.reset();
+    dra_v1_.reset();
+    dra_v1beta1_.reset();
     (void)services_.PluginDirGone();  // then the agent exits
     return UnavailableError(
         StrCat("cannot serve on ", socket_path_, " (is the directory writable?)"));
@@ -366,6 +477,7 @@ void Resource::Withdraw(bool exiting) {
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
   if (bound) UnlinkIfSame(socket_path_, *bound);
+  StopDriver();
 }
 
 void Resource::StopServer(bool exiting) {
@@ -391,17 +503,21 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
     (void)server_.release();
     (void)service_.release();
     (void)registration_.release();
+    (void)dra_v1_.release();
+    (void)dra_v1beta1_.release();
     return;
   }
 #endif
   // End our streams first so the kubelet sees a clean end; Shutdown waits
   // for calls in flight up to the deadline.
   hub_->CloseAll();
-  service_->AbortPending();
+  if (service_) service_->AbortPending();
   server_->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   server_.reset();
   service_.reset();
   registration_.reset();
+  dra_v1_.reset();
+  dra_v1beta1_.reset();
 }
 
 void Resource::RequestStop() {
@@ -413,6 +529,7 @@ bool Resource::StopModule(Clock::time_point deadline, [[maybe_unused]] bool keep
   bool stopped = true;
   for (auto* inst : {&instance_, &starting_}) {
     if (!*inst) continue;
+    if (dra_) dra_->ClearInstance(inst->get());
     if (!modules::StopOrAbandon(*inst, deadline)) stopped = false;
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
     if (keep) {
@@ -474,6 +591,7 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   rv.release_tracking = tracking();
   rv.tracker = tracker_.get();
   rv.cdi = cdi_.get();
+  rv.dra = dra_.get();
   return rv;
 }
 

@@ -115,9 +115,14 @@ bool EditsEmpty(const json& edits) {
 }
 
 std::string RenderOne(const Kind& kind, const std::string& name, json edits) {
-  json spec = {{"cdiVersion", kSpecVersion},
-               {"kind", kind.str()},
-               {"devices", json::array({{{"name", name}, {"containerEdits", std::move(edits)}}})}};
+  return RenderMany(kind, {{name, std::move(edits)}});
+}
+
+std::string RenderMany(const Kind& kind, std::vector<std::pair<std::string, json>> devices) {
+  json list = json::array();
+  for (auto& [name, edits] : devices)
+    list.push_back({{"name", name}, {"containerEdits", std::move(edits)}});
+  json spec = {{"cdiVersion", kSpecVersion}, {"kind", kind.str()}, {"devices", std::move(list)}};
   return spec.dump(1, '\t') + "\n";
 }
 

@@ -56,6 +56,10 @@ Rendered Render(const Kind& kind, const DeviceList& devices, const NodeLookup& l
 
 // A spec of one CDI device `name` carrying `edits` (an allocation's).
 std::string RenderOne(const Kind& kind, const std::string& name, nlohmann::json edits);
+// A spec of several CDI devices, (name, edits) each, in this order (a DRA
+// claim's).
+std::string RenderMany(const Kind& kind,
+                       std::vector<std::pair<std::string, nlohmann::json>> devices);
 // Whether edits (as Edits() makes them) hold nothing a CDI device can carry.
 bool EditsEmpty(const nlohmann::json& edits);
 

@@ -27,7 +27,12 @@ Json ToJson(const PreparedClaim& c) {
                        {"device", d.device},
                        {"id", d.id},
                        {"cdiIDs", d.cdi_ids}});
-  return {{"uid", c.uid}, {"namespace", c.ns}, {"name", c.name}, {"devices", std::move(devices)}};
+  return {{"uid", c.uid},
+          {"namespace", c.ns},
+          {"name", c.name},
+          {"devices", std::move(devices)},
+          {"specFile", c.spec_file},
+          {"spec", c.spec}};
 }
 
 PreparedClaim FromJson(const Json& j) {
@@ -39,6 +44,8 @@ PreparedClaim FromJson(const Json& j) {
     c.devices.push_back({d.at("request").get<std::string>(), d.at("pool").get<std::string>(),
                          d.at("device").get<std::string>(), d.at("id").get<std::string>(),
                          d.at("cdiIDs").get<std::vector<std::string>>()});
+  c.spec_file = j.value("specFile", "");
+  c.spec = j.value("spec", "");
   return c;
 }
 

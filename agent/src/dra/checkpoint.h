@@ -33,6 +33,9 @@ struct PreparedDevice {
 struct PreparedClaim {
   std::string uid, ns, name;
   std::vector<PreparedDevice> devices;
+  // The claim's CDI spec file: its name and content, written again at
+  // start when a reboot emptied the (tmpfs) spec folder ("": none).
+  std::string spec_file, spec;
   bool operator==(const PreparedClaim&) const = default;
 };
 

@@ -2,14 +2,21 @@
 
 namespace devplug::kubelet {
 
+pluginregistration::PluginInfo RegistrationService::DevicePluginInfo(
+    const std::string& resource_name) {
+  pluginregistration::PluginInfo info;
+  info.set_type(kDevicePluginType);
+  info.set_name(resource_name);
+  // "": the DevicePlugin service is on this same socket.
+  info.set_endpoint("");
+  info.add_supported_versions("v1beta1");
+  return info;
+}
+
 grpc::ServerUnaryReactor* RegistrationService::GetInfo(grpc::CallbackServerContext* ctx,
                                                        const pluginregistration::InfoRequest*,
                                                        pluginregistration::PluginInfo* resp) {
-  resp->set_type(kDevicePluginType);
-  resp->set_name(resource_name_);
-  // "": the DevicePlugin service is on this same socket.
-  resp->set_endpoint("");
-  resp->add_supported_versions("v1beta1");
+  *resp = info_;
   if (cb_.probed) cb_.probed();
   auto* r = ctx->DefaultReactor();
   r->Finish(grpc::Status::OK);

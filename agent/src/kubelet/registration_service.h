@@ -1,5 +1,6 @@
 // The plugin watcher's Registration service (pluginregistration v1), served
-// beside DevicePlugin on a resource's socket in plugins_registry.
+// beside DevicePlugin (or DRAPlugin) on a resource's socket in
+// plugins_registry.
 //
 // The kubelet is the client: GetInfo when it sees the socket, then, after
 // it has dialed the DevicePlugin service on the same socket (the endpoint
@@ -33,8 +34,15 @@ class RegistrationService final : public pluginregistration::Registration::Callb
     // NotifyRegistrationStatus: OK, or UNKNOWN with the kubelet's error.
     std::function<void(Status)> status;
   };
-  RegistrationService(std::string resource_name, Callbacks callbacks)
-      : resource_name_(std::move(resource_name)), cb_(std::move(callbacks)) {}
+  // A device plugin: type "DevicePlugin", the resource's name, endpoint ""
+  // (this same socket), version "v1beta1".
+  RegistrationService(const std::string& resource_name, Callbacks callbacks)
+      : RegistrationService(DevicePluginInfo(resource_name), std::move(callbacks)) {}
+  // Any plugin type (a DRA driver: "DRAPlugin", the driver's name, this
+  // socket's path, its versions).
+  RegistrationService(pluginregistration::PluginInfo info, Callbacks callbacks)
+      : info_(std::move(info)), cb_(std::move(callbacks)) {}
+  static pluginregistration::PluginInfo DevicePluginInfo(const std::string& resource_name);
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx,
                                     const pluginregistration::InfoRequest* req,
@@ -44,7 +52,7 @@ class RegistrationService final : public pluginregistration::Registration::Callb
       pluginregistration::RegistrationStatusResponse* resp) override;
 
  private:
-  const std::string resource_name_;
+  const pluginregistration::PluginInfo info_;
   const Callbacks cb_;
 };
 

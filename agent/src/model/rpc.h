@@ -1,5 +1,5 @@
-// The device plugin API's calls, as the service reports them and the metrics
-// count them.
+// The kubelet's calls (the device plugin API's, and DRA's), as the services
+// report them and the metrics count them.
 #pragma once
 
 #include <cstddef>
@@ -13,13 +13,15 @@ enum class Rpc : size_t {
   kGetPreferredAllocation,
   kAllocate,
   kPreStartContainer,
+  kNodePrepareResources,
+  kNodeUnprepareResources,
   kCount
 };
 
 inline std::string_view RpcName(Rpc rpc) {
-  static constexpr std::string_view kNames[] = {"GetDevicePluginOptions", "ListAndWatch",
-                                                "GetPreferredAllocation", "Allocate",
-                                                "PreStartContainer"};
+  static constexpr std::string_view kNames[] = {
+      "GetDevicePluginOptions", "ListAndWatch",         "GetPreferredAllocation", "Allocate",
+      "PreStartContainer",      "NodePrepareResources", "NodeUnprepareResources"};
   return kNames[static_cast<size_t>(rpc)];
 }
 

@@ -94,7 +94,26 @@ json ResourceJson(const ResourceView& r, bool devices) {
       {"devices_healthy", Healthy(r.devices)},
       {"release_tracking", r.release_tracking},
       {"last_error", r.failed ? r.failure : r.last_error},
-      {"cdi", nullptr}};
+      {"cdi", nullptr},
+      {"dra", nullptr}};
+  if (r.dra) {
+    json claims = json::array();
+    for (const dra::PreparedClaim& c : r.dra->prepared()) {
+      json devices = json::array();
+      for (const dra::PreparedDevice& d : c.devices)
+        devices.push_back(
+            {{"request", d.request}, {"device", d.device}, {"id", d.id}, {"cdi_ids", d.cdi_ids}});
+      claims.push_back(
+          {{"uid", c.uid}, {"namespace", c.ns}, {"name", c.name}, {"devices", std::move(devices)}});
+    }
+    const std::string error = r.dra->sync_error();
+    res["dra"] = {{"driver", r.dra->options().driver},
+                  {"pool", r.dra->options().node},
+                  {"generation", r.dra->generation()},
+                  {"slice_syncs", r.dra->syncs()},
+                  {"slice_error", error.empty() ? json(nullptr) : json(error)},
+                  {"prepared", std::move(claims)}};
+  }
   if (r.cdi)
     res["cdi"] = {{"mode", std::string(config::CdiModeName(r.cdi->mode()))},
                   {"spec", r.cdi->dir() + "/" + r.cdi->file_name()},

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cdi/resource_cdi.h"
+#include "dra/driver.h"
 #include "kubelet/registrar.h"
 #include "lifecycle/release_tracker.h"
 #include "model/device.h"
@@ -44,6 +45,7 @@ struct ResourceView {
   bool release_tracking = false;
   const lifecycle::ReleaseTracker* tracker = nullptr;
   const cdi::ResourceCdi* cdi = nullptr;  // null: cdi is "off"
+  const dra::Driver* dra = nullptr;       // null: the device plugin API serves it
 };
 
 struct AgentView {

@@ -1,0 +1,440 @@
+#include "dra/driver.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "cdi/resource_cdi.h"
+#include "cdi/spec.h"
+#include "cdi/spec_dir.h"
+#include "dra/resource_slice.h"
+
+namespace devplug::dra {
+namespace {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kMaxRetry{30'000};
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+
+// One answer from a module call made on another thread, waited for up to a
+// deadline (the module's thread may answer later: the state is shared).
+template <typename T>
+class Answer {
+ public:
+  std::function<void(T)> Callback() {
+    return [s = state_](T value) {
+      std::lock_guard lock(s->mu);
+      s->value.emplace(std::move(value));
+      s->cv.notify_all();
+    };
+  }
+  std::optional<T> Wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(state_->mu);
+    state_->cv.wait_for(lock, timeout, [&] { return state_->value.has_value(); });
+    return std::move(state_->value);
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<T> value;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+std::string Under(const std::string& host_root, const std::string& path) {
+  if (host_root.empty() || host_root == "/") return path;
+  return host_root + path;
+}
+
+std::string ClaimPath(const ClaimRef& c) {
+  return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Driver>> Driver::Make(Options options) {
+  auto kind = cdi::KindOf(options.resource);
+  if (!kind.ok()) return kind.status();
+  auto checkpoint = Checkpoint::Load(options.checkpoint);
+  if (!checkpoint.ok()) return checkpoint.status();
+  std::unique_ptr<Driver> d(new Driver(std::move(options), std::move(*checkpoint), *kind));
+  // A reboot empties /var/run/cdi; the claims stay prepared for their pods.
+  size_t rewritten = 0;
+  {
+    MutexLock lock(d->mu_);
+    for (const auto& [uid, c] : d->checkpoint_.claims()) {
+      if (c.spec_file.empty()) continue;
+      const std::string path = d->Dir() + "/" + c.spec_file;
+      if (access(path.c_str(), F_OK) == 0) continue;
+      if (Status st = cdi::WriteSpecFile(d->Dir(), c.spec_file, c.spec); !st.ok())
+        spdlog::error("resource \"{}\": DRA: the CDI spec of claim {}/{} ({}): {}",
+                      d->options_.resource, c.ns, c.name, uid, st.message());
+      else
+        ++rewritten;
+    }
+    if (!d->checkpoint_.claims().empty())
+      spdlog::info("resource \"{}\": DRA: {} prepared claim(s) from {}{}", d->options_.resource,
+                   d->checkpoint_.claims().size(), d->options_.checkpoint,
+                   rewritten ? StrCat("; ", rewritten, " CDI spec(s) written again") : "");
+  }
+  d->slices_.Start();
+  d->calls_.Start();
+  return d;
+}
+
+Driver::Driver(Options options, Checkpoint checkpoint, cdi::Kind kind)
+    : options_(std::move(options)),
+      kind_(std::move(kind)),
+      slices_("dra:slices", {}, [this] { SyncOnLane(); }),
+      calls_("dra:calls", {}, {}),
+      checkpoint_(std::move(checkpoint)) {}
+
+Driver::~Driver() { (void)Stop(false); }
+
+void Driver::SetInstance(modules::ModuleInstance* instance) {
+  MutexLock lock(mu_);
+  instance_ = instance;
+}
+
+void Driver::ClearInstance(const modules::ModuleInstance* instance) {
+  MutexLock lock(mu_);
+  if (instance_ == instance) instance_ = nullptr;
+}
+
+modules::ModuleInstance* Driver::instance() const {
+  MutexLock lock(mu_);
+  return instance_;
+}
+
+std::string Driver::Dir() const { return Under(options_.host_root, options_.cdi_dir); }
+
+// ---- slices -------------------------------------------------------------------------------
+
+void Driver::Publish(const DeviceListPtr& list) {
+  MutexLock lock(mu_);
+  if (list_ && *list_ == *list) return;
+  list_ = list;
+  ++generation_;
+  if (sync_queued_ || stopping_ || !options_.client) return;
+  sync_queued_ = true;
+  slices_.Post([this] { SyncOnLane(); });
+}
+
+void Driver::SyncOnLane() {
+  DeviceListPtr list;
+  int64_t generation;
+  {
+    MutexLock lock(mu_);
+    sync_queued_ = false;
+    if (stopping_ || !list_) return;
+    list = list_;
+    generation = generation_;
+  }
+  const Status st = Sync(*list, generation);
+  MutexLock lock(mu_);
+  if (st.ok()) {
+    backoff_ = std::chrono::milliseconds(0);
+    slices_.WakeAt(std::nullopt);
+    if (!sync_error_.empty())
+      spdlog::info("resource \"{}\": DRA: ResourceSlices written again", options_.resource);
+    sync_error_.clear();
+    ++syncs_;
+    return;
+  }
+  if (sync_error_ != st.message())
+    spdlog::error("resource \"{}\": DRA: ResourceSlices: {}", options_.resource, st.message());
+  sync_error_ = st.message();
+  listed_ = false;  // read the server's state again
+  backoff_ = std::clamp(backoff_ * 2, options_.retry, kMaxRetry);
+  if (!stopping_) slices_.WakeAt(Clock::now() + backoff_);
+}
+
+Status Driver::Sync(const DeviceList& list, int64_t generation) {
+  kube::Client& client = *options_.client;
+  const kube::Selector mine{
+      StrCat("spec.nodeName=", options_.node, ",spec.driver=", options_.driver), ""};
+  if (!listed_) {
+    auto existing = client.List(kSlices, mine);
+    if (!existing.ok()) return existing.status();
+    versions_.clear();
+    written_.clear();
+    for (const Json& item : (*existing)["items"]) {
+      const Json meta = item.value("metadata", Json::object());
+      const std::string name = meta.value("name", "");
+      versions_[name] = meta.value("resourceVersion", "");
+      written_[name] = item.value("spec", Json::object());
+      // Generations only grow: a pool an earlier devplugd wrote may be ahead.
+      const Json::json_pointer at("/spec/pool/generation");
+      const int64_t g =
+          item.contains(at) && item.at(at).is_number_integer() ? item.at(at).get<int64_t>() : 0;
+      MutexLock lock(mu_);
+      if (g >= generation_ + generation_base_) generation_base_ = g + 1 - generation_;
+    }
+    listed_ = true;
+  }
+  int64_t base;
+  {
+    MutexLock lock(mu_);
+    base = generation_base_;
+  }
+  const Pool pool{options_.driver, options_.node, generation + base};
+  std::set<std::string> wanted;
+  for (Json& slice : Slices(pool, list)) {
+    const std::string name = slice["metadata"]["name"];
+    wanted.insert(name);
+    auto it = versions_.find(name);
+    if (it != versions_.end() && written_[name] == slice["spec"]) continue;
+    if (it != versions_.end()) slice["metadata"]["resourceVersion"] = it->second;
+    StatusOr<Json> done = it != versions_.end() ? client.Replace(StrCat(kSlices, "/", name), slice)
+                                                : client.Create(kSlices, slice);
+    if (!done.ok()) return done.status();
+    versions_[name] = done->value("metadata", Json::object()).value("resourceVersion", "");
+    written_[name] = slice["spec"];
+  }
+  for (auto it = versions_.begin(); it != versions_.end();) {
+    if (wanted.count(it->first)) {
+      ++it;
+      continue;
+    }
+    if (Status st = client.Delete(StrCat(kSlices, "/", it->first));
+        !st.ok() && st.code() != StatusCode::kNotFound)
+      return st;
+    written_.erase(it->first);
+    it = versions_.erase(it);
+  }
+  return OkStatus();
+}
+
+// ---- the kubelet's calls ------------------------------------------------------------------
+
+void Driver::Prepare(std::vector<ClaimRef> claims,
+                     std::function<void(std::map<std::string, PrepareResult>)> done) {
+  calls_.Post([this, claims = std::move(claims), done = std::move(done), start = Clock::now()] {
+    std::map<std::string, PrepareResult> out;
+    bool ok = true;
+    for (const ClaimRef& c : claims) {
+      out[c.uid] = PrepareOne(c);
+      ok = ok && out[c.uid].error.empty();
+    }
+    if (options_.observe)
+      options_.observe(Rpc::kNodePrepareResources, ok ? StatusCode::kOk : StatusCode::kUnknown,
+                       Clock::now() - start);
+    done(std::move(out));
+  });
+}
+
+void Driver::Unprepare(std::vector<ClaimRef> claims,
+                       std::function<void(std::map<std::string, std::string>)> done) {
+  calls_.Post([this, claims = std::move(claims), done = std::move(done), start = Clock::now()] {
+    std::map<std::string, std::string> out;
+    bool ok = true;
+    for (const ClaimRef& c : claims) {
+      out[c.uid] = UnprepareOne(c);
+      ok = ok && out[c.uid].empty();
+    }
+    if (options_.observe)
+      options_.observe(Rpc::kNodeUnprepareResources, ok ? StatusCode::kOk : StatusCode::kUnknown,
+                       Clock::now() - start);
+    done(std::move(out));
+  });
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> Driver::Results(const ClaimRef& c) {
+  if (!options_.client) return FailedPreconditionError("no API server is configured");
+  auto claim = options_.client->Get(ClaimPath(c));
+  if (!claim.ok()) return claim.status();
+  const std::string uid = claim->value("metadata", Json::object()).value("uid", "");
+  if (uid != c.uid)
+    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " has UID ", uid, ", not ",
+                                          c.uid, " (it was deleted and made again)"));
+  std::vector<std::pair<std::string, std::string>> out;
+  const Json::json_pointer at("/status/allocation/devices/results");
+  const Json results = claim->contains(at) ? claim->at(at) : Json();
+  if (!results.is_array())
+    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not allocated"));
+  for (const Json& r : results) {
+    if (r.value("driver", "") != options_.driver) continue;
+    const std::string pool = r.value("pool", "");
+    if (pool != options_.node)
+      return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, ": device \"",
+                                            r.value("device", ""), "\" is in pool \"", pool,
+                                            "\", not this node's (\"", options_.node, "\")"));
+    out.emplace_back(r.value("request", ""), r.value("device", ""));
+  }
+  if (out.empty())
+    return FailedPreconditionError(
+        StrCat("claim ", c.ns, "/", c.name, " has no device of driver ", options_.driver));
+  return out;
+}
+
+PrepareResult Driver::PrepareOne(const ClaimRef& c) {
+  PrepareResult result;
+  {
+    MutexLock lock(mu_);
+    if (const PreparedClaim* p = checkpoint_.Find(c.uid)) {
+      result.devices = p->devices;
+      return result;
+    }
+  }
+  auto fail = [&](const std::string& why) {
+    spdlog::warn("resource \"{}\": DRA: prepare {}/{} ({}): {}", options_.resource, c.ns, c.name,
+                 c.uid, why);
+    result.devices.clear();
+    result.error = why;
+    return result;
+  };
+  auto results = Results(c);
+  if (!results.ok()) return fail(std::string(results.status().message()));
+  modules::ModuleInstance* inst = instance();
+  if (inst == nullptr) return fail("the module does not run");
+  // DRA device name -> module device ID, from the current list.
+  std::map<std::string, std::string> ids;
+  for (const Device& d : *inst->devices()) ids[DeviceName(d.id)] = d.id;
+
+  PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", ""};
+  std::vector<std::pair<std::string, Json>> cdi_devices;
+  std::vector<std::string> all;
+  for (const auto& [request, device] : *results) {
+    auto it = ids.find(device);
+    if (it == ids.end()) return fail(StrCat("device \"", device, "\" is not on this node now"));
+    Answer<StatusOr<Recipe>> recipe;
+    inst->Allocate({it->second}, recipe.Callback());
+    std::optional<StatusOr<Recipe>> r = recipe.Wait(options_.call_timeout);
+    if (!r) return fail(StrCat("allocate(", it->second, ") did not answer in time"));
+    if (!r->ok()) return fail(std::string(r->status().message()));
+    PreparedDevice pd{request, options_.node, device, it->second, {}};
+    Json edits = cdi::Edits(
+        **r, [this](const std::string& path) { return cdi::LookUpNode(options_.host_root, path); });
+    if (!cdi::EditsEmpty(edits)) {
+      const std::string name = StrCat(c.uid, "-", device);
+      pd.cdi_ids.push_back(cdi::QualifiedName(kind_, name));
+      cdi_devices.emplace_back(name, std::move(edits));
+    }
+    prepared.devices.push_back(std::move(pd));
+    all.push_back(it->second);
+  }
+  if (inst->runs_pre_start()) {
+    Answer<Status> started;
+    inst->PreStart(all, started.Callback());
+    std::optional<Status> st = started.Wait(options_.prestart_timeout);
+    if (!st) return fail(StrCat("pre_start(", StrJoin(all, ","), ") did not answer in time"));
+    if (!st->ok()) return fail(std::string(st->message()));
+  }
+  if (!cdi_devices.empty()) {
+    prepared.spec_file = cdi::AllocationFileName(kind_, StrCat("claim-", c.uid));
+    prepared.spec = cdi::RenderMany(kind_, std::move(cdi_devices));
+    if (Status st = cdi::WriteSpecFile(Dir(), prepared.spec_file, prepared.spec); !st.ok())
+      return fail(StrCat("CDI spec: ", st.message()));
+  }
+  MutexLock lock(mu_);
+  checkpoint_.Put(prepared);
+  if (Status st = checkpoint_.Save(); !st.ok()) {
+    checkpoint_.Remove(c.uid);
+    if (!prepared.spec_file.empty()) (void)cdi::RemoveSpecFile(Dir(), prepared.spec_file);
+    return fail(std::string(st.message()));
+  }
+  spdlog::info("resource \"{}\": DRA: prepared claim {}/{} ({}): {}", options_.resource, c.ns,
+               c.name, c.uid, StrJoin(all, ","));
+  result.devices = prepared.devices;
+  return result;
+}
+
+std::string Driver::UnprepareOne(const ClaimRef& c) {
+  PreparedClaim prepared;
+  {
+    MutexLock lock(mu_);
+    const PreparedClaim* p = checkpoint_.Find(c.uid);
+    if (p == nullptr) return "";  // never prepared here, or already undone
+    prepared = *p;
+  }
+  std::vector<std::string> ids;
+  for (const PreparedDevice& d : prepared.devices) ids.push_back(d.id);
+  modules::ModuleInstance* inst = instance();
+  if (inst != nullptr && inst->tracks_releases()) {
+    Answer<std::pair<int, std::string>> released;
+    auto cb = released.Callback();
+    inst->Release(ids, [cb](int rc, const std::string& why) { cb({rc, why}); });
+    std::optional<std::pair<int, std::string>> r = released.Wait(options_.prestart_timeout);
+    std::string why;
+    if (!r)
+      why = StrCat("on_release(", StrJoin(ids, ","), ") did not answer in time");
+    else if (r->first != 0)
+      why =
+          StrCat("on_release(", StrJoin(ids, ","), "): ", r->second.empty() ? "failed" : r->second);
+    if (!why.empty()) {
+      // The kubelet asks again; the claim stays prepared until a release works.
+      spdlog::warn("resource \"{}\": DRA: unprepare {}/{} ({}): {}", options_.resource, c.ns,
+                   c.name, c.uid, why);
+      return why;
+    }
+  }
+  if (!prepared.spec_file.empty())
+    if (Status st = cdi::RemoveSpecFile(Dir(), prepared.spec_file); !st.ok())
+      return std::string(st.message());
+  MutexLock lock(mu_);
+  checkpoint_.Remove(c.uid);
+  if (Status st = checkpoint_.Save(); !st.ok()) {
+    checkpoint_.Put(prepared);
+    return std::string(st.message());
+  }
+  spdlog::info("resource \"{}\": DRA: unprepared claim {}/{} ({}): {} released", options_.resource,
+               c.ns, c.name, c.uid, StrJoin(ids, ","));
+  return "";
+}
+
+// ---- stop and status ----------------------------------------------------------------------
+
+bool Driver::Stop(bool delete_slices) {
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return true;
+    stopping_ = true;
+  }
+  const auto deadline = Clock::now() + options_.call_timeout;
+  calls_.RequestStop({});
+  slices_.RequestStop([this, delete_slices] {
+    if (!delete_slices || !options_.client) return;
+    const kube::Selector mine{
+        StrCat("spec.nodeName=", options_.node, ",spec.driver=", options_.driver), ""};
+    if (Status st = options_.client->DeleteCollection(kSlices, mine); !st.ok())
+      spdlog::warn("resource \"{}\": DRA: deleting this node's ResourceSlices: {}",
+                   options_.resource, st.message());
+  });
+  const bool calls = calls_.WaitStopped(deadline);
+  const bool slices = slices_.WaitStopped(deadline);
+  if (!calls || !slices)
+    spdlog::warn("resource \"{}\": DRA: a call still runs at exit; left to its thread",
+                 options_.resource);
+  return calls && slices;
+}
+
+std::vector<PreparedClaim> Driver::prepared() const {
+  MutexLock lock(mu_);
+  std::vector<PreparedClaim> out;
+  for (const auto& [uid, c] : checkpoint_.claims()) out.push_back(c);
+  return out;
+}
+
+uint64_t Driver::syncs() const {
+  MutexLock lock(mu_);
+  return syncs_;
+}
+
+std::string Driver::sync_error() const {
+  MutexLock lock(mu_);
+  return sync_error_;
+}
+
+int64_t Driver::generation() const {
+  MutexLock lock(mu_);
+  return generation_ + generation_base_;
+}
+
+}  // namespace devplug::dra

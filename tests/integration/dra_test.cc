@@ -1,0 +1,335 @@
+// DRA (api = "dra"): the real devplugd serves a module's devices as a DRA
+// driver. A fake API server (tests/support/fake_apiserver.py) holds the
+// ResourceSlices it publishes and the ResourceClaims the kubelet names; the
+// simulator's plugin watcher registers the driver as the kubelet's DRA
+// handler does and calls NodePrepareResources and NodeUnprepareResources.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "agent_fixture.h"
+#include "cdi/spec_dir.h"
+#include "dra/v1beta1/api.grpc.pb.h"
+#include "kube/client.h"
+
+namespace devplug {
+namespace {
+
+using Json = nlohmann::json;
+using testing::ReadFile;
+
+constexpr char kDra[] = "fake.example/dra";
+constexpr char kDriver[] = "dra.fake.example";
+constexpr char kNode[] = "node-1";
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+
+class DraTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    AgentTest::SetUp();
+    sim_plugins_registry_ = registry();
+    sim_reconcile_period_ = std::chrono::milliseconds(200);
+    std::filesystem::create_directories(registry());
+    StartApiServer();
+  }
+  void TearDown() override {
+    AgentTest::TearDown();
+    if (api_pid_ > 0) testing::StopProcess(api_pid_, SIGTERM);
+  }
+
+  void StartApiServer() {
+    const std::string port_file = dir_ / "api.port";
+    api_pid_ = testing::SpawnProcess(
+        {"/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", port_file}, dir_ / "api.log");
+    ASSERT_GT(api_pid_, 0);
+    struct stat st;
+    for (int i = 0; i < 3000 && stat(port_file.c_str(), &st) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(stat(port_file.c_str(), &st), 0) << ReadFile(dir_ / "api.log");
+    server_ = "http://127.0.0.1:" + ReadFile(port_file);
+    kube::Client::Options o;
+    o.credentials.server = server_;
+    api_ = std::make_unique<kube::Client>(o);
+  }
+
+  std::string registry() const { return dir_ / "plugins_registry"; }
+  std::string release_log() const { return dir_ / "release.log"; }
+  // The [agent] keys of a DRA node.
+  std::string DraAgent() const {
+    return "plugins_registry_dir = \"" + registry() + "\"\nnode_name = \"" + kNode +
+           "\"\napi_server = \"" + server_ + "\"\ndra_state_dir = \"" + (dir_ / "dra") +
+           "\"\ncdi_dir = \"/run/cdi\"";
+  }
+  std::string DraResource(const std::string& extra = "") const {
+    return Resource(kDra, FakeModule("fake_release"),
+                    "api = \"dra\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n" + extra);
+  }
+  void StartDra(const std::string& more_resources = "") {
+    StartAgent(DraResource() + more_resources, "0s", DraAgent());
+  }
+  bool DriverRegistered(uint64_t n = 1) {
+    const bool ok = Eventually([&] {
+      auto d = sim_->dra_driver(kDriver);
+      return d && d->registered && d->registrations >= n;
+    });
+    if (!ok) KeepLog();
+    return ok;
+  }
+
+  // This node's slices of our driver.
+  std::vector<Json> Slices() {
+    auto l = api_->List(kSlices,
+                        {std::string("spec.nodeName=") + kNode + ",spec.driver=" + kDriver, ""});
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    return l.ok() ? (*l)["items"].get<std::vector<Json>>() : std::vector<Json>{};
+  }
+  // The device names of the slices, when there is exactly one.
+  std::vector<std::string> SliceDevices() {
+    std::vector<Json> s = Slices();
+    std::vector<std::string> out;
+    if (s.size() != 1) return {"<" + std::to_string(s.size()) + " slices>"};
+    for (const Json& d : s[0]["spec"]["devices"]) out.push_back(d["name"]);
+    return out;
+  }
+
+  // A claim allocated to `devices` of our driver on this node; its UID.
+  std::string Claim(const std::string& name, const std::vector<std::string>& devices,
+                    const std::string& pool = kNode) {
+    Json results = Json::array();
+    for (const std::string& d : devices)
+      results.push_back({{"request", "req"}, {"driver", kDriver}, {"pool", pool}, {"device", d}});
+    Json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                  {"kind", "ResourceClaim"},
+                  {"metadata", {{"name", name}, {"namespace", "default"}}},
+                  {"status", {{"allocation", {{"devices", {{"results", results}}}}}}}};
+    auto made = api_->Create(kClaims, claim);
+    EXPECT_TRUE(made.ok()) << made.status().message();
+    return made.ok() ? (*made)["metadata"]["uid"].get<std::string>() : "";
+  }
+
+  sim::drav1::NodePrepareResourcesResponse Prepare(const std::string& name,
+                                                   const std::string& uid) {
+    sim::drav1::NodePrepareResourcesResponse resp;
+    grpc::Status st = sim_->NodePrepareResources(kDriver, {{"default", uid, name}}, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp;
+  }
+  std::string Unprepare(const std::string& name, const std::string& uid) {
+    sim::drav1::NodeUnprepareResourcesResponse resp;
+    grpc::Status st = sim_->NodeUnprepareResources(kDriver, {{"default", uid, name}}, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.claims().count(uid) ? resp.claims().at(uid).error() : "<no answer>";
+  }
+  std::string SpecPath(const std::string& uid) const {
+    auto kind = cdi::KindOf(kDra);
+    return host_root() + "/run/cdi/" + cdi::AllocationFileName(*kind, "claim-" + uid);
+  }
+
+  pid_t api_pid_ = -1;
+  std::string server_;
+  std::unique_ptr<kube::Client> api_;
+};
+
+TEST_F(DraTest, RegistersAsADraDriverAndPublishesItsDevicesAsOnePool) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  auto d = sim_->dra_driver(kDriver);
+  EXPECT_EQ(d->endpoint, d->socket);  // DRAPlugin is served on the registration socket
+  EXPECT_EQ(d->versions, (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin"}));
+  // No extended resource: a DRA resource never reaches the device manager.
+  EXPECT_FALSE(sim_->resource(kDra).has_value());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  const Json slice = Slices()[0];
+  EXPECT_EQ(slice["spec"]["pool"]["name"], kNode);
+  EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
+  EXPECT_GE(slice["spec"]["pool"]["generation"].get<int64_t>(), 1);
+  EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["id"]["string"], "fake-0");
+}
+
+TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-1"});
+  auto resp = Prepare("c1", uid);
+  ASSERT_EQ(resp.claims().count(uid), 1u);
+  const auto& claim = resp.claims().at(uid);
+  ASSERT_EQ(claim.error(), "");
+  ASSERT_EQ(claim.devices_size(), 1);
+  EXPECT_EQ(claim.devices(0).device_name(), "fake-1");
+  EXPECT_EQ(claim.devices(0).pool_name(), kNode);
+  EXPECT_EQ(claim.devices(0).request_names(0), "req");
+  ASSERT_EQ(claim.devices(0).cdi_device_ids_size(), 1);
+  EXPECT_EQ(claim.devices(0).cdi_device_ids(0), "devplug.fake.example/dra=" + uid + "-fake-1");
+
+  // The spec the runtime reads: valid, and it gives the module's answer.
+  ASSERT_TRUE(testing::FileExists(SpecPath(uid)));
+  const Json spec = Json::parse(ReadFile(SpecPath(uid)));
+  EXPECT_EQ(StrJoin(cdi::Validate(spec), "\n"), "") << spec.dump(1);
+  EXPECT_EQ(spec["devices"][0]["name"], uid + "-fake-1");
+  EXPECT_NE(spec["devices"][0]["containerEdits"].dump().find("fake-1"), std::string::npos)
+      << spec.dump(1);
+
+  // devplugctl status shows the claim, the metrics count the call.
+  auto status = testing::RunProcess(
+      {testing::DevplugctlPath(), "status", "--json", "--socket", control_socket()});
+  const Json st = Json::parse(status.output, nullptr, false);
+  ASSERT_TRUE(st.is_object()) << status.output;
+  const Json dra = st["resources"][0]["dra"];
+  EXPECT_EQ(dra["driver"], kDriver) << dra.dump(1);
+  ASSERT_EQ(dra["prepared"].size(), 1u) << dra.dump(1);
+  EXPECT_EQ(dra["prepared"][0]["uid"], uid);
+  EXPECT_EQ(dra["prepared"][0]["devices"][0]["id"], "fake-1");
+  auto text =
+      testing::RunProcess({testing::DevplugctlPath(), "status", "--socket", control_socket()});
+  EXPECT_NE(text.output.find("prepared: default/c1 (" + uid + "): fake-1"), std::string::npos)
+      << text.output;
+  EXPECT_EQ(Metric("devplug_rpc_requests_total{code=\"OK\",resource=\"fake.example/dra\","
+                   "rpc=\"NodePrepareResources\"} "),
+            1);
+
+  // The kubelet asks again (a second pod of a shared claim, a kubelet
+  // restart): the same answer, nothing run twice.
+  auto again = Prepare("c1", uid);
+  ASSERT_EQ(again.claims().at(uid).error(), "");
+  EXPECT_EQ(again.claims().at(uid).devices(0).cdi_device_ids(0),
+            claim.devices(0).cdi_device_ids(0));
+
+  EXPECT_EQ(Unprepare("c1", uid), "");
+  EXPECT_NE(ReadFile(release_log()).find("release fake-1"), std::string::npos)
+      << ReadFile(release_log());
+  EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+  // Once more: nothing left to do, and no second release.
+  EXPECT_EQ(Unprepare("c1", uid), "");
+  const std::string log = ReadFile(release_log());
+  EXPECT_EQ(log.find("release fake-1"), log.rfind("release fake-1")) << log;
+}
+
+TEST_F(DraTest, AClaimOfAnotherUidOrPoolOrAnUnknownDeviceIsRefused) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-0"});
+  auto resp = Prepare("c1", "0000-not-" + uid);
+  EXPECT_NE(resp.claims().at("0000-not-" + uid).error().find("has UID " + uid), std::string::npos)
+      << resp.claims().at("0000-not-" + uid).error();
+  const std::string other = Claim("c2", {"fake-0"}, "node-2");
+  resp = Prepare("c2", other);
+  EXPECT_NE(resp.claims().at(other).error().find("not this node's"), std::string::npos)
+      << resp.claims().at(other).error();
+  const std::string gone = Claim("c3", {"fake-9"});
+  resp = Prepare("c3", gone);
+  EXPECT_NE(resp.claims().at(gone).error().find("\"fake-9\" is not on this node"),
+            std::string::npos)
+      << resp.claims().at(gone).error();
+  resp = Prepare("missing", "uid-x");
+  EXPECT_NE(resp.claims().at("uid-x").error().find("not found"), std::string::npos)
+      << resp.claims().at("uid-x").error();
+  // Nothing was prepared, nothing written.
+  EXPECT_TRUE(cdi::OwnedFiles(host_root() + "/run/cdi").empty());
+}
+
+TEST_F(DraTest, ARestartBetweenPrepareAndUnprepareLeaksNothing) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-0", "fake-1"});
+  ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+  ASSERT_TRUE(testing::FileExists(SpecPath(uid)));
+
+  ASSERT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  // At exit the node's slices go: nothing serves them any more.
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  // A reboot empties the (tmpfs) spec folder.
+  std::filesystem::remove(SpecPath(uid));
+
+  StartDra();
+  ASSERT_TRUE(DriverRegistered(2));
+  // The checkpoint remembered the claim and its spec is back.
+  ASSERT_TRUE(Eventually([&] { return testing::FileExists(SpecPath(uid)); }));
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  auto again = Prepare("c1", uid);
+  EXPECT_EQ(again.claims().at(uid).devices_size(), 2);
+  EXPECT_EQ(Unprepare("c1", uid), "");
+  EXPECT_NE(ReadFile(release_log()).find("release fake-0,fake-1"), std::string::npos)
+      << ReadFile(release_log());
+  EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+}
+
+TEST_F(DraTest, SlicesAnEarlierAgentLeftAreTakenOverAndOtherNodesAreLeftAlone) {
+  auto slice = [](const std::string& name, const std::string& node, int64_t generation) {
+    return Json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceSlice"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"driver", kDriver},
+                  {"nodeName", node},
+                  {"pool", {{"name", node}, {"generation", generation}, {"resourceSliceCount", 2}}},
+                  {"devices", Json::array()}}}};
+  };
+  // Two slices of ours from before (one more than now), one of another node.
+  ASSERT_TRUE(api_->Create(kSlices, slice("node-1-dra.fake.example-0", kNode, 7)).ok());
+  ASSERT_TRUE(api_->Create(kSlices, slice("node-1-dra.fake.example-1", kNode, 7)).ok());
+  ASSERT_TRUE(api_->Create(kSlices, slice("node-2-dra.fake.example-0", "node-2", 3)).ok());
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  // The pool's generation only grows: the scheduler takes the newest.
+  EXPECT_GT(Slices()[0]["spec"]["pool"]["generation"].get<int64_t>(), 7);
+  EXPECT_EQ(Slices()[0]["spec"]["pool"]["resourceSliceCount"], 1);
+  auto other = api_->Get(std::string(kSlices) + "/node-2-dra.fake.example-0");
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  EXPECT_EQ((*other)["spec"]["pool"]["generation"], 3);
+}
+
+TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
+  StartSim();
+  StartDra(Resource(kFull, FakeModule("fake_full"), "count = 2"));
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Registered(kFull));
+  EXPECT_EQ(sim_->resource(kFull)->via, sim::kViaKubeletSock);
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  v1beta1::ContainerAllocateResponse alloc;
+  ASSERT_TRUE(sim_->Allocate(kFull, {"fake-0"}, &alloc).ok());
+  const std::string uid = Claim("c1", {"fake-0"});
+  EXPECT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+  EXPECT_EQ(Unprepare("c1", uid), "");
+}
+
+TEST_F(DraTest, AKubeletOfV1beta1IsServedToo) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-0"});
+  namespace b1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
+  auto stub = b1::DRAPlugin::NewStub(grpc::CreateChannel(
+      "unix:" + sim_->dra_driver(kDriver)->endpoint, grpc::InsecureChannelCredentials()));
+  b1::NodePrepareResourcesRequest req;
+  auto* c = req.add_claims();
+  c->set_namespace_("default");
+  c->set_uid(uid);
+  c->set_name("c1");
+  b1::NodePrepareResourcesResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->NodePrepareResources(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.claims().at(uid).error(), "");
+  EXPECT_EQ(resp.claims().at(uid).devices(0).cdi_device_ids(0),
+            "devplug.fake.example/dra=" + uid + "-fake-0");
+}
+
+}  // namespace
+}  // namespace devplug
