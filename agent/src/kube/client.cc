@@ -1,17 +1,69 @@
 #include "kube/client.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 namespace devplug::kube {
 namespace {
 
-std::once_flag curl_init;
+// libcurl, loaded when the first client is made: devplugd links no libcurl,
+// so a node serving only the device plugin API never maps it and its
+// dependencies (about 20 libraries: a slower start, and 5 MiB of pages).
+// The headers still give its types and constants; the ABI is libcurl.so.4's.
+struct Curl {
+  std::string error;  // why it could not be loaded ("": loaded)
+  CURLcode (*global_init)(long);
+  CURL* (*easy_init)();
+  void (*easy_cleanup)(CURL*);
+  void (*easy_reset)(CURL*);
+  CURLcode (*easy_setopt)(CURL*, CURLoption, ...);
+  CURLcode (*easy_perform)(CURL*);
+  CURLcode (*easy_getinfo)(CURL*, CURLINFO, ...);
+  const char* (*easy_strerror)(CURLcode);
+  curl_slist* (*slist_append)(curl_slist*, const char*);
+  void (*slist_free_all)(curl_slist*);
+};
+
+template <typename F>
+bool Bind(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+const Curl& LoadCurl() {
+  static const Curl curl = [] {
+    Curl c{};
+    void* lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      c.error =
+          StrCat("libcurl.so.4 cannot be loaded (install libcurl4): ", why ? why : "unknown error");
+      return c;
+    }
+    const bool ok = Bind(lib, "curl_global_init", &c.global_init) &&
+                    Bind(lib, "curl_easy_init", &c.easy_init) &&
+                    Bind(lib, "curl_easy_cleanup", &c.easy_cleanup) &&
+                    Bind(lib, "curl_easy_reset", &c.easy_reset) &&
+                    Bind(lib, "curl_easy_setopt", &c.easy_setopt) &&
+                    Bind(lib, "curl_easy_perform", &c.easy_perform) &&
+                    Bind(lib, "curl_easy_getinfo", &c.easy_getinfo) &&
+                    Bind(lib, "curl_easy_strerror", &c.easy_strerror) &&
+                    Bind(lib, "curl_slist_append", &c.slist_append) &&
+                    Bind(lib, "curl_slist_free_all", &c.slist_free_all);
+    if (!ok) {
+      c.error = "libcurl.so.4 lacks a function devplugd calls";
+      return c;
+    }
+    c.global_init(CURL_GLOBAL_DEFAULT);  // once, before any handle
+    return c;
+  }();
+  return curl;
+}
 
 size_t Collect(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
@@ -116,15 +168,15 @@ StatusOr<Credentials> InCluster(const std::string& dir) {
 }
 
 Client::Client(Options options) : options_(std::move(options)) {
-  std::call_once(curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  const Curl& lib = LoadCurl();
   MutexLock lock(mu_);
-  curl_ = curl_easy_init();
+  if (lib.error.empty()) curl_ = lib.easy_init();
   token_ = options_.credentials.token;
 }
 
 Client::~Client() {
   MutexLock lock(mu_);
-  if (curl_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(curl_));
+  if (curl_ != nullptr) LoadCurl().easy_cleanup(static_cast<CURL*>(curl_));
 }
 
 std::string Client::Bearer() {
@@ -149,46 +201,48 @@ std::string Client::Bearer() {
 StatusOr<Client::Response> Client::Call(const char* method, const std::string& path_and_query,
                                         const std::string* body) {
   MutexLock lock(mu_);
+  const Curl& lib = LoadCurl();
+  if (!lib.error.empty()) return UnavailableError(lib.error);
   CURL* curl = static_cast<CURL*>(curl_);
   if (curl == nullptr) return InternalError("curl_easy_init failed");
   // Options go back to their defaults; the connection and TLS session stay.
-  curl_easy_reset(curl);
+  lib.easy_reset(curl);
   const Credentials& c = options_.credentials;
   const std::string url = c.server + path_and_query;
   Response response;
   char error[CURL_ERROR_SIZE] = {0};
   curl_slist* headers = nullptr;
-  headers = curl_slist_append(headers, "Accept: application/json");
-  if (body) headers = curl_slist_append(headers, "Content-Type: application/json");
+  headers = lib.slist_append(headers, "Accept: application/json");
+  if (body) headers = lib.slist_append(headers, "Content-Type: application/json");
   const std::string bearer = c.client_cert.empty() ? Bearer() : std::string();
-  if (!bearer.empty()) headers = curl_slist_append(headers, bearer.c_str());
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_USERAGENT, options_.user_agent.c_str());
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https,http");
-  if (!c.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, c.ca_file.c_str());
+  if (!bearer.empty()) headers = lib.slist_append(headers, bearer.c_str());
+  lib.easy_setopt(curl, CURLOPT_URL, url.c_str());
+  lib.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+  lib.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  lib.easy_setopt(curl, CURLOPT_USERAGENT, options_.user_agent.c_str());
+  lib.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  lib.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+  lib.easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  lib.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https,http");
+  if (!c.ca_file.empty()) lib.easy_setopt(curl, CURLOPT_CAINFO, c.ca_file.c_str());
   if (!c.client_cert.empty()) {
-    curl_easy_setopt(curl, CURLOPT_SSLCERT, c.client_cert.c_str());
-    curl_easy_setopt(curl, CURLOPT_SSLKEY, c.client_key.c_str());
+    lib.easy_setopt(curl, CURLOPT_SSLCERT, c.client_cert.c_str());
+    lib.easy_setopt(curl, CURLOPT_SSLKEY, c.client_key.c_str());
   }
   if (body) {
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
+    lib.easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
+    lib.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));
   }
-  const CURLcode rc = curl_easy_perform(curl);
-  curl_slist_free_all(headers);
+  const CURLcode rc = lib.easy_perform(curl);
+  lib.slist_free_all(headers);
   if (rc != CURLE_OK)
     return UnavailableError(StrCat(method, " ", c.server,
                                    path_and_query.substr(0, path_and_query.find('?')), ": ",
-                                   error[0] ? error : curl_easy_strerror(rc)));
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.code);
+                                   error[0] ? error : lib.easy_strerror(rc)));
+  lib.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.code);
   return response;
 }
 
