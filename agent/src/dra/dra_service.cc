@@ -1,22 +1,18 @@
 #include "dra/dra_service.h"
 
 namespace devplug::dra {
-namespace {
 
-template <typename Request>
-std::vector<ClaimRef> Claims(const Request& req) {
-  std::vector<ClaimRef> out;
-  for (const auto& c : req.claims()) out.push_back({c.namespace_(), c.uid(), c.name()});
-  return out;
-}
-
-// Both versions' messages have the same fields (v1 adds share_id, which
-// devplug never sets: it shares no device between claims).
-template <typename Response>
-grpc::ServerUnaryReactor* Prepare(Driver* driver, grpc::CallbackServerContext* ctx,
-                                  std::vector<ClaimRef> claims, Response* resp) {
+template <typename Base, typename PrepareRequest, typename PrepareResponse,
+          typename UnprepareRequest, typename UnprepareResponse>
+grpc::ServerUnaryReactor*
+DraService<Base, PrepareRequest, PrepareResponse, UnprepareRequest,
+           UnprepareResponse>::NodePrepareResources(grpc::CallbackServerContext* ctx,
+                                                    const PrepareRequest* req,
+                                                    PrepareResponse* resp) {
+  std::vector<ClaimRef> claims;
+  for (const auto& c : req->claims()) claims.push_back({c.namespace_(), c.uid(), c.name()});
   auto* reactor = ctx->DefaultReactor();
-  driver->Prepare(std::move(claims), [reactor, resp](std::map<std::string, PrepareResult> out) {
+  driver_->Prepare(std::move(claims), [reactor, resp](std::map<std::string, PrepareResult> out) {
     for (auto& [uid, result] : out) {
       auto& claim = (*resp->mutable_claims())[uid];
       claim.set_error(result.error);
@@ -33,41 +29,29 @@ grpc::ServerUnaryReactor* Prepare(Driver* driver, grpc::CallbackServerContext* c
   return reactor;
 }
 
-template <typename Response>
-grpc::ServerUnaryReactor* Unprepare(Driver* driver, grpc::CallbackServerContext* ctx,
-                                    std::vector<ClaimRef> claims, Response* resp) {
+template <typename Base, typename PrepareRequest, typename PrepareResponse,
+          typename UnprepareRequest, typename UnprepareResponse>
+grpc::ServerUnaryReactor*
+DraService<Base, PrepareRequest, PrepareResponse, UnprepareRequest,
+           UnprepareResponse>::NodeUnprepareResources(grpc::CallbackServerContext* ctx,
+                                                      const UnprepareRequest* req,
+                                                      UnprepareResponse* resp) {
+  std::vector<ClaimRef> claims;
+  for (const auto& c : req->claims()) claims.push_back({c.namespace_(), c.uid(), c.name()});
   auto* reactor = ctx->DefaultReactor();
-  driver->Unprepare(std::move(claims), [reactor, resp](std::map<std::string, std::string> out) {
+  driver_->Unprepare(std::move(claims), [reactor, resp](std::map<std::string, std::string> out) {
     for (auto& [uid, error] : out) (*resp->mutable_claims())[uid].set_error(error);
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
 }
 
-}  // namespace
-
-grpc::ServerUnaryReactor* DraServiceV1::NodePrepareResources(
-    grpc::CallbackServerContext* ctx, const v1api::NodePrepareResourcesRequest* req,
-    v1api::NodePrepareResourcesResponse* resp) {
-  return Prepare(driver_, ctx, Claims(*req), resp);
-}
-
-grpc::ServerUnaryReactor* DraServiceV1::NodeUnprepareResources(
-    grpc::CallbackServerContext* ctx, const v1api::NodeUnprepareResourcesRequest* req,
-    v1api::NodeUnprepareResourcesResponse* resp) {
-  return Unprepare(driver_, ctx, Claims(*req), resp);
-}
-
-grpc::ServerUnaryReactor* DraServiceV1beta1::NodePrepareResources(
-    grpc::CallbackServerContext* ctx, const v1beta1api::NodePrepareResourcesRequest* req,
-    v1beta1api::NodePrepareResourcesResponse* resp) {
-  return Prepare(driver_, ctx, Claims(*req), resp);
-}
-
-grpc::ServerUnaryReactor* DraServiceV1beta1::NodeUnprepareResources(
-    grpc::CallbackServerContext* ctx, const v1beta1api::NodeUnprepareResourcesRequest* req,
-    v1beta1api::NodeUnprepareResourcesResponse* resp) {
-  return Unprepare(driver_, ctx, Claims(*req), resp);
-}
+template class DraService<v1api::DRAPlugin::CallbackService, v1api::NodePrepareResourcesRequest,
+                          v1api::NodePrepareResourcesResponse, v1api::NodeUnprepareResourcesRequest,
+                          v1api::NodeUnprepareResourcesResponse>;
+template class DraService<
+    v1beta1api::DRAPlugin::CallbackService, v1beta1api::NodePrepareResourcesRequest,
+    v1beta1api::NodePrepareResourcesResponse, v1beta1api::NodeUnprepareResourcesRequest,
+    v1beta1api::NodeUnprepareResourcesResponse>;
 
 }  // namespace devplug::dra

@@ -22,32 +22,39 @@ namespace v1beta1api = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 inline constexpr char kDraPluginType[] = "DRAPlugin";
 inline constexpr const char* kDraVersions[] = {"v1.DRAPlugin", "v1beta1.DRAPlugin"};
 
-class DraServiceV1 final : public v1api::DRAPlugin::CallbackService {
+// Both versions' services: their messages have the same fields (v1 adds
+// share_id, which devplug never sets: it shares no device between claims).
+template <typename Base, typename PrepareRequest, typename PrepareResponse,
+          typename UnprepareRequest, typename UnprepareResponse>
+class DraService final : public Base {
  public:
-  explicit DraServiceV1(Driver* driver) : driver_(driver) {}
-  grpc::ServerUnaryReactor* NodePrepareResources(
-      grpc::CallbackServerContext* ctx, const v1api::NodePrepareResourcesRequest* req,
-      v1api::NodePrepareResourcesResponse* resp) override;
-  grpc::ServerUnaryReactor* NodeUnprepareResources(
-      grpc::CallbackServerContext* ctx, const v1api::NodeUnprepareResourcesRequest* req,
-      v1api::NodeUnprepareResourcesResponse* resp) override;
+  explicit DraService(Driver* driver) : driver_(driver) {}
+  grpc::ServerUnaryReactor* NodePrepareResources(grpc::CallbackServerContext* ctx,
+                                                 const PrepareRequest* req,
+                                                 PrepareResponse* resp) override;
+  grpc::ServerUnaryReactor* NodeUnprepareResources(grpc::CallbackServerContext* ctx,
+                                                   const UnprepareRequest* req,
+                                                   UnprepareResponse* resp) override;
 
  private:
   Driver* const driver_;
 };
 
-class DraServiceV1beta1 final : public v1beta1api::DRAPlugin::CallbackService {
- public:
-  explicit DraServiceV1beta1(Driver* driver) : driver_(driver) {}
-  grpc::ServerUnaryReactor* NodePrepareResources(
-      grpc::CallbackServerContext* ctx, const v1beta1api::NodePrepareResourcesRequest* req,
-      v1beta1api::NodePrepareResourcesResponse* resp) override;
-  grpc::ServerUnaryReactor* NodeUnprepareResources(
-      grpc::CallbackServerContext* ctx, const v1beta1api::NodeUnprepareResourcesRequest* req,
-      v1beta1api::NodeUnprepareResourcesResponse* resp) override;
-
- private:
-  Driver* const driver_;
-};
+using DraServiceV1 =
+    DraService<v1api::DRAPlugin::CallbackService, v1api::NodePrepareResourcesRequest,
+               v1api::NodePrepareResourcesResponse, v1api::NodeUnprepareResourcesRequest,
+               v1api::NodeUnprepareResourcesResponse>;
+using DraServiceV1beta1 =
+    DraService<v1beta1api::DRAPlugin::CallbackService, v1beta1api::NodePrepareResourcesRequest,
+               v1beta1api::NodePrepareResourcesResponse, v1beta1api::NodeUnprepareResourcesRequest,
+               v1beta1api::NodeUnprepareResourcesResponse>;
+extern template class DraService<
+    v1api::DRAPlugin::CallbackService, v1api::NodePrepareResourcesRequest,
+    v1api::NodePrepareResourcesResponse, v1api::NodeUnprepareResourcesRequest,
+    v1api::NodeUnprepareResourcesResponse>;
+extern template class DraService<
+    v1beta1api::DRAPlugin::CallbackService, v1beta1api::NodePrepareResourcesRequest,
+    v1beta1api::NodePrepareResourcesResponse, v1beta1api::NodeUnprepareResourcesRequest,
+    v1beta1api::NodeUnprepareResourcesResponse>;
 
 }  // namespace devplug::dra
