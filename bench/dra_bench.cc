@@ -1,0 +1,248 @@
+// DRA (api = "dra"), measured against a local API server (the test suite's
+// fake, tests/support/fake_apiserver.py: Python on loopback, so its own
+// per-request time is in every row):
+//   1. NodePrepareResources through the simulator's DRA client: the claim's
+//      GET, the module's allocate(), the claim's CDI spec and the
+//      checkpoint (fsync), for a claim of one kvm device; then
+//      NodeUnprepareResources of it;
+//   2. a device node made under host_root (generic module, a glob watched
+//      by inotify) -> the ResourceSlice on the API server lists it, polled
+//      every millisecond;
+//   3. what one DRA resource adds to devplugd's resident memory: devplugd
+//      with a device plugin resource, then with a second one beside it, then
+//      with a DRA resource of the same module and devices beside it instead.
+// Prints a table; exits 0 whatever the numbers (1 when something fails).
+//
+//   devplug_dra_bench [--claims 300] [--changes 50]   (needs root: mknod)
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench_agent.h"
+#include "bench_stats.h"
+#include "kube/client.h"
+#include "kubelet_sim.h"
+#include "test_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+using namespace std::chrono_literals;
+using devplug::bench::Ms;
+using devplug::bench::PrintRow;
+using devplug::bench::Summarize;
+namespace fs = std::filesystem;
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+
+long StatusKb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  return -1;
+}
+
+// The slice's device count of `driver` on node "bench" (-1: none there).
+int SliceDevices(devplug::kube::Client& api, const std::string& driver) {
+  auto l = api.List(kSlices, {"spec.nodeName=bench,spec.driver=" + driver, ""});
+  if (!l.ok() || (*l)["items"].empty()) return -1;
+  int n = 0;
+  for (const Json& s : (*l)["items"]) n += static_cast<int>(s["spec"]["devices"].size());
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"devplug DRA benchmark"};
+  int claims = 300, changes = 50;
+  app.add_option("--claims", claims, "claims prepared and unprepared");
+  app.add_option("--changes", changes, "device nodes made and removed");
+  CLI11_PARSE(app, argc, argv);
+
+  devplug::testing::TempDir tmp;
+  const std::string dir = tmp.path();
+  const std::string port_file = dir + "/api.port";
+  const pid_t api_pid = devplug::testing::SpawnProcess(
+      {"/usr/bin/python3", DEVPLUG_BENCH_FAKE_APISERVER, "--port-file", port_file},
+      dir + "/api.log");
+  for (int i = 0; i < 3000 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(10ms);
+  if (!fs::exists(port_file)) return 1;
+  const std::string server = "http://127.0.0.1:" + devplug::testing::ReadFile(port_file);
+  devplug::kube::Client::Options co;
+  co.credentials.server = server;
+  devplug::kube::Client api(co);
+
+  const std::string plugins = dir + "/p", registry = dir + "/registry";
+  fs::create_directories(registry);
+  const std::string host_root = devplug::bench::KvmHostRoot(dir);
+  fs::create_directories(host_root + "/dev/bench");
+  const std::string agent_keys =
+      devplug::bench::AgentTable(plugins, host_root) + "plugins_registry_dir = \"" + registry +
+      "\"\nnode_name = \"bench\"\napi_server = \"" + server + "\"\ndra_state_dir = \"" + dir +
+      "/dra\"\ncdi_dir = \"/run/cdi\"\n";
+  const std::string kvm_dp = "[[resource]]\nname = \"bench.example/kvm\"\nmodule = \"kvm\"\n";
+  const std::string kvm_dra =
+      "[[resource]]\nname = \"bench.example/drakvm\"\nmodule = \"kvm\"\nshares = 8\napi = "
+      "\"dra\"\n";
+  const std::string glob_dra =
+      "[[resource]]\nname = \"bench.example/dranodes\"\nmodule = \"generic\"\npaths = "
+      "[\"/dev/bench/node*\"]\napi = \"dra\"\n";
+
+  devplug::sim::KubeletSim::Options so = devplug::bench::SimOptions(plugins);
+  so.plugins_registry = registry;
+  so.reconcile_period = 100ms;
+  devplug::sim::KubeletSim sim(so);
+  if (!sim.Start().ok()) return 1;
+  auto start = [&](const std::string& resources, const std::string& name) {
+    std::ofstream(dir + "/" + name + ".toml") << agent_keys << resources;
+    return devplug::testing::SpawnProcess(
+        {DEVPLUG_BENCH_DEVPLUGD, "--config", dir + "/" + name + ".toml"},
+        dir + "/" + name + ".log");
+  };
+  auto wait = [](auto&& pred, std::chrono::milliseconds t) {
+    const auto end = Clock::now() + t;
+    while (Clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(1ms);
+    }
+    return false;
+  };
+
+  std::printf("| measurement | p50 | p99 | max | target |\n|---|---|---|---|---|\n");
+
+  // 3 first (a fresh devplugd each): resident memory with one device plugin
+  // resource, then with a second one beside it, then with a DRA resource
+  // (the same module, devices and shares) beside it instead.
+  const std::string kvm_dp2 =
+      "[[resource]]\nname = \"bench.example/dpkvm\"\nmodule = \"kvm\"\nshares = 8\n";
+  long rss[3] = {0, 0, 0}, anon[3] = {0, 0, 0};
+  for (int k = 0; k < 3; ++k) {
+    const std::string name = k == 0 ? "mem-dp" : k == 1 ? "mem-dp2" : "mem-dra";
+    const pid_t agent = start(kvm_dp + (k == 1 ? kvm_dp2 : k == 2 ? kvm_dra : ""), name);
+    const bool up =
+        sim.WaitForResource("bench.example/kvm", 1, 30s) &&
+        (k != 1 || sim.WaitForResource("bench.example/dpkvm", 1, 30s)) &&
+        (k != 2 || wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s));
+    std::this_thread::sleep_for(300ms);
+    rss[k] = StatusKb(agent, "VmRSS");
+    anon[k] = StatusKb(agent, "RssAnon");
+    devplug::testing::StopProcess(agent, SIGTERM);
+    if (!up) {
+      std::fprintf(stderr, "devplugd did not start (%s/%s.log)\n", dir.c_str(), name.c_str());
+      return 1;
+    }
+  }
+
+  // 1 and 2: one devplugd with both DRA resources.
+  const pid_t agent = start(kvm_dra + glob_dra, "dra");
+  auto* sim_ptr = &sim;
+  if (!wait(
+          [&] {
+            auto d = sim_ptr->dra_driver("drakvm.bench.example");
+            auto g = sim_ptr->dra_driver("dranodes.bench.example");
+            return d && d->registered && g && g->registered;
+          },
+          30s) ||
+      !wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s)) {
+    std::fprintf(stderr, "devplugd did not register; see %s/dra.log\n", dir.c_str());
+    return 1;
+  }
+  std::vector<double> prep, unprep;
+  for (int i = 0; i < claims; ++i) {
+    Json claim = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata", {{"name", "c" + std::to_string(i)}, {"namespace", "default"}}},
+        {"status",
+         {{"allocation",
+           {{"devices",
+             {{"results", Json::array({{{"request", "r"},
+                                        {"driver", "drakvm.bench.example"},
+                                        {"pool", "bench"},
+                                        {"device", "kvm-" + std::to_string(i % 8)}}})}}}}}}}};
+    auto made = api.Create(kClaims, claim);
+    if (!made.ok()) return 1;
+    const std::string uid = (*made)["metadata"]["uid"];
+    const std::array<std::string, 3> ref{"default", uid, "c" + std::to_string(i)};
+    devplug::sim::drav1::NodePrepareResourcesResponse p;
+    auto t = Clock::now();
+    grpc::Status st = sim.NodePrepareResources("drakvm.bench.example", {ref}, &p);
+    prep.push_back(Ms(Clock::now() - t));
+    if (!st.ok() || !p.claims().at(uid).error().empty()) {
+      std::fprintf(stderr, "prepare failed: %s %s\n", st.error_message().c_str(),
+                   st.ok() ? p.claims().at(uid).error().c_str() : "");
+      return 1;
+    }
+    devplug::sim::drav1::NodeUnprepareResourcesResponse u;
+    t = Clock::now();
+    st = sim.NodeUnprepareResources("drakvm.bench.example", {ref}, &u);
+    unprep.push_back(Ms(Clock::now() - t));
+    if (!st.ok() || !u.claims().at(uid).error().empty()) return 1;
+  }
+  PrintRow("NodePrepareResources, 1 device (claim GET, allocate, CDI spec, checkpoint)",
+           Summarize(prep), "p50 <= 5 ms", 5.0, /*by_p50=*/true);
+  PrintRow("NodeUnprepareResources, 1 device (spec removed, checkpoint)", Summarize(unprep), "", 0);
+
+  std::vector<double> slice_ms;
+  size_t timeouts = 0;
+  int have = SliceDevices(api, "dranodes.bench.example");
+  if (have < 0) have = 0;
+  for (int i = 0; i < changes; ++i) {
+    const std::string node = host_root + "/dev/bench/node" + std::to_string(i % 4);
+    const bool add = !fs::exists(node);
+    const auto t = Clock::now();
+    if (add) {
+      if (!devplug::testing::MakeCharDevice(node, 1, 3)) return 1;
+    } else {
+      fs::remove(node);
+    }
+    const int want = have + (add ? 1 : -1);
+    if (wait([&] { return SliceDevices(api, "dranodes.bench.example") == std::max(want, 0); },
+             5s)) {
+      slice_ms.push_back(Ms(Clock::now() - t));
+      have = want;
+    } else {
+      ++timeouts;
+      have = std::max(SliceDevices(api, "dranodes.bench.example"), 0);
+    }
+  }
+  PrintRow("device node made or removed (inotify) -> ResourceSlice updated",
+           Summarize(slice_ms, timeouts), "p50 <= 100 ms", 100.0, /*by_p50=*/true);
+  devplug::testing::StopProcess(agent, SIGTERM);
+  devplug::testing::StopProcess(api_pid, SIGTERM);
+
+  const double dp_mib = (rss[1] - rss[0]) / 1024.0, dra_mib = (rss[2] - rss[0]) / 1024.0;
+  std::printf("| devplugd RSS: 1 device plugin resource | %.1f MiB | | | |\n", rss[0] / 1024.0);
+  std::printf(
+      "| devplugd RSS: + 1 device plugin resource (kvm, 8 shares) | %.1f MiB | | | +%.2f MiB |\n",
+      rss[1] / 1024.0, dp_mib);
+  std::printf(
+      "| devplugd RSS: + 1 DRA resource (kvm, 8 shares) instead | %.1f MiB | | | +%.2f MiB: <= 1 "
+      "MiB (%s) |\n",
+      rss[2] / 1024.0, dra_mib, devplug::bench::Verdict(dra_mib <= 1.0));
+  // RSS counts the library pages a first TLS client touches (libcurl's
+  // OpenSSL, shared with every process that maps them); RssAnon is what
+  // devplugd alone holds.
+  const double dp_anon = (anon[1] - anon[0]) / 1024.0, dra_anon = (anon[2] - anon[0]) / 1024.0;
+  std::printf("| devplugd RssAnon: 1 device plugin resource | %.1f MiB | | | |\n",
+              anon[0] / 1024.0);
+  std::printf("| devplugd RssAnon: + 1 device plugin resource | %.1f MiB | | | +%.2f MiB |\n",
+              anon[1] / 1024.0, dp_anon);
+  std::printf(
+      "| devplugd RssAnon: + 1 DRA resource instead | %.1f MiB | | | +%.2f MiB: <= 1 MiB (%s) |\n",
+      anon[2] / 1024.0, dra_anon, devplug::bench::Verdict(dra_anon <= 1.0));
+  return 0;
+}
