@@ -1,0 +1,214 @@
+// dra::Driver in this process, over a real module instance (the fake
+// module through the real loader) and a fake API server: its slices follow
+// the instance's lists, prepare and unprepare run while lists change (the
+// suite's ThreadSanitizer stage runs this), and its checkpoint comes back.
+#include "dra/driver.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cdi/spec_dir.h"
+#include "module_harness.h"
+#include "test_util.h"
+
+namespace devplug::dra {
+namespace {
+
+using namespace std::chrono_literals;
+using Json = nlohmann::json;
+using devplug::testing::ReadFile;
+using devplug::testing::TempDir;
+using devplug::testing::WriteFile;
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+constexpr char kDriver[] = "dra.fake.example";
+
+class DraDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string port_file = dir_ / "port";
+    pid_ = devplug::testing::SpawnProcess(
+        {"/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", port_file}, dir_ / "api.log");
+    ASSERT_GT(pid_, 0);
+    struct stat st;
+    for (int i = 0; i < 3000 && stat(port_file.c_str(), &st) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(stat(port_file.c_str(), &st), 0) << ReadFile(dir_ / "api.log");
+    kube::Client::Options o;
+    o.credentials.server = "http://127.0.0.1:" + ReadFile(port_file);
+    client_ = std::make_shared<kube::Client>(o);
+    WriteFile(dir_ / "count", "2");
+  }
+  void TearDown() override {
+    if (inst_) (void)inst_->Stop(5s);
+    if (driver_) {
+      EXPECT_TRUE(driver_->Stop(false));
+    }
+    if (pid_ > 0) devplug::testing::StopProcess(pid_, SIGTERM);
+  }
+
+  Driver::Options Opts() {
+    Driver::Options o;
+    o.resource = "fake.example/dra";
+    o.driver = kDriver;
+    o.node = "node-1";
+    o.cdi_dir = dir_ / "cdi";
+    o.checkpoint = dir_ / "claims.json";
+    o.client = client_;
+    return o;
+  }
+  // The driver, and the fake module's instance publishing into it.
+  void Start() {
+    auto d = Driver::Make(Opts());
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    driver_ = std::shared_ptr<Driver>(std::move(*d));
+    modules::ModuleInstance::Options o;
+    o.lists = driver_;
+    auto inst = modules::harness::OpenFile(
+        devplug::testing::FakeModuleDir() + "/fake_release.so", "fake.example/dra", "/",
+        "count_file = \"" + (dir_ / "count") + "\"\nrelease_log = \"" + (dir_ / "release.log") +
+            "\"\n",
+        0, o);
+    ASSERT_TRUE(inst.ok()) << inst.status().message();
+    inst_ = std::move(*inst);
+    driver_->SetInstance(inst_.get());
+  }
+  int Devices() {
+    auto l =
+        client_->List(kSlices, {"spec.nodeName=node-1,spec.driver=" + std::string(kDriver), ""});
+    if (!l.ok() || (*l)["items"].empty()) return -1;
+    int n = 0;
+    for (const Json& s : (*l)["items"]) n += static_cast<int>(s["spec"]["devices"].size());
+    return n;
+  }
+  template <typename F>
+  bool Eventually(F f) {
+    for (int i = 0; i < 2000; ++i) {
+      if (f()) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return f();
+  }
+  std::string Claim(int i, const std::string& device) {
+    Json claim = {{"metadata", {{"name", "c" + std::to_string(i)}, {"namespace", "default"}}},
+                  {"status",
+                   {{"allocation",
+                     {{"devices",
+                       {{"results", Json::array({{{"request", "r"},
+                                                  {"driver", kDriver},
+                                                  {"pool", "node-1"},
+                                                  {"device", device}}})}}}}}}}};
+    auto made = client_->Create(kClaims, claim);
+    EXPECT_TRUE(made.ok()) << made.status().message();
+    return made.ok() ? (*made)["metadata"]["uid"].get<std::string>() : "";
+  }
+  // Prepare (or unprepare) one claim and wait for the answer.
+  PrepareResult Prepare(const ClaimRef& c) {
+    std::promise<std::map<std::string, PrepareResult>> p;
+    driver_->Prepare({c}, [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
+    return p.get_future().get()[c.uid];
+  }
+  std::string Unprepare(const ClaimRef& c) {
+    std::promise<std::map<std::string, std::string>> p;
+    driver_->Unprepare({c}, [&](std::map<std::string, std::string> out) { p.set_value(out); });
+    return p.get_future().get()[c.uid];
+  }
+
+  TempDir dir_;
+  pid_t pid_ = -1;
+  std::shared_ptr<kube::Client> client_;
+  std::shared_ptr<Driver> driver_;
+  std::unique_ptr<modules::ModuleInstance> inst_;
+};
+
+TEST_F(DraDriverTest, SlicesFollowTheListsAndAnUnchangedListWritesNothing) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const int64_t generation = driver_->generation();
+  WriteFile(dir_ / "count", "3");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 3; }));
+  EXPECT_GT(driver_->generation(), generation);
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 2; })) << driver_->syncs();
+  // The same list again: no write.
+  inst_->RequestRescan();
+  modules::harness::Settle(*inst_);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(driver_->syncs(), 2u);
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
+TEST_F(DraDriverTest, ClaimsArePreparedAndUnpreparedWhileTheListChanges) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  std::atomic<bool> done{false};
+  std::thread churn([&] {
+    for (int i = 0; !done.load(); ++i) {
+      WriteFile(dir_ / "count", i % 2 ? "2" : "3");
+      inst_->RequestRescan();
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  for (int i = 0; i < 20; ++i) {
+    const std::string uid = Claim(i, i % 2 ? "fake-1" : "fake-0");
+    const ClaimRef c{"default", uid, "c" + std::to_string(i)};
+    PrepareResult r = Prepare(c);
+    ASSERT_EQ(r.error, "") << i;
+    ASSERT_EQ(r.devices.size(), 1u);
+    EXPECT_EQ(driver_->prepared().size(), 1u);
+    ASSERT_EQ(Unprepare(c), "") << i;
+    EXPECT_TRUE(driver_->prepared().empty());
+  }
+  done = true;
+  churn.join();
+  const std::string log = ReadFile(dir_ / "release.log");
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 20) << log;
+  EXPECT_TRUE(cdi::OwnedFiles(dir_ / "cdi").empty());
+}
+
+TEST_F(DraDriverTest, ARestartRemembersItsClaimsAndWritesTheirSpecsAgain) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const std::string uid = Claim(0, "fake-1");
+  const ClaimRef c{"default", uid, "c0"};
+  const PrepareResult r = Prepare(c);
+  ASSERT_EQ(r.error, "");
+  const std::vector<std::string> files = cdi::OwnedFiles(dir_ / "cdi");
+  ASSERT_EQ(files.size(), 1u);
+  const std::string spec = ReadFile(dir_ / ("cdi/" + files[0]));
+  (void)inst_->Stop(5s);
+  inst_.reset();
+  ASSERT_TRUE(driver_->Stop(false));
+  driver_.reset();
+  std::filesystem::remove(dir_ / ("cdi/" + files[0]));  // a reboot empties tmpfs
+
+  auto again = Driver::Make(Opts());
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  driver_ = std::shared_ptr<Driver>(std::move(*again));
+  EXPECT_EQ(ReadFile(dir_ / ("cdi/" + files[0])), spec);
+  ASSERT_EQ(driver_->prepared().size(), 1u);
+  EXPECT_EQ(driver_->prepared()[0].devices, r.devices);
+  // Asked again, it answers from the checkpoint without the module.
+  const PrepareResult same = Prepare(c);
+  EXPECT_EQ(same.error, "");
+  EXPECT_EQ(same.devices, r.devices);
+}
+
+TEST_F(DraDriverTest, ADamagedCheckpointIsRefusedNamingTheFile) {
+  WriteFile(dir_ / "claims.json", "{\"version\": 1, \"claims\": []");
+  auto d = Driver::Make(Opts());
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(d.status().message().find(dir_ / "claims.json"), std::string::npos)
+      << d.status().message();
+}
+
+}  // namespace
+}  // namespace devplug::dra
