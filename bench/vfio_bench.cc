@@ -199,7 +199,8 @@ int main(int argc, char** argv) {
   std::vector<double> scan_ms;
   for (int i = 0; i < scans; i++) scan_ms.push_back(TimedRescan(*inst));
   std::vector<std::string> all;
-  for (const auto& d : *inst->devices()) all.push_back(d.id);
+  const auto listed = inst->devices();  // held: the range-for must not outlive it
+  for (const auto& d : *listed) all.push_back(d.id);
   std::vector<double> p8, p2k;
   for (int i = 0; i < 20; i++) {
     p8.push_back(TimedPrefer(*inst, all, 8));

@@ -295,8 +295,10 @@ PrepareResult Driver::PrepareOne(const ClaimRef& c) {
   modules::ModuleInstance* inst = instance();
   if (inst == nullptr) return fail("the module does not run");
   // DRA device name -> module device ID, from the current list.
+  // (Held: a range-for over *inst->devices() would free the list first.)
+  const DeviceListPtr list = inst->devices();
   std::map<std::string, std::string> ids;
-  for (const Device& d : *inst->devices()) ids[DeviceName(d.id)] = d.id;
+  for (const Device& d : *list) ids[DeviceName(d.id)] = d.id;
 
   PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", ""};
   std::vector<std::pair<std::string, Json>> cdi_devices;
