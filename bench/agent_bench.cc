@@ -77,14 +77,6 @@ int RunEchoServer(const std::string& socket) {
 
 // ---- helpers ---------------------------------------------------------------------------
 
-long StatusKb(pid_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
-  return -1;
-}
-
 struct Latency {
   double p50_us = 0, p99_us = 0, max_us = 0;
   double calls_per_s = 0;
@@ -229,10 +221,10 @@ int main(int argc, char** argv) {
       devplug::testing::SpawnProcess({self, "--echo-server", echo_sock}, dir + "/echo.log");
   for (int i = 0; i < 500 && !fs::exists(echo_sock); ++i) std::this_thread::sleep_for(10ms);
   const auto [agent_lat, echo_lat] = MeasureAllocate(agent_socket, echo_sock, "kvm-0", calls);
-  const long rss_kb = StatusKb(agent, "VmRSS");
-  const long hwm_kb = StatusKb(agent, "VmHWM");
-  const long threads = StatusKb(agent, "Threads");
-  const long echo_rss_kb = StatusKb(echo, "VmRSS");
+  const long rss_kb = devplug::bench::StatusKb(agent, "VmRSS");
+  const long hwm_kb = devplug::bench::StatusKb(agent, "VmHWM");
+  const long threads = devplug::bench::StatusKb(agent, "Threads");
+  const long echo_rss_kb = devplug::bench::StatusKb(echo, "VmRSS");
   devplug::testing::StopProcess(echo, SIGTERM);
   devplug::testing::StopProcess(agent, SIGTERM);
   sim.Stop();

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,16 @@ inline std::unique_ptr<v1beta1::DevicePlugin::Stub> DevicePluginStub(const std::
   auto ch = grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), args);
   ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10));
   return v1beta1::DevicePlugin::NewStub(ch);
+}
+
+// A field of /proc/<pid>/status in KiB ("VmRSS", "RssAnon"; "Threads" as
+// it is); -1 when absent.
+inline long StatusKb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  return -1;
 }
 
 }  // namespace devplug::bench

@@ -46,14 +46,6 @@ namespace fs = std::filesystem;
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
 constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
 
-long StatusKb(pid_t pid, const std::string& key) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
-  return -1;
-}
-
 // The slice's device count of `driver` on node "bench" (-1: none there).
 int SliceDevices(devplug::kube::Client& api, const std::string& driver) {
   auto l = api.List(kSlices, {"spec.nodeName=bench,spec.driver=" + driver, ""});
@@ -137,8 +129,8 @@ int main(int argc, char** argv) {
         (k != 1 || sim.WaitForResource("bench.example/dpkvm", 1, 30s)) &&
         (k != 2 || wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s));
     std::this_thread::sleep_for(300ms);
-    rss[k] = StatusKb(agent, "VmRSS");
-    anon[k] = StatusKb(agent, "RssAnon");
+    rss[k] = devplug::bench::StatusKb(agent, "VmRSS");
+    anon[k] = devplug::bench::StatusKb(agent, "RssAnon");
     devplug::testing::StopProcess(agent, SIGTERM);
     if (!up) {
       std::fprintf(stderr, "devplugd did not start (%s/%s.log)\n", dir.c_str(), name.c_str());

@@ -19,11 +19,6 @@ bool AnyIn(const std::vector<std::string>& ids, const std::set<std::string>& set
   return std::any_of(ids.begin(), ids.end(), [&](const std::string& id) { return set.count(id); });
 }
 
-std::string Under(const std::string& host_root, const std::string& path) {
-  if (host_root.empty() || host_root == "/") return path;
-  return host_root + path;
-}
-
 }  // namespace
 
 std::optional<NodeInfo> LookUpNode(const std::string& host_root, const std::string& host_path) {
@@ -32,7 +27,7 @@ std::optional<NodeInfo> LookUpNode(const std::string& host_root, const std::stri
   // absolute target is taken under host_root again.
   std::string path = host_path;
   for (int hop = 0; hop < 8; ++hop) {
-    const std::string at = Under(host_root, path);
+    const std::string at = UnderHostRoot(host_root, path);
     if (::lstat(at.c_str(), &st) != 0) return std::nullopt;
     if (!S_ISLNK(st.st_mode)) break;
     char target[4096];
@@ -100,7 +95,7 @@ void ResourceCdi::Activate() {
   if (options_.mode != CdiMode::kOff) LoadAllocationsLocked();
 }
 
-std::string ResourceCdi::Dir() const { return Under(options_.host_root, options_.dir); }
+std::string ResourceCdi::Dir() const { return UnderHostRoot(options_.host_root, options_.dir); }
 
 void ResourceCdi::LoadAllocationsLocked() {
   if (allocations_loaded_) return;
@@ -193,7 +188,7 @@ size_t ResourceCdi::allocations() const {
 
 void ResourceCdi::WriteLocked() {
   if (written_once_ && pending_.json == written_ && problem_.empty()) return;
-  const std::string dir = Under(options_.host_root, options_.dir);
+  const std::string dir = UnderHostRoot(options_.host_root, options_.dir);
   const std::string name = file_name();
   // The file names fewer devices while it is being replaced: none may be
   // handed out by a name the runtime could fail to resolve.
@@ -282,7 +277,7 @@ std::string ResourceCdi::problem() const {
 void RemoveStale(const std::string& host_root, const std::set<std::string>& dirs,
                  const std::vector<std::pair<std::string, Kind>>& keep) {
   for (const std::string& d : dirs) {
-    const std::string dir = Under(host_root, d);
+    const std::string dir = UnderHostRoot(host_root, d);
     for (const std::string& f : OwnedFiles(dir)) {
       if (std::any_of(keep.begin(), keep.end(),
                       [&](const auto& k) { return k.first == d && KindOwnsFile(k.second, f); }))

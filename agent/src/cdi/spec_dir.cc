@@ -13,6 +13,12 @@
 #include "util/replace_file.h"
 
 namespace devplug::cdi {
+
+std::string UnderHostRoot(const std::string& host_root, const std::string& path) {
+  if (host_root.empty() || host_root == "/") return path;
+  return host_root + path;
+}
+
 namespace {
 
 Status Errno(std::string_view what, const std::string& path, int err) {

@@ -17,6 +17,9 @@
 
 namespace devplug::cdi {
 
+// `path` (a spec folder as the runtime sees it) as devplugd reaches it:
+// under host_root, unless that is "/".
+std::string UnderHostRoot(const std::string& host_root, const std::string& path);
 // Writes `content` to dir/name (creating dir and its parents, mode 0755, if
 // missing).
 Status WriteSpecFile(const std::string& dir, const std::string& name, const std::string& content);

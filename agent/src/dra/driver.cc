@@ -48,11 +48,6 @@ class Answer {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
-std::string Under(const std::string& host_root, const std::string& path) {
-  if (host_root.empty() || host_root == "/") return path;
-  return host_root + path;
-}
-
 std::string ClaimPath(const ClaimRef& c) {
   return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
 }
@@ -113,7 +108,7 @@ modules::ModuleInstance* Driver::instance() const {
   return instance_;
 }
 
-std::string Driver::Dir() const { return Under(options_.host_root, options_.cdi_dir); }
+std::string Driver::Dir() const { return cdi::UnderHostRoot(options_.host_root, options_.cdi_dir); }
 
 // ---- slices -------------------------------------------------------------------------------
 
