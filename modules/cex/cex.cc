@@ -37,6 +37,8 @@ using devplug::cex::ApBus;
 using devplug::cex::Apqn;
 using devplug::cex::Card;
 using devplug::cex::Mask;
+using devplug::cex::Mode;
+using devplug::cex::ModeName;
 using devplug::cex::Queue;
 using devplug::cex::Registry;
 using devplug::cex::Settings;
@@ -235,6 +237,8 @@ void Cex::ListDevices(DeviceSink& sink) {
   if (skipped != last_skipped_ && !skipped.empty()) host().Info("not served: " + skipped);
   last_skipped_ = skipped;
 
+  std::map<int, const Card*> cards;
+  for (const Card& c : bus.cards) cards[c.adapter] = &c;
   std::map<std::string, Apqn> known;
   std::string digest;
   for (const auto& [apqn, reason] : served.health) {
@@ -243,6 +247,12 @@ void Cex::ListDevices(DeviceSink& sink) {
       const std::string id = FormatId(apqn, k, s_.shares);
       auto recipe = sink.Add(id, reason.empty(), -1, reason);
       if (!recipe) continue;
+      // For DRA (ABI 1.9): which queue, and what the adapter is.
+      sink.IntAttribute("adapter", apqn.adapter).IntAttribute("domain", apqn.domain);
+      if (auto c = cards.find(apqn.adapter); c != cards.end()) {
+        if (!c->second->type.empty()) sink.StringAttribute("type", c->second->type);
+        if (c->second->mode != Mode::kAny) sink.StringAttribute("mode", ModeName(c->second->mode));
+      }
       Describe({DeviceId{apqn, k}}, *recipe);
       known.emplace(id, apqn);
     }

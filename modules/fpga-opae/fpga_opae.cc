@@ -259,7 +259,13 @@ void FpgaOpae::ListDevices(DeviceSink& sink) {
     }
     if (auto why = HeldBack(p.name, now); why && reason.empty())
       reason = "programming failed: " + *why;
-    sink.Add(p.name, reason.empty(), p.numa_node, reason);
+    if (sink.Add(p.name, reason.empty(), p.numa_node, reason)) {
+      // For DRA (ABI 1.9): the function carrying the port, the FPGA's
+      // interface (the FIM a bitstream must match) and its accelerator.
+      if (!p.function.empty()) sink.Pci(p.function);
+      if (facts.interface_id) sink.StringAttribute("interfaceID", *facts.interface_id);
+      if (facts.afu_id) sink.StringAttribute("afuID", *facts.afu_id);
+    }
     listed.insert(p.name);
     known[p.name] = Known{p, facts.afu_id};
   }

@@ -70,6 +70,7 @@ struct Unit {
   bool mig = false;
   unsigned gi = 0, ci = 0;
   std::string profile;
+  uint64_t memory = 0;  // bytes, the GPU's or the MIG device's; 0: unknown
   int numa_node = -1;
   bool found = false;   // in the latest discovery
   std::string problem;  // from discovery, for the log; "" when usable
@@ -245,6 +246,7 @@ class Nvidia : public Instance, public Session::Listener {
       for (int64_t k = 0; k < s_.shares; k++) {
         const std::string dev_id = s_.shares == 1 ? u.uuid : u.uuid + "::" + std::to_string(k);
         auto r = sink.Add(dev_id, healthy, u.numa_node, reason);
+        if (r) Describe(sink, u);
         if (!r || !healthy) continue;
         for (const std::string& c : control) r->Node(c);
         r->Node(node);
@@ -347,6 +349,7 @@ class Nvidia : public Instance, public Session::Listener {
         u.parent = uuid;
         u.pci = g.pci;
         u.model = g.model;
+        u.memory = g.memory;
         u.minor = g.minor;
         u.numa_node = numa;
         u.found = true;
@@ -383,6 +386,7 @@ class Nvidia : public Instance, public Session::Listener {
         u.ci = m.ci;
         u.profile = m.profile;
         fill(u);
+        u.memory = m.memory;
       }
     }
     for (auto it = units_.begin(); it != units_.end();) {
@@ -479,6 +483,19 @@ class Nvidia : public Instance, public Session::Listener {
       g.minor = static_cast<unsigned>(*minor);
       g.model = info["Model"];
     }
+  }
+
+  // What a DRA ResourceSlice publishes of a unit (ABI 1.9): the GPU's PCI
+  // function (a MIG device's too), what NVML calls it, its memory.
+  static void Describe(DeviceSink& sink, const Unit& u) {
+    if (!u.pci.empty()) sink.Pci(u.pci);
+    sink.StringAttribute("uuid", u.uuid);
+    if (!u.model.empty()) sink.StringAttribute("productName", u.model);
+    if (u.mig) {
+      sink.StringAttribute("parentUUID", u.parent);
+      if (!u.profile.empty()) sink.StringAttribute("migProfile", u.profile);
+    }
+    if (u.memory > 0) sink.Capacity("memory", u.memory);
   }
 
   int Numa(const std::string& pci) const {

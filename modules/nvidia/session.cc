@@ -182,6 +182,9 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
     char name[nvml::kNameBufferSize] = {};
     if (api.DeviceGetName && api.DeviceGetName(dev, name, sizeof(name)) == nvml::kSuccess)
       g.model = name;
+    if (nvml::Memory mem{}; !g.lost && api.DeviceGetMemoryInfo &&
+                            api.DeviceGetMemoryInfo(dev, &mem) == nvml::kSuccess)
+      g.memory = mem.total;
     if (mig_api && !g.lost) {
       unsigned current = 0, pending = 0;
       // NOT_SUPPORTED: a GPU without MIG.
@@ -238,10 +241,11 @@ void Session::ListMig(GpuInfo& g, nvml::Device dev, Listener& caller) {
       continue;
     }
     nvml::DeviceAttributes attrs{};
-    if ((rc = api.DeviceGetAttributes(mig, &attrs)) == nvml::kSuccess)
+    if ((rc = api.DeviceGetAttributes(mig, &attrs)) == nvml::kSuccess) {
       m.profile = MigProfileName(attrs.gpuInstanceSliceCount, attrs.computeInstanceSliceCount,
                                  attrs.memorySizeMB, mem.total);
-    else
+      m.memory = attrs.memorySizeMB << 20;
+    } else
       fail(m.uuid + ": nvmlDeviceGetAttributes_v2", rc);
     g.migs.push_back(std::move(m));
   }

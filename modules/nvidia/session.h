@@ -29,12 +29,14 @@ struct MigDevice {
   unsigned gi = 0;      // GPU instance ID
   unsigned ci = 0;      // compute instance ID
   std::string profile;  // "1g.10gb"; "" when NVML could not describe it
+  uint64_t memory = 0;  // bytes; 0 when NVML could not say
 };
 
 struct GpuInfo {
   std::string uuid;
   std::string pci;  // "0000:3b:00.0"
   std::string model;
+  uint64_t memory = 0;  // bytes; 0 when NVML could not say (or procfs found it)
   unsigned minor = 0;
   std::string problem;  // why it cannot be used; "" when fine
   bool lost = false;    // NVML_ERROR_GPU_IS_LOST

@@ -171,6 +171,8 @@ class Rdma : public Instance {
     if (exclusive_) {
       for (const Hca& h : hcas) {
         auto r = sink.Add(h.ibdev, h.usable(), h.numa_node, h.usable() ? "" : h.Reason());
+        if (r && !h.pci.empty()) sink.Pci(h.pci);
+        if (r && !h.ifnames.empty()) sink.StringAttribute("netdev", h.ifnames.front());
         if (!r || !h.usable()) continue;
         add_nodes(*r, h);
         if (rdma_cm) r->Node(kRdmaCm);

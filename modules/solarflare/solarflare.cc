@@ -155,6 +155,7 @@ class Solarflare : public Instance {
         std::string reason = node.problem;
         if (reason.empty() && s_.require_nic && !n.usable()) reason = n.Reason();
         auto r = sink.Add(n.address, reason.empty(), n.numa_node, reason);
+        if (r) sink.Pci(n.address);
         if (r && reason.empty()) Fill(*r, node, &n);
       }
     } else {

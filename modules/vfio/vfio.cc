@@ -135,6 +135,12 @@ class Vfio : public Instance {
       healthy += s.healthy();
 
       auto recipe = sink.Add(f.address, s.healthy(), f.numa_node, Reason(s));
+      if (recipe) {
+        sink.Pci(f.address)
+            .StringAttribute("vendorID", devplug::common::PciIdString(f.vendor))
+            .StringAttribute("deviceID", devplug::common::PciIdString(f.device));
+        if (f.iommu_group >= 0) sink.IntAttribute("iommuGroup", f.iommu_group);
+      }
       if (recipe && s.healthy()) {
         recipe->Node(kContainerNode).Node(node);
         if (iommufd) {

@@ -15,6 +15,7 @@
 #include "cdi/spec_dir.h"
 #include "dra/v1beta1/api.grpc.pb.h"
 #include "kube/client.h"
+#include "sysfs_fixture.h"
 
 namespace devplug {
 namespace {
@@ -152,6 +153,52 @@ TEST_F(DraTest, RegistersAsADraDriverAndPublishesItsDevicesAsOnePool) {
   EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], 1);
   EXPECT_GE(slice["spec"]["pool"]["generation"].get<int64_t>(), 1);
   EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["id"]["string"], "fake-0");
+}
+
+// ABI 1.9 end to end: what the module says of its devices (PCI function,
+// attributes, capacities) reaches the ResourceSlice, with the root complex
+// read from host_root's sysfs, and `devplugctl status` shows it. What the
+// agent refuses is logged, and the device is published without it.
+TEST_F(DraTest, TheModulesAttributesReachTheSlice) {
+  testing::SysfsFixture fx(host_root());
+  fx.AddPci({.address = "0000:00:02.0", .class_code = 0x060400});
+  fx.AddPci({.address = "0000:01:00.0", .parent = "0000:00:02.0"});
+  StartSim();
+  StartAgent(DraResource("describe = true"), "0s", DraAgent());
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  const Json devices = Slices()[0]["spec"]["devices"];
+  const Json want0 = {{"id", {{"string", "fake-0"}}},
+                      {"resource.kubernetes.io/pciBusID", {{"string", "0000:01:00.0"}}},
+                      {"resource.kubernetes.io/pcieRoot", {{"string", "pci0000:00"}}},
+                      {"model", {{"string", "fake"}}},
+                      {"index", {{"int", 0}}},
+                      {"even", {{"bool", true}}},
+                      {"firmware", {{"version", "1.0.0"}}}};
+  EXPECT_EQ(devices[0]["attributes"], want0) << devices.dump(1);
+  EXPECT_EQ(devices[0]["capacity"], (Json{{"memory", {{"value", "1073741824"}}}}));
+  // fake-1 is 0000:02:00.0, which this sysfs does not show: no root.
+  EXPECT_EQ(devices[1]["attributes"]["resource.kubernetes.io/pciBusID"]["string"],
+            "0000:02:00.0");
+  EXPECT_FALSE(devices[1]["attributes"].contains("resource.kubernetes.io/pcieRoot"));
+
+  auto status = testing::RunProcess({testing::DevplugctlPath(), "status", "--json", "--devices",
+                                     "--socket", control_socket()});
+  const Json st = Json::parse(status.output, nullptr, false);
+  ASSERT_TRUE(st.is_object()) << status.output;
+  const Json dev = st["resources"][0]["devices"][0];
+  EXPECT_EQ(dev["pci"], "0000:01:00.0") << dev.dump(1);
+  EXPECT_EQ(dev["pcie_root"], "pci0000:00");
+  EXPECT_EQ(dev["attributes"], (Json{{"model", "fake"}, {"index", 0}, {"even", true},
+                                     {"firmware", "1.0.0"}}));
+  EXPECT_EQ(dev["capacity"], (Json{{"memory", 1073741824}}));
+  EXPECT_TRUE(Eventually([&] {
+    return agent_->Log().find("attribute \"id\" is one devplugd sets itself; the "
+                                     "device goes on without it") != std::string::npos;
+  })) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("has a version \"01.0\" that"), std::string::npos);
 }
 
 TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {

@@ -47,6 +47,12 @@
  *                                path exists
  *   late_config_error (bool)     create() reports a bad "count" through
  *                                config_error() and returns an instance
+ *   describe (bool)              ABI 1.9: fake-<i> is PCI function
+ *                                0000:<i+1>:00.0 and has the attributes
+ *                                model "fake", index i, even, firmware
+ *                                "1.<i>.0" and capacity memory (i+1) GiB;
+ *                                it also tries an "id" attribute and a
+ *                                version "01.0", both refused
  *
  * Unhealthy devices carry the reason "listed unhealthy" (ABI 1.2).
  *
@@ -97,6 +103,7 @@ struct devplug_instance {
   const char *release_fail;
   int64_t release_delay_ms;
   const char *release_block;
+  int32_t describe;
   int32_t log_holder;
 };
 
@@ -134,6 +141,7 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_int(host, "numa", &inst->numa);
   host->config_string_array(host, "unhealthy", &inst->unhealthy, &inst->n_unhealthy);
   host->config_bool(host, "bad_ids", &inst->bad_ids);
+  host->config_bool(host, "describe", &inst->describe);
   host->config_string(host, "fail_pre_start", &inst->fail_pre_start);
   host->config_string(host, "env_prefix", &inst->env_prefix);
   host->config_string(host, "default_for", &inst->default_for);
@@ -220,6 +228,19 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
       sink->set_health_reason(sink, "listed unhealthy");
     r->add_device_node(r, node, NULL, NULL);
     r->add_env(r, "FAKE_VISIBLE", id);
+    if (inst->describe) {
+      char pci[32], firmware[32];
+      snprintf(pci, sizeof(pci), "0000:%02llx:00.0", (long long)(i + 1) & 0xff);
+      snprintf(firmware, sizeof(firmware), "1.%lld.0", (long long)i);
+      devplug_sink_set_pci_address(sink, pci);
+      devplug_sink_set_attribute_string(sink, "model", "fake");
+      devplug_sink_set_attribute_int(sink, "index", i);
+      devplug_sink_set_attribute_bool(sink, "even", i % 2 == 0);
+      devplug_sink_set_attribute_version(sink, "firmware", firmware);
+      devplug_sink_set_capacity(sink, "memory", (uint64_t)(i + 1) << 30);
+      devplug_sink_set_attribute_string(sink, "id", "mine");
+      devplug_sink_set_attribute_version(sink, "old", "01.0");
+    }
   }
   if (inst->bad_ids) {
     char long_id[65];
@@ -367,6 +388,7 @@ static const struct devplug_config_key fake_keys[] = {
     {"release_block", DEVPLUG_CONFIG_STRING, 0, "on_release() waits while this path exists"},
     {"shared", DEVPLUG_CONFIG_BOOL, 0, "opt out of release tracking"},
     {"log_holder", DEVPLUG_CONFIG_BOOL, 0, "pre_start() logs pod_of() answers"},
+    {"describe", DEVPLUG_CONFIG_BOOL, 0, "PCI address and attributes (ABI 1.9)"},
     {NULL, 0, 0, NULL},
 };
 

@@ -171,6 +171,15 @@ TEST_F(CexModuleTest, ListsQueuesBoundToCex4queueByTheirKernelNames) {
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   EXPECT_EQ(Ids(*(*inst)->devices(), true),
             (Strings{"03.0006", "03.0007", "04.0006", "05.0006", "ff.00fe"}));
+  {  // What DRA publishes (ABI 1.9): the queue, and the card's type and mode.
+    using T = DeviceAttribute::Type;
+    const DeviceListPtr list = (*inst)->devices();
+    EXPECT_EQ(Find(*list, "04.0006")->attributes,
+              (std::vector<DeviceAttribute>{{"adapter", T::kInt, "", 4},
+                                            {"domain", T::kInt, "", 6},
+                                            {"type", T::kString, "CEX8P", 0},
+                                            {"mode", T::kString, "ep11", 0}}));
+  }
   // mode is enforced from the card's functions.
   inst->reset();
   auto ep11 = Open("mode = \"ep11\"\n", {}, "cex.example.com/ep11", 1);

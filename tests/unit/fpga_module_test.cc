@@ -75,6 +75,16 @@ TEST_F(FpgaModuleTest, AfModeListsPortsHoldingTheAccelerator) {
   EXPECT_EQ(Ids(*(*inst)->devices()), Strings{"dfl-port.1"});
   EXPECT_TRUE(Find(*(*inst)->devices(), "dfl-port.1")->healthy);
   EXPECT_EQ(Find(*(*inst)->devices(), "dfl-port.1")->numa_node, 0);
+  {  // What DRA publishes (ABI 1.9): the PF carrying the port, the FIM, the AFU.
+    const DeviceListPtr list = (*inst)->devices();
+    const Device* d = Find(*list, "dfl-port.1");
+    EXPECT_EQ(d->pci_address, "0000:5e:00.0");
+    ASSERT_EQ(d->attributes.size(), 2u);
+    EXPECT_EQ(d->attributes[0].name, "interfaceID");
+    EXPECT_EQ(d->attributes[0].text, kInterface);
+    EXPECT_EQ(d->attributes[1].name, "afuID");
+    EXPECT_EQ(d->attributes[1].text, kNlb3);
+  }
   // Reprogrammed elsewhere: it leaves, another one comes.
   fx_.SetAfu("dfl-port.1", kNlb0);
   fx_.SetAfu("dfl-port.2", "F7DF405C-BD7A-CF72-22F1-44B0B93ACD18");

@@ -99,6 +99,15 @@ TEST_F(NvidiaModuleTest, NvmlDiscoveryIdsTopologyAndAllocate) {
   EXPECT_EQ(Ids(*list, true).size(), 4u);
   EXPECT_EQ(Find(*list, kB)->numa_node, 0);
   EXPECT_EQ(Find(*list, kC)->numa_node, 1);
+  // What DRA publishes (ABI 1.9), from NVML and sysfs.
+  const Device* b = Find(*list, kB);
+  EXPECT_EQ(b->pci_address, "0000:5e:00.0");
+  EXPECT_EQ(b->pcie_root, "pci0000:5e");
+  using T = DeviceAttribute::Type;
+  EXPECT_EQ(b->attributes,
+            (std::vector<DeviceAttribute>{{"uuid", T::kString, kB, 0},
+                                          {"productName", T::kString, "NVIDIA A100-SXM4-40GB", 0},
+                                          {"memory", T::kCapacity, "", 40960ll << 20}}));
 
   auto r = harness::Allocate(**inst, {kC, kA});
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -444,6 +453,16 @@ TEST_F(NvidiaMigTest, MigDevicesByProfileWithTheirCapabilityNodes) {
   DeviceListPtr list = (*small)->devices();
   EXPECT_EQ(Ids(*list, true), (Strings{kM[0], kM[1], kM[2]}));
   EXPECT_EQ(Find(*list, kM[1])->numa_node, 0);
+  // A MIG device is described by its own UUID and memory, and its GPU's
+  // PCI function.
+  using T = DeviceAttribute::Type;
+  EXPECT_EQ(Find(*list, kM[1])->pci_address, gpus_[0].pci);
+  EXPECT_EQ(Find(*list, kM[1])->attributes,
+            (std::vector<DeviceAttribute>{{"uuid", T::kString, kM[1], 0},
+                                          {"productName", T::kString, "NVIDIA H100 80GB HBM3", 0},
+                                          {"parentUUID", T::kString, gpus_[0].uuid, 0},
+                                          {"migProfile", T::kString, "1g.10gb", 0},
+                                          {"memory", T::kCapacity, "", 9856ll << 20}}));
   auto r = harness::Allocate(**small, {kM[2], kM[0]});
   ASSERT_TRUE(r.ok()) << r.status().message();
   Strings want = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"};

@@ -89,6 +89,7 @@ TEST_F(RdmaModuleTest, ExclusiveOneIdPerAdapterWithHealthAndNuma) {
   EXPECT_FALSE(Find(*list, "mlx5_1")->healthy);  // its only port is DOWN
   EXPECT_EQ(Find(*list, "mlx5_0")->numa_node, 0);
   EXPECT_EQ(Find(*list, "irdma0")->numa_node, 1);
+  EXPECT_EQ(Find(*list, "mlx5_0")->pci_address, "0000:3b:00.0");  // for DRA (ABI 1.9)
 
   auto r = harness::Allocate(*inst, {"mlx5_0"});
   ASSERT_TRUE(r.ok()) << r.status().message();

@@ -389,6 +389,24 @@ TEST_F(WatchedRegistrarTest, AStreamEndedByARunningKubeletServesTheSocketAnew) {
   EXPECT_TRUE(watched_.registered());
 }
 
+// The kubelet opens ListAndWatch before NotifyRegistrationStatus: when the
+// stream ends before the kubelet's word arrives, that word is about a lost
+// registration, and the socket is still served anew.
+TEST_F(WatchedRegistrarTest, AStreamEndedBeforeTheKubeletsWordIsStillLost) {
+  watched_.Start();
+  Probe();
+  ASSERT_EQ(watched_.state(), State::kRegistering);
+  watched_.OnStreamEnded(watched_.registration());
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_FALSE(watched_.registered());
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  Run(Registrar::kReprobeDelay);
+  EXPECT_EQ(env_.serves, 2) << "the lost registration was taken for a live one";
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
+  EXPECT_TRUE(watched_.registered());
+}
+
 // A kubelet that is down (its old kubelet.sock left, not answering) gets no
 // new socket either: it walks plugins_registry when it starts.
 TEST_F(WatchedRegistrarTest, NoNewSocketWhileTheKubeletIsDown) {

@@ -77,9 +77,37 @@ TEST(DraSlicesTest, HealthyDevicesArePublishedWithTheirIdAndNumaNode) {
   ASSERT_EQ(devs.size(), 2u) << "the Unhealthy tun1 leaves the pool";
   EXPECT_EQ(devs[0]["name"], "tun0");
   EXPECT_EQ(devs[0]["attributes"]["id"]["string"], "tun0");
-  EXPECT_EQ(devs[0]["attributes"]["numaNode"]["int"], 1);
+  EXPECT_EQ(devs[0]["attributes"]["resource.kubernetes.io/numaNode"]["int"], 1);
   EXPECT_EQ(devs[1]["name"], "tun2");
-  EXPECT_FALSE(devs[1]["attributes"].contains("numaNode"));
+  EXPECT_EQ(devs[1]["attributes"].size(), 1u) << "no NUMA affinity: no numaNode " << devs[1];
+  EXPECT_FALSE(devs[0].contains("capacity"));
+}
+
+// ABI 1.9: the PCI function as the standard attributes, and the module's
+// attributes and capacities with their types, as resource.k8s.io/v1 has them.
+TEST(DraSlicesTest, TheModulesAttributesAndCapacitiesArePublished) {
+  Device d = Dev("gpu0", true, 0);
+  d.pci_address = "0000:3b:00.0";
+  d.pcie_root = "pci0000:3a";
+  using T = DeviceAttribute::Type;
+  d.attributes = {{"model", T::kString, "H100", 0},
+                  {"gpu.example.com/cores", T::kInt, "", 132},
+                  {"mig", T::kBool, "", 1},
+                  {"firmware", T::kVersion, "1.2.3-rc.1", 0},
+                  {"memory", T::kCapacity, "", 85899345920}};
+  const auto slices = Slices({.driver = "gpu.example.com", .node = "n"}, {d});
+  const auto& dev = slices[0]["spec"]["devices"][0];
+  const nlohmann::json want_attributes = {
+      {"id", {{"string", "gpu0"}}},
+      {"resource.kubernetes.io/numaNode", {{"int", 0}}},
+      {"resource.kubernetes.io/pciBusID", {{"string", "0000:3b:00.0"}}},
+      {"resource.kubernetes.io/pcieRoot", {{"string", "pci0000:3a"}}},
+      {"model", {{"string", "H100"}}},
+      {"gpu.example.com/cores", {{"int", 132}}},
+      {"mig", {{"bool", true}}},
+      {"firmware", {{"version", "1.2.3-rc.1"}}}};
+  EXPECT_EQ(dev["attributes"], want_attributes);
+  EXPECT_EQ(dev["capacity"], (nlohmann::json{{"memory", {{"value", "85899345920"}}}}));
 }
 
 TEST(DraSlicesTest, ADeviceHeldBackForItsReleaseIsNotOffered) {

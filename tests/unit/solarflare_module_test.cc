@@ -138,6 +138,7 @@ TEST_F(SolarflareModuleTest, NicModeOneDevicePerNicWithItsInterfaces) {
   EXPECT_EQ(Ids(*list, true), (Strings{kA, kB, kX3}));
   EXPECT_EQ(Find(*list, kA)->numa_node, 0);
   EXPECT_EQ(Find(*list, kX3)->numa_node, 1);
+  EXPECT_EQ(Find(*list, kX3)->pci_address, kX3);  // for DRA (ABI 1.9)
 
   auto r = harness::Allocate(*inst, {kB, kA});
   ASSERT_TRUE(r.ok()) << r.status().message();

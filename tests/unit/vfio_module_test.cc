@@ -94,6 +94,17 @@ TEST_F(VfioModuleTest, DiscoveryIdsHealthAndTopology) {
   EXPECT_EQ(Find(*list, "0000:af:01.2")->health_reason, "/dev/vfio/72 missing");
   EXPECT_EQ(Find(*list, "0000:3b:01.0")->health_reason, "");
   EXPECT_EQ(Ids(*list, true).size(), 8u);
+
+  // What DRA publishes (ABI 1.9): a VF sits beside its PF under the PF's
+  // bridge, so under the bridge's root complex; the unhealthy one too.
+  const Device* vf = Find(*list, "0000:af:01.2");
+  EXPECT_EQ(vf->pci_address, "0000:af:01.2");
+  EXPECT_EQ(vf->pcie_root, "pci0000:ae");
+  using T = DeviceAttribute::Type;
+  EXPECT_EQ(vf->attributes, (std::vector<DeviceAttribute>{{"vendorID", T::kString, "8086", 0},
+                                                          {"deviceID", T::kString, "1889", 0},
+                                                          {"iommuGroup", T::kInt, "", 72}}));
+  EXPECT_EQ(Find(*list, "0000:d8:00.0")->pcie_root, "pci0000:d8");
 }
 
 TEST_F(VfioModuleTest, AllocateGivesContainerAndGroupNodesAndTheEnv) {

@@ -21,7 +21,8 @@
  * 1.2), host services (typed getters; pod_of, track_releases in 1.2;
  * config_value, config_member, watch_path in 1.3; prestart_timeout_ms,
  * resource_index in 1.4; use_pre_start in 1.5), sink members
- * (set_health_reason in 1.2, set_numa_nodes in 1.6) and descriptor flags
+ * (set_health_reason in 1.2, set_numa_nodes in 1.6, the PCI address,
+ * attributes and capacities a DRA ResourceSlice publishes in 1.9) and descriptor flags
  * (concurrency in 1.7, per-device slow calls and max_slow_calls in 1.8). The devplug_*() helpers
  * below call a member an older agent may lack, returning -ENOTSUP when it does.
  *
@@ -87,7 +88,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 8
+#define DEVPLUG_MODULE_ABI_MINOR 9
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -231,6 +232,54 @@ struct devplug_device_sink {
    * first: older agents lack it.
    */
   int (*set_numa_nodes)(struct devplug_device_sink *s, const int32_t *nodes, size_t n);
+
+  /* ---- ABI minor 9 ---- */
+
+  /*
+   * What the device added last is, for DRA: a resource served with
+   * api = "dra" publishes these in its ResourceSlices, where claims select
+   * devices by them (CEL selectors, matchAttribute constraints). The device
+   * plugin API has no place for them; `devplugctl status` shows them.
+   *
+   * set_pci_address: the PCI function the device is, "0000:3b:00.0" (upper
+   * case, a short "3b:00.0" and an 8-digit domain are accepted). The agent
+   * publishes the standard attributes resource.kubernetes.io/pciBusID and,
+   * read from sysfs under host_root, resource.kubernetes.io/pcieRoot, the
+   * root complex the function hangs under ("pci0000:3a"), so that claims
+   * can put devices of several drivers under one root.
+   *
+   * set_attribute_*: one attribute. The name is a C identifier of at most
+   * 32 characters, which then lies in the driver's own domain ("model"), or
+   * a DNS subdomain of at most 63 characters, '/' and such an identifier
+   * ("gpu.example.com/model"). The agent's own names are refused: "id" (the
+   * module's device ID) and the standard numaNode, pciBusID and pcieRoot.
+   * A string holds at most 64 bytes of UTF-8; a version is a Semantic
+   * Versioning 2.0.0 string of at most 64 characters ("1.2.3-rc.1"; a
+   * driver version such as "580.65.06" is no semantic version: give it as
+   * a string).
+   *
+   * set_capacity: an amount the device has (bytes of memory, queues), a
+   * capacity of the same name rules.
+   *
+   * Attributes and capacities share one set of names and, with the ones
+   * the agent adds (id, numaNode, pciBusID, pcieRoot), a budget of 32 per
+   * device, as resource.k8s.io/v1 allows. Each returns 0; -EINVAL for a bad
+   * name or value, -EEXIST for a name the device has already, -E2BIG past
+   * the budget (the agent logs why, and the device keeps what it had);
+   * -ENOENT when the last add_device() was refused (or none came yet).
+   * Check DEVPLUG_HAS_MEMBER(s, struct devplug_device_sink,
+   * set_pci_address) first, or use the devplug_sink_*() helpers below:
+   * older agents lack them.
+   */
+  int (*set_pci_address)(struct devplug_device_sink *s, const char *address);
+  int (*set_attribute_string)(struct devplug_device_sink *s, const char *name, const char *value);
+  int (*set_attribute_int)(struct devplug_device_sink *s, const char *name, int64_t value);
+  /** value is 0 or 1. */
+  int (*set_attribute_bool)(struct devplug_device_sink *s, const char *name, int32_t value);
+  int (*set_attribute_version)(struct devplug_device_sink *s, const char *name,
+                               const char *value);
+  /** value at most INT64_MAX. */
+  int (*set_capacity)(struct devplug_device_sink *s, const char *name, uint64_t value);
 };
 
 /**
@@ -483,6 +532,35 @@ static inline int devplug_sink_set_numa_nodes(struct devplug_device_sink *s, con
                                               size_t n) {
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_numa_nodes,
                                 s->set_numa_nodes(s, nodes, n));
+}
+static inline int devplug_sink_set_pci_address(struct devplug_device_sink *s, const char *address) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_pci_address,
+                                s->set_pci_address(s, address));
+}
+static inline int devplug_sink_set_attribute_string(struct devplug_device_sink *s,
+                                                    const char *name, const char *value) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_attribute_string,
+                                s->set_attribute_string(s, name, value));
+}
+static inline int devplug_sink_set_attribute_int(struct devplug_device_sink *s, const char *name,
+                                                 int64_t value) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_attribute_int,
+                                s->set_attribute_int(s, name, value));
+}
+static inline int devplug_sink_set_attribute_bool(struct devplug_device_sink *s, const char *name,
+                                                  int32_t value) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_attribute_bool,
+                                s->set_attribute_bool(s, name, value));
+}
+static inline int devplug_sink_set_attribute_version(struct devplug_device_sink *s,
+                                                     const char *name, const char *value) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_attribute_version,
+                                s->set_attribute_version(s, name, value));
+}
+static inline int devplug_sink_set_capacity(struct devplug_device_sink *s, const char *name,
+                                            uint64_t value) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_capacity,
+                                s->set_capacity(s, name, value));
 }
 static inline int devplug_host_config_int_array(const struct devplug_host *h, const char *key,
                                                 const int64_t **ret, size_t *ret_n) {

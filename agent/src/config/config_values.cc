@@ -3,6 +3,7 @@
 // sources, and how a problem is located ("file:line: key: problem").
 #include "config/config.h"
 #include "devplug/common/duration.h"
+#include "model/dra_names.h"
 
 namespace devplug::config {
 
@@ -97,26 +98,7 @@ std::string DefaultDriverName(std::string_view resource_name) {
   return out;
 }
 
-std::string CheckDriverName(std::string_view name) {
-  if (name.empty()) return "is empty";
-  if (name.size() > 63) return StrCat("is ", name.size(), " characters; at most 63");
-  size_t start = 0;
-  while (start <= name.size()) {
-    size_t dot = name.find('.', start);
-    if (dot == std::string_view::npos) dot = name.size();
-    const std::string_view label = name.substr(start, dot - start);
-    if (label.empty()) return "has an empty label (two dots, or a dot at an end)";
-    auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-    if (!alnum(label.front()) || !alnum(label.back()))
-      return StrCat("label \"", label, "\" must start and end with a lower-case letter or digit");
-    for (char c : label)
-      if (!alnum(c) && c != '-')
-        return StrCat("label \"", label, "\" holds '", std::string(1, c),
-                      "' (a DNS subdomain holds a-z, 0-9, '-' and '.')");
-    start = dot + 1;
-  }
-  return "";
-}
+std::string CheckDriverName(std::string_view name) { return dra::CheckDnsSubdomain(name, 63); }
 
 std::string_view RegistrationModeName(RegistrationMode mode) {
   return mode == RegistrationMode::kPluginWatcher ? "plugin-watcher" : "kubelet";

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "model/dra_names.h"
 #include "util/hash.h"
 #include "util/utf8.h"
 
@@ -38,10 +39,29 @@ std::string Sanitize(std::string_view text, size_t max, bool dots) {
 
 Json DeviceJson(const Device& d) {
   Json attrs = Json::object();
+  Json capacity = Json::object();
   // Attribute strings hold 64 characters at most, and JSON valid UTF-8.
-  attrs["id"] = {{"string", PrintableUtf8(d.id, 64)}};
-  if (d.numa_node >= 0) attrs["numaNode"] = {{"int", d.numa_node}};
-  return {{"name", DeviceName(d.id)}, {"attributes", std::move(attrs)}};
+  attrs[kAttributeId] = {{"string", PrintableUtf8(d.id, kMaxAttributeValueLength)}};
+  // The standard attributes (resource.kubernetes.io): one NUMA node, the
+  // lowest of several; none without NUMA affinity.
+  if (d.numa_node >= 0) attrs[kAttributeNumaNode] = {{"int", d.numa_node}};
+  if (!d.pci_address.empty()) attrs[kAttributePciBusId] = {{"string", d.pci_address}};
+  if (!d.pcie_root.empty()) attrs[kAttributePcieRoot] = {{"string", d.pcie_root}};
+  // The module's, checked by the sink (model/dra_names.h).
+  for (const DeviceAttribute& a : d.attributes) {
+    switch (a.type) {
+      case DeviceAttribute::Type::kString: attrs[a.name] = {{"string", a.text}}; break;
+      case DeviceAttribute::Type::kInt: attrs[a.name] = {{"int", a.number}}; break;
+      case DeviceAttribute::Type::kBool: attrs[a.name] = {{"bool", a.number != 0}}; break;
+      case DeviceAttribute::Type::kVersion: attrs[a.name] = {{"version", a.text}}; break;
+      case DeviceAttribute::Type::kCapacity:
+        capacity[a.name] = {{"value", std::to_string(a.number)}};
+        break;
+    }
+  }
+  Json out = {{"name", DeviceName(d.id)}, {"attributes", std::move(attrs)}};
+  if (!capacity.empty()) out["capacity"] = std::move(capacity);
+  return out;
 }
 
 }  // namespace

@@ -173,6 +173,16 @@ void Registrar::OnKubeletStatus(const Status& status) {
       registered_kubelet_ = pending_kubelet_;
       return;
     }
+    if (state_ == State::kWaitingKubelet && reprobe_at_) {
+      // The kubelet opens ListAndWatch before it confirms the registration,
+      // so the stream may end first: this word is about a registration
+      // already lost. The re-probe check decides what comes next.
+      spdlog::debug(
+          "resource \"{}\": the kubelet confirms a registration whose ListAndWatch already "
+          "ended",
+          names_.resource);
+      return;
+    }
     state_ = State::kRegistered;
     registered_kubelet_ = pending_kubelet_;
     spdlog::info(

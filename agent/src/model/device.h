@@ -44,6 +44,17 @@ struct Recipe {
   void Merge(const Recipe& other);
 };
 
+// One attribute or capacity of a device, as a DRA ResourceSlice publishes
+// it (ABI 1.9). Names follow model/dra_names.h.
+struct DeviceAttribute {
+  enum class Type : uint8_t { kString, kInt, kBool, kVersion, kCapacity };
+  std::string name;
+  Type type = Type::kString;
+  std::string text;    // kString, kVersion
+  int64_t number = 0;  // kInt, kBool (0 or 1), kCapacity (0 or more)
+  bool operator==(const DeviceAttribute&) const = default;
+};
+
 struct Device {
   std::string id;
   bool healthy = false;
@@ -57,6 +68,13 @@ struct Device {
   // Healthy as the module sees it, held back by the agent (a release runs):
   // reported Unhealthy, yet Allocate still accepts it.
   bool held_back = false;
+  // What DRA publishes of it beyond the ID and NUMA node (ABI 1.9): the PCI
+  // function ("0000:3b:00.0") and its root complex ("pci0000:3a", read
+  // from sysfs; "" when sysfs does not say), and the module's attributes
+  // and capacities, in the order given.
+  std::string pci_address;
+  std::string pcie_root;
+  std::vector<DeviceAttribute> attributes;
   bool operator==(const Device&) const = default;
 
   // The NUMA nodes the kubelet is told (empty: none).

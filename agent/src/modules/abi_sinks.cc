@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 
+#include "devplug/common/pci_address.h"
+#include "model/dra_names.h"
 #include "model/kubelet_limits.h"
 #include "util/status.h"
 #include "util/utf8.h"
@@ -116,6 +120,118 @@ int DeviceSink::SetNumaNodes(devplug_device_sink* s, const int32_t* nodes, size_
   } catch (...) {
     return -ENOMEM;
   }
+}
+
+int DeviceSink::AddAttribute(const char* name, DeviceAttribute::Type type, const char* text,
+                             int64_t number) {
+  if (!last_added || list.empty()) return -ENOENT;
+  Device& d = list.back();
+  try {
+    auto refuse = [&](int rc, const std::string& why) {
+      attribute_problems.push_back(StrCat("device \"", d.id, "\": attribute \"",
+                                          name == nullptr ? "" : name, "\" ", why));
+      return rc;
+    };
+    if (name == nullptr) return refuse(-EINVAL, "has no name");
+    if (std::string why = dra::CheckAttributeName(name); !why.empty())
+      return refuse(-EINVAL, StrCat("is no attribute name: it ", why));
+    if (dra::IsAgentAttribute(name)) return refuse(-EINVAL, "is one devplugd sets itself");
+    for (const DeviceAttribute& x : d.attributes)
+      if (x.name == name) return refuse(-EEXIST, "is set twice");
+    if (d.attributes.size() + kAgentAttributes >= dra::kMaxAttributesPerDevice)
+      return refuse(-E2BIG, StrCat("is one too many: a device holds ",
+                                   dra::kMaxAttributesPerDevice - kAgentAttributes,
+                                   " attributes and capacities of its module"));
+    DeviceAttribute a{name, type, text == nullptr ? "" : text, number};
+    if (a.type == DeviceAttribute::Type::kString) {
+      if (a.text.size() > dra::kMaxAttributeValueLength)
+        return refuse(-EINVAL, StrCat("has a value of ", a.text.size(), " bytes; at most ",
+                                      dra::kMaxAttributeValueLength));
+      if (!IsValidUtf8(a.text)) return refuse(-EINVAL, "has a value that is no UTF-8");
+    }
+    if (a.type == DeviceAttribute::Type::kVersion)
+      if (std::string why = dra::CheckVersion(a.text); !why.empty())
+        return refuse(-EINVAL, StrCat("has a version \"", PrintableUtf8(a.text, 64),
+                                      "\" that ", why));
+    d.attributes.push_back(std::move(a));
+    return 0;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
+std::string DeviceSink::PcieRootOf(const std::string& address) {
+  namespace fs = std::filesystem;
+  if (host_root.empty()) return "";
+  std::error_code ec;
+  if (!sys_devices_read_) {
+    sys_devices_read_ = true;
+    sys_devices_ = fs::canonical(fs::path(host_root) / "sys/devices", ec).string();
+    if (ec) sys_devices_.clear();
+  }
+  if (sys_devices_.empty()) return "";
+  // /sys/bus/pci/devices/<address> -> ../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0
+  const std::string path =
+      fs::canonical(fs::path(host_root) / "sys/bus/pci/devices" / address, ec).string();
+  if (ec || path.size() <= sys_devices_.size() + 1 || path.compare(0, sys_devices_.size(), sys_devices_) != 0 ||
+      path[sys_devices_.size()] != '/')
+    return "";
+  const size_t start = sys_devices_.size() + 1;
+  const std::string root = path.substr(start, path.find('/', start) - start);
+  return dra::IsPcieRoot(root) ? root : "";
+}
+
+int DeviceSink::SetPciAddress(devplug_device_sink* s, const char* address) {
+  if (s == nullptr) return -EINVAL;
+  auto* self = static_cast<DeviceSink*>(s->agent_data);
+  if (!self->last_added || self->list.empty()) return -ENOENT;
+  Device& d = self->list.back();
+  try {
+    const std::optional<std::string> bdf =
+        address == nullptr ? std::nullopt : common::NormalizePciAddress(address);
+    if (!bdf) {
+      self->attribute_problems.push_back(
+          StrCat("device \"", d.id, "\": \"", PrintableUtf8(address ? address : "", 64),
+                 "\" is no PCI address"));
+      return -EINVAL;
+    }
+    d.pci_address = *bdf;
+    d.pcie_root = self->PcieRootOf(*bdf);
+    return 0;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
+int DeviceSink::SetAttributeString(devplug_device_sink* s, const char* name, const char* value) {
+  if (s == nullptr || value == nullptr) return -EINVAL;
+  return static_cast<DeviceSink*>(s->agent_data)
+      ->AddAttribute(name, DeviceAttribute::Type::kString, value, 0);
+}
+
+int DeviceSink::SetAttributeInt(devplug_device_sink* s, const char* name, int64_t value) {
+  if (s == nullptr) return -EINVAL;
+  return static_cast<DeviceSink*>(s->agent_data)
+      ->AddAttribute(name, DeviceAttribute::Type::kInt, nullptr, value);
+}
+
+int DeviceSink::SetAttributeBool(devplug_device_sink* s, const char* name, int32_t value) {
+  if (s == nullptr || (value != 0 && value != 1)) return -EINVAL;
+  return static_cast<DeviceSink*>(s->agent_data)
+      ->AddAttribute(name, DeviceAttribute::Type::kBool, nullptr, value);
+}
+
+int DeviceSink::SetAttributeVersion(devplug_device_sink* s, const char* name, const char* value) {
+  if (s == nullptr || value == nullptr) return -EINVAL;
+  return static_cast<DeviceSink*>(s->agent_data)
+      ->AddAttribute(name, DeviceAttribute::Type::kVersion, value, 0);
+}
+
+int DeviceSink::SetCapacity(devplug_device_sink* s, const char* name, uint64_t value) {
+  if (s == nullptr || value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return -EINVAL;
+  return static_cast<DeviceSink*>(s->agent_data)
+      ->AddAttribute(name, DeviceAttribute::Type::kCapacity, nullptr, static_cast<int64_t>(value));
 }
 
 }  // namespace devplug::modules

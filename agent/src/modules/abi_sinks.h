@@ -87,13 +87,24 @@ struct DeviceSink {
   Recipe scratch;  // target of rejected devices' recipes
   std::unique_ptr<RecipeSink> recipe;
   bool last_added = false;  // the last add_device() was accepted (list.back())
+  // Attributes refused (ABI 1.9): the device goes on without them.
+  std::vector<std::string> attribute_problems;
+  // Where sysfs lies, to find a PCI function's root complex ("/" or a
+  // fixture tree); "" reads none.
+  std::string host_root;
 
-  DeviceSink() {
+  explicit DeviceSink(std::string root = {}) : host_root(std::move(root)) {
     c.struct_size = sizeof(c);
     c.agent_data = this;
     c.add_device = &AddDevice;
     c.set_health_reason = &SetHealthReason;
     c.set_numa_nodes = &SetNumaNodes;
+    c.set_pci_address = &SetPciAddress;
+    c.set_attribute_string = &SetAttributeString;
+    c.set_attribute_int = &SetAttributeInt;
+    c.set_attribute_bool = &SetAttributeBool;
+    c.set_attribute_version = &SetAttributeVersion;
+    c.set_capacity = &SetCapacity;
   }
 
   // The sink's add_device: checks the ID and health, then appends the
@@ -107,6 +118,25 @@ struct DeviceSink {
   // Every NUMA node of the device added last (ABI 1.6).
   static int SetNumaNodes(devplug_device_sink* s, const int32_t* nodes, size_t n);
   static constexpr int32_t kMaxNumaNode = 1023;
+  // What DRA publishes of the device added last (ABI 1.9).
+  static int SetPciAddress(devplug_device_sink* s, const char* address);
+  static int SetAttributeString(devplug_device_sink* s, const char* name, const char* value);
+  static int SetAttributeInt(devplug_device_sink* s, const char* name, int64_t value);
+  static int SetAttributeBool(devplug_device_sink* s, const char* name, int32_t value);
+  static int SetAttributeVersion(devplug_device_sink* s, const char* name, const char* value);
+  static int SetCapacity(devplug_device_sink* s, const char* name, uint64_t value);
+  // Of the 32 attributes and capacities a device may have, those the agent
+  // keeps for its own (id, numaNode, pciBusID, pcieRoot).
+  static constexpr size_t kAgentAttributes = 4;
+
+ private:
+  // Checks and appends one attribute of the device added last.
+  int AddAttribute(const char* name, DeviceAttribute::Type type, const char* text, int64_t number);
+  // The root complex of PCI function `address` under host_root, "" when
+  // sysfs does not say.
+  std::string PcieRootOf(const std::string& address);
+  std::string sys_devices_;  // host_root's /sys/devices, resolved once
+  bool sys_devices_read_ = false;
 };
 
 struct IdSink {

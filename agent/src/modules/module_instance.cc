@@ -225,7 +225,7 @@ void ModuleInstance::DeferredScanOnWorker() {
 Status ModuleInstance::ScanOnWorker(ScanCause cause) {
   if (inst_ == nullptr) return OkStatus();
   if (options_.observer) options_.observer->Scanned(cause);
-  DeviceSink sink;
+  DeviceSink sink(options_.host_root);
   sink.list.reserve(devices()->size());  // usually the same size again
   host_.BeginCall();
   const int rc = module_->descriptor().list_devices(inst_, &sink.c);
@@ -240,6 +240,9 @@ Status ModuleInstance::ScanOnWorker(ScanCause cause) {
   for (const std::string& p : sink.problems)
     spdlog::warn("{}: module {} reported {}, ignoring that device", resource_.name, module_->path(),
                  p);
+  for (const std::string& p : sink.attribute_problems)
+    spdlog::warn("{}: module {} reported {}; the device goes on without it", resource_.name,
+                 module_->path(), p);
   std::sort(sink.list.begin(), sink.list.end(),
             [](const Device& a, const Device& b) { return a.id < b.id; });
   return publisher_.Scanned(std::move(sink.list), tracks_releases());

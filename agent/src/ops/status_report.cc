@@ -58,6 +58,19 @@ json DeviceJson(const ResourceView& r, const Device& d) {
               {"numa", d.Nodes()},
               {"holder", nullptr},
               {"release_state", nullptr}};
+  // What DRA publishes beyond the ID (ABI 1.9), where the module says.
+  if (!d.pci_address.empty()) dev["pci"] = d.pci_address;
+  if (!d.pcie_root.empty()) dev["pcie_root"] = d.pcie_root;
+  for (const DeviceAttribute& a : d.attributes) {
+    using T = DeviceAttribute::Type;
+    json& into = dev[a.type == T::kCapacity ? "capacity" : "attributes"];
+    if (a.type == T::kString || a.type == T::kVersion)
+      into[a.name] = a.text;
+    else if (a.type == T::kBool)
+      into[a.name] = a.number != 0;
+    else
+      into[a.name] = a.number;
+  }
   if (r.release_tracking && r.tracker) {
     if (auto v = r.tracker->View(d.id)) {
       dev["release_state"] = std::string(lifecycle::ReleaseTracker::StateName(v->state));

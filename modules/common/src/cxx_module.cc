@@ -183,6 +183,34 @@ std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy,
   return r;
 }
 
+namespace {
+// -ENOTSUP (an older agent) and refusals (the agent logs them) leave the
+// device without the value; only a failed allocation fails the scan.
+DeviceSink& Checked(DeviceSink& sink, int rc) {
+  if (rc == -ENOMEM) throw std::bad_alloc();
+  return sink;
+}
+}  // namespace
+
+DeviceSink& DeviceSink::Pci(const std::string& address) {
+  return Checked(*this, devplug_sink_set_pci_address(s_, address.c_str()));
+}
+DeviceSink& DeviceSink::StringAttribute(const std::string& name, const std::string& value) {
+  return Checked(*this, devplug_sink_set_attribute_string(s_, name.c_str(), value.c_str()));
+}
+DeviceSink& DeviceSink::IntAttribute(const std::string& name, int64_t value) {
+  return Checked(*this, devplug_sink_set_attribute_int(s_, name.c_str(), value));
+}
+DeviceSink& DeviceSink::BoolAttribute(const std::string& name, bool value) {
+  return Checked(*this, devplug_sink_set_attribute_bool(s_, name.c_str(), value ? 1 : 0));
+}
+DeviceSink& DeviceSink::VersionAttribute(const std::string& name, const std::string& value) {
+  return Checked(*this, devplug_sink_set_attribute_version(s_, name.c_str(), value.c_str()));
+}
+DeviceSink& DeviceSink::Capacity(const std::string& name, uint64_t value) {
+  return Checked(*this, devplug_sink_set_capacity(s_, name.c_str(), value));
+}
+
 std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
   if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, pod_of))
     throw ModuleError(EAGAIN, "this agent cannot tell who holds a device (ABI 1.2 needed)");

@@ -154,6 +154,17 @@ class DeviceSink {
   std::optional<Recipe> Add(const std::string& id, bool healthy,
                             const std::vector<int32_t>& numa_nodes, const std::string& reason = {});
 
+  // ABI 1.9, for DRA: what the device added last is (its PCI function, its
+  // attributes and capacities, see devplug_device_sink.set_pci_address).
+  // A value the agent refuses is logged by it and the device goes on
+  // without it; agents older than 1.9 ignore them all.
+  DeviceSink& Pci(const std::string& address);
+  DeviceSink& StringAttribute(const std::string& name, const std::string& value);
+  DeviceSink& IntAttribute(const std::string& name, int64_t value);
+  DeviceSink& BoolAttribute(const std::string& name, bool value);
+  DeviceSink& VersionAttribute(const std::string& name, const std::string& value);
+  DeviceSink& Capacity(const std::string& name, uint64_t value);
+
  private:
   devplug_device_sink* s_;
 };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "devplug/common/fs.h"
+#include "devplug/common/pci_address.h"
 
 namespace devplug::common {
 
@@ -120,15 +121,6 @@ class DriverBindings {
   std::vector<std::pair<std::string, Entry>> cache_;  // sorted by address
   uint64_t reads_ = 0;
 };
-
-// True for a PCI function address in sysfs's form: "0000:3b:00.0", lower
-// case; domains above ffff have more digits ("10000:01:00.0", Intel VMD).
-bool IsPciAddress(std::string_view s);
-
-// "0000:3b:00.0" (lower case), also accepting "3b:00.0" (domain 0),
-// upper-case hex and a zero-padded domain ("00010000:01:00.0"); nullopt if
-// it is not a PCI function address.
-std::optional<std::string> NormalizePciAddress(std::string_view s);
 
 // A 16-bit PCI ID written in hex, with or without 0x, any case.
 std::optional<uint16_t> ParsePciId(std::string_view s);
