@@ -182,8 +182,8 @@ std::shared_ptr<Inventory> Session::Discover(Listener& caller) {
     char name[nvml::kNameBufferSize] = {};
     if (api.DeviceGetName && api.DeviceGetName(dev, name, sizeof(name)) == nvml::kSuccess)
       g.model = name;
-    if (nvml::Memory mem{}; !g.lost && api.DeviceGetMemoryInfo &&
-                            api.DeviceGetMemoryInfo(dev, &mem) == nvml::kSuccess)
+    if (nvml::Memory mem{};
+        !g.lost && api.DeviceGetMemoryInfo && api.DeviceGetMemoryInfo(dev, &mem) == nvml::kSuccess)
       g.memory = mem.total;
     if (mig_api && !g.lost) {
       unsigned current = 0, pending = 0;

@@ -180,23 +180,23 @@ TEST_F(DraTest, TheModulesAttributesReachTheSlice) {
   EXPECT_EQ(devices[0]["attributes"], want0) << devices.dump(1);
   EXPECT_EQ(devices[0]["capacity"], (Json{{"memory", {{"value", "1073741824"}}}}));
   // fake-1 is 0000:02:00.0, which this sysfs does not show: no root.
-  EXPECT_EQ(devices[1]["attributes"]["resource.kubernetes.io/pciBusID"]["string"],
-            "0000:02:00.0");
+  EXPECT_EQ(devices[1]["attributes"]["resource.kubernetes.io/pciBusID"]["string"], "0000:02:00.0");
   EXPECT_FALSE(devices[1]["attributes"].contains("resource.kubernetes.io/pcieRoot"));
 
-  auto status = testing::RunProcess({testing::DevplugctlPath(), "status", "--json", "--devices",
-                                     "--socket", control_socket()});
+  auto status = testing::RunProcess(
+      {testing::DevplugctlPath(), "status", "--json", "--devices", "--socket", control_socket()});
   const Json st = Json::parse(status.output, nullptr, false);
   ASSERT_TRUE(st.is_object()) << status.output;
   const Json dev = st["resources"][0]["devices"][0];
   EXPECT_EQ(dev["pci"], "0000:01:00.0") << dev.dump(1);
   EXPECT_EQ(dev["pcie_root"], "pci0000:00");
-  EXPECT_EQ(dev["attributes"], (Json{{"model", "fake"}, {"index", 0}, {"even", true},
-                                     {"firmware", "1.0.0"}}));
+  EXPECT_EQ(dev["attributes"],
+            (Json{{"model", "fake"}, {"index", 0}, {"even", true}, {"firmware", "1.0.0"}}));
   EXPECT_EQ(dev["capacity"], (Json{{"memory", 1073741824}}));
   EXPECT_TRUE(Eventually([&] {
-    return agent_->Log().find("attribute \"id\" is one devplugd sets itself; the "
-                                     "device goes on without it") != std::string::npos;
+    return agent_->Log().find(
+               "attribute \"id\" is one devplugd sets itself; the "
+               "device goes on without it") != std::string::npos;
   })) << agent_->Log();
   EXPECT_NE(agent_->Log().find("has a version \"01.0\" that"), std::string::npos);
 }

@@ -57,8 +57,8 @@ TEST(AbiSinksTest, APciAddressBringsItsRootComplex) {
   testing::TempDir root;
   testing::SysfsFixture fx(root.path());
   fx.AddPci({.address = "0000:3a:00.0", .class_code = 0x060400});  // the root port
-  fx.AddPci({.address = "0000:3b:00.0", .vendor = 0x10de, .device = 0x2330,
-             .parent = "0000:3a:00.0"});
+  fx.AddPci(
+      {.address = "0000:3b:00.0", .vendor = 0x10de, .device = 0x2330, .parent = "0000:3a:00.0"});
   DeviceSink sink(fx.root());
   devplug_device_sink* c = &sink.c;
   EXPECT_EQ(c->set_pci_address(c, "0000:3b:00.0"), -ENOENT);  // no device yet

@@ -276,8 +276,7 @@ struct devplug_device_sink {
   int (*set_attribute_int)(struct devplug_device_sink *s, const char *name, int64_t value);
   /** value is 0 or 1. */
   int (*set_attribute_bool)(struct devplug_device_sink *s, const char *name, int32_t value);
-  int (*set_attribute_version)(struct devplug_device_sink *s, const char *name,
-                               const char *value);
+  int (*set_attribute_version)(struct devplug_device_sink *s, const char *name, const char *value);
   /** value at most INT64_MAX. */
   int (*set_capacity)(struct devplug_device_sink *s, const char *name, uint64_t value);
 };
@@ -537,8 +536,8 @@ static inline int devplug_sink_set_pci_address(struct devplug_device_sink *s, co
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_pci_address,
                                 s->set_pci_address(s, address));
 }
-static inline int devplug_sink_set_attribute_string(struct devplug_device_sink *s,
-                                                    const char *name, const char *value) {
+static inline int devplug_sink_set_attribute_string(struct devplug_device_sink *s, const char *name,
+                                                    const char *value) {
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_attribute_string,
                                 s->set_attribute_string(s, name, value));
 }

@@ -50,10 +50,18 @@ Json DeviceJson(const Device& d) {
   // The module's, checked by the sink (model/dra_names.h).
   for (const DeviceAttribute& a : d.attributes) {
     switch (a.type) {
-      case DeviceAttribute::Type::kString: attrs[a.name] = {{"string", a.text}}; break;
-      case DeviceAttribute::Type::kInt: attrs[a.name] = {{"int", a.number}}; break;
-      case DeviceAttribute::Type::kBool: attrs[a.name] = {{"bool", a.number != 0}}; break;
-      case DeviceAttribute::Type::kVersion: attrs[a.name] = {{"version", a.text}}; break;
+      case DeviceAttribute::Type::kString:
+        attrs[a.name] = {{"string", a.text}};
+        break;
+      case DeviceAttribute::Type::kInt:
+        attrs[a.name] = {{"int", a.number}};
+        break;
+      case DeviceAttribute::Type::kBool:
+        attrs[a.name] = {{"bool", a.number != 0}};
+        break;
+      case DeviceAttribute::Type::kVersion:
+        attrs[a.name] = {{"version", a.text}};
+        break;
       case DeviceAttribute::Type::kCapacity:
         capacity[a.name] = {{"value", std::to_string(a.number)}};
         break;

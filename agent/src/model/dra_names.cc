@@ -12,10 +12,10 @@ bool Alnum(char c) { return Lower(c) || Digit(c); }
 
 std::string CheckIdentifier(std::string_view id) {
   if (id.empty()) return "has an empty identifier";
-  if (id.size() > 32) return StrCat("identifier \"", id, "\" is ", id.size(), " characters; at most 32");
+  if (id.size() > 32)
+    return StrCat("identifier \"", id, "\" is ", id.size(), " characters; at most 32");
   auto letter = [](char c) { return Lower(c) || (c >= 'A' && c <= 'Z') || c == '_'; };
-  if (!letter(id.front()))
-    return StrCat("identifier \"", id, "\" must start with a letter or '_'");
+  if (!letter(id.front())) return StrCat("identifier \"", id, "\" must start with a letter or '_'");
   for (char c : id)
     if (!letter(c) && !Digit(c))
       return StrCat("identifier \"", id, "\" holds '", std::string(1, c),

@@ -128,8 +128,8 @@ int DeviceSink::AddAttribute(const char* name, DeviceAttribute::Type type, const
   Device& d = list.back();
   try {
     auto refuse = [&](int rc, const std::string& why) {
-      attribute_problems.push_back(StrCat("device \"", d.id, "\": attribute \"",
-                                          name == nullptr ? "" : name, "\" ", why));
+      attribute_problems.push_back(
+          StrCat("device \"", d.id, "\": attribute \"", name == nullptr ? "" : name, "\" ", why));
       return rc;
     };
     if (name == nullptr) return refuse(-EINVAL, "has no name");
@@ -151,8 +151,8 @@ int DeviceSink::AddAttribute(const char* name, DeviceAttribute::Type type, const
     }
     if (a.type == DeviceAttribute::Type::kVersion)
       if (std::string why = dra::CheckVersion(a.text); !why.empty())
-        return refuse(-EINVAL, StrCat("has a version \"", PrintableUtf8(a.text, 64),
-                                      "\" that ", why));
+        return refuse(-EINVAL,
+                      StrCat("has a version \"", PrintableUtf8(a.text, 64), "\" that ", why));
     d.attributes.push_back(std::move(a));
     return 0;
   } catch (...) {
@@ -173,8 +173,8 @@ std::string DeviceSink::PcieRootOf(const std::string& address) {
   // /sys/bus/pci/devices/<address> -> ../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0
   const std::string path =
       fs::canonical(fs::path(host_root) / "sys/bus/pci/devices" / address, ec).string();
-  if (ec || path.size() <= sys_devices_.size() + 1 || path.compare(0, sys_devices_.size(), sys_devices_) != 0 ||
-      path[sys_devices_.size()] != '/')
+  if (ec || path.size() <= sys_devices_.size() + 1 ||
+      path.compare(0, sys_devices_.size(), sys_devices_) != 0 || path[sys_devices_.size()] != '/')
     return "";
   const size_t start = sys_devices_.size() + 1;
   const std::string root = path.substr(start, path.find('/', start) - start);
@@ -190,9 +190,9 @@ int DeviceSink::SetPciAddress(devplug_device_sink* s, const char* address) {
     const std::optional<std::string> bdf =
         address == nullptr ? std::nullopt : common::NormalizePciAddress(address);
     if (!bdf) {
-      self->attribute_problems.push_back(
-          StrCat("device \"", d.id, "\": \"", PrintableUtf8(address ? address : "", 64),
-                 "\" is no PCI address"));
+      self->attribute_problems.push_back(StrCat("device \"", d.id, "\": \"",
+                                                PrintableUtf8(address ? address : "", 64),
+                                                "\" is no PCI address"));
       return -EINVAL;
     }
     d.pci_address = *bdf;
