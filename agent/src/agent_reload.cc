@@ -71,9 +71,15 @@ void Agent::BeginReload(const char* why) {
                    r->module()->path());
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<Resource>> staged;
+  auto running_of = [&](const std::string& name) -> const Resource* {
+    auto old = std::find_if(resources_.begin(), resources_.end(),
+                            [&](const auto& o) { return o->cfg().name == name; });
+    return old != resources_.end() ? old->get() : nullptr;
+  };
   for (size_t i : plan->stage) {
     auto r = NewResource(next->resources[i], i, /*staged=*/true);
-    if (Status st = r->LoadModule(); !st.ok()) errors.push_back(st.message());
+    if (Status st = r->LoadModule(running_of(r->cfg().name)); !st.ok())
+      errors.push_back(st.message());
     staged.push_back(std::move(r));
   }
   if (!errors.empty()) {
@@ -87,11 +93,7 @@ void Agent::BeginReload(const char* why) {
   // predecessor's release state from the start: what it holds back is held
   // back in the new instance's first list too, and a release still running
   // in the old instance reports to it.
-  for (auto& r : reload_->staged()) {
-    auto old = std::find_if(resources_.begin(), resources_.end(),
-                            [&](const auto& o) { return o->cfg().name == r->cfg().name; });
-    r->Launch(reload_->config(), old != resources_.end() ? old->get() : nullptr);
-  }
+  for (auto& r : reload_->staged()) r->Launch(reload_->config(), running_of(r->cfg().name));
   FinishReload();
 }
 

@@ -100,11 +100,14 @@ std::vector<std::string> Resource::Subsystems() const {
 
 // ---- starting -----------------------------------------------------------------------------
 
-Status Resource::LoadModule() {
+Status Resource::LoadModule(const Resource* predecessor) {
   const std::string path = modules::ResolveModulePath(cfg_.module, services_.running().module_dir);
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
   if (Status st = (*module)->CheckKeys(cfg_, index_); !st.ok()) return st;
+  if (cfg_.api == ServingApi::kDra && predecessor && predecessor->dra_ &&
+      predecessor->cfg_.driver == cfg_.driver)
+    dra_ = predecessor->dra_;
   if (cfg_.api == ServingApi::kDra && !dra_) {
     auto driver = MakeDriver();
     if (!driver.ok()) return driver.status();
@@ -165,9 +168,6 @@ void Resource::StopDriver() {
 
 void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecessor) {
   if (predecessor) handed_out_ = predecessor->handed_out_;
-  // One driver per driver name: its checkpoint is written by one owner.
-  if (predecessor && predecessor->dra_ && predecessor->cfg_.driver == cfg_.driver)
-    dra_ = predecessor->dra_;
   modules::ModuleInstance::Options opts;
   opts.host_root = cfg.host_root;
   opts.index = index_;

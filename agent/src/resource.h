@@ -115,8 +115,12 @@ class Resource final : private kubelet::Registrar::Env {
   std::vector<std::string> Subsystems() const;
 
   // ---- starting ----
-  // dlopen()s its module and checks the resource's keys against it.
-  Status LoadModule();
+  // dlopen()s its module and checks the resource's keys against it. A DRA
+  // resource gets its driver here: `predecessor`'s, when a reload re-creates
+  // a resource of the same driver (one driver owns its checkpoint: a second
+  // one would read it, and write specs again, while the first still
+  // prepares and unprepares), else a new one.
+  Status LoadModule(const Resource* predecessor = nullptr);
   // Creates the module instance under `cfg` (the running configuration, or
   // a reload's) on its own worker; kCreated tells the main loop how it
   // went. A reload's resource takes over `predecessor`'s hand-outs and
@@ -214,8 +218,8 @@ class Resource final : private kubelet::Registrar::Env {
   std::shared_ptr<ops::ResourceMetrics> metrics_;
   // Devices by CDI name (null while cdi is "off"): its spec file.
   std::shared_ptr<cdi::ResourceCdi> cdi_;
-  // DRA: the driver (made by LoadModule; a reload's successor of the same
-  // driver takes it over, so one driver owns its checkpoint), and what
+  // DRA: the driver (made, or taken over from a reload's predecessor, by
+  // LoadModule), and what
   // hands it the instance's lists (only once the resource serves).
   std::shared_ptr<dra::Driver> dra_;
   std::shared_ptr<DraSink> dra_sink_;

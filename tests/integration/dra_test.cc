@@ -44,15 +44,11 @@ class DraTest : public AgentTest {
   }
 
   void StartApiServer() {
-    const std::string port_file = dir_ / "api.port";
-    api_pid_ = testing::SpawnProcess(
-        {"/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", port_file}, dir_ / "api.log");
-    ASSERT_GT(api_pid_, 0);
-    struct stat st;
-    for (int i = 0; i < 3000 && stat(port_file.c_str(), &st) != 0; ++i)
-      std::this_thread::sleep_for(10ms);
-    ASSERT_EQ(stat(port_file.c_str(), &st), 0) << ReadFile(dir_ / "api.log");
-    server_ = "http://127.0.0.1:" + ReadFile(port_file);
+    const auto api =
+        testing::StartFakeApiServer(DEVPLUG_FAKE_APISERVER, dir_ / "api.port", dir_ / "api.log");
+    api_pid_ = api.pid;
+    ASSERT_GT(api_pid_, 0) << ReadFile(dir_ / "api.log");
+    server_ = "http://127.0.0.1:" + api.port;
     kube::Client::Options o;
     o.credentials.server = server_;
     api_ = std::make_unique<kube::Client>(o);
@@ -340,6 +336,51 @@ TEST_F(DraTest, SlicesAnEarlierAgentLeftAreTakenOverAndOtherNodesAreLeftAlone) {
   auto other = api_->Get(std::string(kSlices) + "/node-2-dra.fake.example-0");
   ASSERT_TRUE(other.ok()) << other.status().message();
   EXPECT_EQ((*other)["spec"]["pool"]["generation"], 3);
+}
+
+// A reload that changes a DRA resource: its successor takes the running
+// driver over (one owner of the checkpoint, no second driver made): the
+// prepared claim stays prepared, unprepare releases it through the new
+// instance, the pool follows the new list. A reload that removes the
+// resource deletes its slices.
+TEST_F(DraTest, AReloadKeepsPreparedClaimsAndRemovingTheResourceDeletesItsSlices) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  const std::string uid = Claim("c1", {"fake-1"});
+  auto prepared = Prepare("c1", uid);
+  ASSERT_EQ(prepared.claims().at(uid).error(), "");
+  ASSERT_TRUE(testing::FileExists(SpecPath(uid)));
+
+  WriteFile(config_path(),
+            Config(Resource(kDra, FakeModule("fake_release"),
+                            "api = \"dra\"\ncount = 3\nrelease_log = \"" + release_log() + "\"\n"),
+                   "0s", DraAgent()));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("changed: fake.example/dra", kWait)) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1", "fake-2"};
+  })) << Json(Slices()).dump(1);
+  EXPECT_EQ(Count(agent_->Log(), "DRA driver dra.fake.example on node"), 1u)
+      << "the reload made a second driver\n"
+      << agent_->Log();
+  EXPECT_TRUE(testing::FileExists(SpecPath(uid)));
+  // Still prepared: the kubelet asking again is answered from the checkpoint.
+  auto again = Prepare("c1", uid);
+  EXPECT_EQ(again.claims().at(uid).SerializeAsString(),
+            prepared.claims().at(uid).SerializeAsString());
+  EXPECT_EQ(Unprepare("c1", uid), "");
+  EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+  EXPECT_NE(ReadFile(release_log()).find("release fake-1"), std::string::npos)
+      << ReadFile(release_log());
+
+  WriteFile(config_path(),
+            Config(Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", DraAgent()));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(Eventually([&] { return Slices().empty(); })) << Json(Slices()).dump(1);
 }
 
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
