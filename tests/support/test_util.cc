@@ -104,6 +104,26 @@ std::string ModuleDir() { return DEVPLUG_TEST_MODULE_DIR; }
 std::string FakeModuleDir() { return DEVPLUG_TEST_FAKE_MODULE_DIR; }
 std::string DevplugctlPath() { return DEVPLUG_TEST_DEVPLUGCTL; }
 
+FakeApiServer StartFakeApiServer(const std::string& script, const std::string& port_file,
+                                 const std::string& log_path,
+                                 const std::vector<std::string>& extra) {
+  std::remove(port_file.c_str());
+  std::vector<std::string> argv{"/usr/bin/python3", script, "--port-file", port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  FakeApiServer server;
+  server.pid = SpawnProcess(argv, log_path);
+  if (server.pid < 0) return server;
+  struct stat st;
+  for (int i = 0; i < 3000 && stat(port_file.c_str(), &st) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (stat(port_file.c_str(), &st) != 0) {
+    StopProcess(server.pid, SIGTERM);
+    return {};
+  }
+  server.port = ReadFile(port_file);
+  return server;
+}
+
 pid_t SpawnProcess(const std::vector<std::string>& args, const std::string& log_path, bool both) {
   std::vector<std::string> copy = args;
   std::vector<char*> argv;

@@ -67,6 +67,18 @@ pid_t SpawnProcess(const std::vector<std::string>& argv, const std::string& log_
 // Sends `sig` and reaps the process; its exit code, or 128 + signal.
 int StopProcess(pid_t pid, int sig);
 
+// Starts the suite's fake API server (tests/support/fake_apiserver.py, at
+// `script`) with `extra` arguments and its log in `log_path`, and waits up
+// to 30 s for the port it writes to `port_file`. Its pid and that port, or
+// -1 and "" when it did not come up (its log says why).
+struct FakeApiServer {
+  pid_t pid = -1;
+  std::string port;
+};
+FakeApiServer StartFakeApiServer(const std::string& script, const std::string& port_file,
+                                 const std::string& log_path,
+                                 const std::vector<std::string>& extra = {});
+
 // Paths baked in by CMake.
 std::string DevplugdPath();
 std::string ModuleDir();      // in-tree modules (kvm.so, ...)

@@ -33,16 +33,12 @@ constexpr char kDriver[] = "dra.fake.example";
 class DraDriverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string port_file = dir_ / "port";
-    pid_ = devplug::testing::SpawnProcess(
-        {"/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", port_file}, dir_ / "api.log");
-    ASSERT_GT(pid_, 0);
-    struct stat st;
-    for (int i = 0; i < 3000 && stat(port_file.c_str(), &st) != 0; ++i)
-      std::this_thread::sleep_for(10ms);
-    ASSERT_EQ(stat(port_file.c_str(), &st), 0) << ReadFile(dir_ / "api.log");
+    const auto api = devplug::testing::StartFakeApiServer(DEVPLUG_FAKE_APISERVER, dir_ / "port",
+                                                          dir_ / "api.log");
+    pid_ = api.pid;
+    ASSERT_GT(pid_, 0) << ReadFile(dir_ / "api.log");
     kube::Client::Options o;
-    o.credentials.server = "http://127.0.0.1:" + ReadFile(port_file);
+    o.credentials.server = "http://127.0.0.1:" + api.port;
     client_ = std::make_shared<kube::Client>(o);
     WriteFile(dir_ / "count", "2");
   }

@@ -47,19 +47,14 @@ class KubeClientTest : public ::testing::Test {
   }
   void StartServer(const std::vector<std::string>& extra) {
     if (pid_ > 0) StopProcess(pid_, SIGTERM);
-    std::remove((dir_ / "port").c_str());
-    std::vector<std::string> argv{
-        "/usr/bin/python3", DEVPLUG_FAKE_APISERVER, "--port-file", dir_ / "port",
-        "--cert",           dir_ / "server.pem",    "--key",       dir_ / "server.key",
-        "--token-file",     dir_ / "token"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    pid_ = SpawnProcess(argv, dir_ / "server.log");
-    ASSERT_GT(pid_, 0);
-    struct stat st;
-    for (int i = 0; i < 3000 && stat((dir_ / "port").c_str(), &st) != 0; ++i)
-      std::this_thread::sleep_for(10ms);
-    ASSERT_EQ(stat((dir_ / "port").c_str(), &st), 0) << ReadFile(dir_ / "server.log");
-    port_ = ReadFile(dir_ / "port");
+    std::vector<std::string> args{"--cert",       dir_ / "server.pem", "--key", dir_ / "server.key",
+                                  "--token-file", dir_ / "token"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto api = devplug::testing::StartFakeApiServer(DEVPLUG_FAKE_APISERVER, dir_ / "port",
+                                                          dir_ / "server.log", args);
+    pid_ = api.pid;
+    ASSERT_GT(pid_, 0) << ReadFile(dir_ / "server.log");
+    port_ = api.port;
   }
   Client::Options Opts() {
     Client::Options o;
