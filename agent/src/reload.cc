@@ -52,6 +52,7 @@ StatusOr<Reload::Plan> Reload::Make(
   fixed("api_token_file", now.api_token_file, next.api_token_file);
   fixed("api_client_cert", now.api_client_cert, next.api_client_cert);
   fixed("api_client_key", now.api_client_key, next.api_client_key);
+  fixed("api_kubeconfig", now.api_kubeconfig, next.api_kubeconfig);
   fixed("dra_state_dir", now.dra_state_dir, next.dra_state_dir);
   if (!errors.empty()) return InvalidArgumentError(StrJoin(errors, "\n"));
 

@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kube/kubeconfig.h"
 #include "kubelet/list_publisher.h"
 #include "kubelet/pod_lookup.h"
 #include "kubelet/registration.h"
@@ -120,15 +121,25 @@ Status Resource::LoadModule(const Resource* predecessor) {
 StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver() const {
   const config::AgentConfig& cfg = services_.running();
   StatusOr<kube::Credentials> creds = kube::Credentials{};
-  if (cfg.api_server.empty()) {
+  if (!cfg.api_kubeconfig.empty()) {
+    creds = kube::LoadKubeconfig(cfg.api_kubeconfig);
+    if (!creds.ok())
+      return Status(creds.status().code(),
+                    StrCat("resource \"", cfg_.name, "\": DRA: ", creds.status().message()));
+  } else if (cfg.api_server.empty()) {
     creds = kube::InCluster();
     if (!creds.ok())
       return FailedPreconditionError(StrCat(
           "resource \"", cfg_.name, "\": DRA needs the API server: ", creds.status().message(),
-          " (outside a pod, set agent.api_server and its credentials)"));
+          " (outside a pod, set agent.api_kubeconfig, or agent.api_server and its credentials)"));
   } else {
-    creds = kube::Credentials{cfg.api_server,      cfg.api_ca_file,   cfg.api_token_file, "",
-                              cfg.api_client_cert, cfg.api_client_key};
+    kube::Credentials c;
+    c.server = cfg.api_server;
+    c.ca_file = cfg.api_ca_file;
+    c.token_file = cfg.api_token_file;
+    c.client_cert = cfg.api_client_cert;
+    c.client_key = cfg.api_client_key;
+    creds = std::move(c);
   }
   std::error_code ec;
   std::filesystem::create_directories(cfg.dra_state_dir, ec);

@@ -509,6 +509,36 @@ module = "generic"
   EXPECT_EQ(DefaultDriverName("devplug.io/Net_Dev"), "net-dev.devplug.io");
 }
 
+// agent.api_kubeconfig names the API server and its credentials: with
+// api_server or one of its credential keys, one of them would be ignored.
+TEST(ConfigTest, AKubeconfigOrAnApiServerNotBoth) {
+  auto cfg = LoadString(R"([agent]
+api_kubeconfig = "/etc/kubernetes/kubelet.conf"
+api_token_file = "/run/token"
+
+[[resource]]
+name = "devplug.io/a"
+module = "generic"
+api = "dra"
+)",
+                        "both.toml", Opts());
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().message(),
+            "both.toml:2: agent.api_kubeconfig: names the API server and its credentials, and so "
+            "does agent.api_token_file (both.toml:3): set one or the other");
+  auto alone = LoadString(R"([agent]
+api_kubeconfig = "/etc/kubernetes/kubelet.conf"
+
+[[resource]]
+name = "devplug.io/a"
+module = "generic"
+api = "dra"
+)",
+                          "alone.toml", Opts());
+  ASSERT_TRUE(alone.ok()) << alone.status().message();
+  EXPECT_EQ(alone->api_kubeconfig, "/etc/kubernetes/kubelet.conf");
+}
+
 TEST(ConfigTest, DraMistakesNameFileLineAndKey) {
   auto cfg = LoadString(R"([agent]
 node_name = "Node_1"

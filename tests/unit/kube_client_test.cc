@@ -2,6 +2,7 @@
 // a child process) over real TLS: certificates made by openssl for each
 // test, a bearer token in a file, and the server's own error objects.
 #include "kube/client.h"
+#include "kube/kubeconfig.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -240,6 +241,86 @@ TEST(KubeInClusterTest, ReadsTheServiceAccountAndTheServiceAddress) {
 
 TEST(KubeEscapeTest, KeepsUnreservedCharactersOnly) {
   EXPECT_EQ(Escape("spec.nodeName=a b,c/d~e_f-g"), "spec.nodeName%3Da%20b%2Cc%2Fd~e_f-g");
+}
+
+// agent.api_kubeconfig: a kubeconfig with its CA and token inline (as
+// kubeadm writes admin.conf), used over real TLS.
+TEST_F(KubeClientTest, AKubeconfigWithInlineCaDataAndATokenConnects) {
+  ASSERT_EQ(
+      std::system(("openssl base64 -A -in " + dir_ / "server.pem" + " -out " + dir_ / "server.b64")
+                      .c_str()),
+      0);
+  const std::string kubeconfig = dir_ / "kubeconfig";
+  WriteFile(kubeconfig,
+            "apiVersion: v1\nkind: Config\ncurrent-context: node\nclusters:\n"
+            "- name: local\n  cluster:\n    server: https://127.0.0.1:" +
+                port_ + "/\n    certificate-authority-data: " + ReadFile(dir_ / "server.b64") +
+                "\ncontexts:\n- name: other\n  context: {cluster: nowhere, user: x}\n"
+                "- name: node\n  context:\n    cluster: local\n    user: devplugd\n"
+                "users:\n- name: devplugd\n  user:\n    token: secret-1\n");
+  auto creds = LoadKubeconfig(kubeconfig);
+  ASSERT_TRUE(creds.ok()) << creds.status().message();
+  EXPECT_EQ(creds->server, "https://127.0.0.1:" + port_);
+  EXPECT_EQ(creds->ca_pem, ReadFile(dir_ / "server.pem"));
+  Client::Options o;
+  o.credentials = *creds;
+  Client c(o);
+  auto got = c.Get(kSlices);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(Requests(c).at(0)["authorization"], "Bearer secret-1");
+}
+
+// Files named relative to the kubeconfig's folder (as kubectl reads them),
+// inline client certificates, and what devplugd refuses, by file and field.
+TEST(KubeconfigTest, PathsAreRelativeToItsFolderAndWhatCannotWorkIsRefused) {
+  const std::string head =
+      "clusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1:6443\n"
+      "    certificate-authority: pki/ca.crt\n"
+      "contexts:\n- name: only\n  context: {cluster: c, user: u}\n"
+      "users:\n- name: u\n  user:\n";
+  auto files = ParseKubeconfig(head +
+                                   "    client-certificate: /var/lib/kubelet/pki/k.pem\n"
+                                   "    client-key: k.key\n",
+                               "/etc/kubernetes/kubelet.conf");
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  EXPECT_EQ(files->ca_file, "/etc/kubernetes/pki/ca.crt");
+  EXPECT_EQ(files->client_cert, "/var/lib/kubelet/pki/k.pem");
+  EXPECT_EQ(files->client_key, "/etc/kubernetes/k.key");
+
+  auto inline_cert = ParseKubeconfig(
+      head + "    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n", "/k");
+  ASSERT_TRUE(inline_cert.ok()) << inline_cert.status().message();
+  EXPECT_EQ(inline_cert->client_cert_pem, "CERT");
+  EXPECT_EQ(inline_cert->client_key_pem, "KEY");
+  auto token_file = ParseKubeconfig(head + "    tokenFile: token\n", "/etc/devplug/kubeconfig");
+  ASSERT_TRUE(token_file.ok());
+  EXPECT_EQ(token_file->token_file, "/etc/devplug/token");
+
+  auto refused = [](const std::string& text) {
+    auto c = ParseKubeconfig(text, "/etc/k.conf");
+    return c.ok() ? std::string("accepted") : std::string(c.status().message());
+  };
+  EXPECT_EQ(refused(head + "    exec:\n      command: aws\n"),
+            "/etc/k.conf: user \"u\": exec is not supported (use a token, a tokenFile, or a "
+            "client certificate)");
+  EXPECT_EQ(refused(head + "    client-certificate: a.pem\n"),
+            "/etc/k.conf: user \"u\": a client certificate needs its key, and a key its "
+            "certificate");
+  EXPECT_EQ(refused(head + "    client-key-data: '!!'\n"),
+            "/etc/k.conf: user \"u\": client-key-data is not base64");
+  EXPECT_EQ(refused("current-context: gone\n" + head + "    token: t\n"),
+            "/etc/k.conf: context \"gone\" is not defined");
+  EXPECT_NE(refused(head + "    token: t\n" +
+                    "clusters: [{name: c, cluster: {server: x, insecure-skip-tls-verify: true}}]\n")
+                .find("is not an https:// URL"),
+            std::string::npos);
+  EXPECT_NE(
+      refused("clusters:\n- name: c\n  cluster:\n    server: https://a\n"
+              "    insecure-skip-tls-verify: true\ncontexts: [{name: x, context: {cluster: c}}]\n")
+          .find("insecure-skip-tls-verify is refused"),
+      std::string::npos);
+  EXPECT_NE(refused("a: [b\n").find("/etc/k.conf:"), std::string::npos);
+  EXPECT_EQ(refused("just text\n"), "/etc/k.conf: not a kubeconfig (no mapping at the top)");
 }
 
 }  // namespace

@@ -271,6 +271,7 @@ class Parser {
                                        "api_token_file",
                                        "api_client_cert",
                                        "api_client_key",
+                                       "api_kubeconfig",
                                        "dra_state_dir"};
         for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
         Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));
@@ -288,6 +289,7 @@ class Parser {
     if (name == "api_token_file") return &AgentConfig::api_token_file;
     if (name == "api_client_cert") return &AgentConfig::api_client_cert;
     if (name == "api_client_key") return &AgentConfig::api_client_key;
+    if (name == "api_kubeconfig") return &AgentConfig::api_kubeconfig;
     if (name == "dra_state_dir") return &AgentConfig::dra_state_dir;
     return nullptr;
   }
@@ -528,6 +530,17 @@ void FinishDra(AgentConfig& cfg, const Parser& parser, Errors& errors, size_t i,
 
 // Cross-table checks once every file is read: sockets, duplicates.
 void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
+  if (!cfg.api_kubeconfig.empty()) {
+    for (const char* key :
+         {"api_server", "api_ca_file", "api_token_file", "api_client_cert", "api_client_key"}) {
+      auto other = cfg.agent_keys.find(key);
+      if (other == cfg.agent_keys.end()) continue;
+      const SourceLocation& at = cfg.agent_keys.at("api_kubeconfig");
+      errors.Add(at.file, at.line, "agent.api_kubeconfig",
+                 StrCat("names the API server and its credentials, and so does agent.", key, " (",
+                        other->second.file, ":", other->second.line, "): set one or the other"));
+    }
+  }
   if (cfg.resources.empty() && !cfg.files.empty()) {
     errors.Add(cfg.files.front(), 0, "",
                "no [[resource]] table (in this file or a conf.d/*.toml drop-in): nothing to "

@@ -150,6 +150,9 @@ struct AgentConfig {
   // Its credentials when api_server is set: the CA bundle, and a bearer
   // token file (re-read when it changes) or a client certificate and key.
   std::string api_ca_file, api_token_file, api_client_cert, api_client_key;
+  // Or a kubeconfig file (a node's /etc/kubernetes/kubelet.conf): its
+  // current context's server and credentials. Not with api_server.
+  std::string api_kubeconfig;
   // Where DRA resources keep their prepared claims across restarts.
   std::string dra_state_dir = "/var/lib/devplug/dra";
   // Where each [agent] key was set (for messages about them, e.g. a reload

@@ -232,6 +232,17 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
     lib.easy_setopt(curl, CURLOPT_SSLCERT, c.client_cert.c_str());
     lib.easy_setopt(curl, CURLOPT_SSLKEY, c.client_key.c_str());
   }
+  // PEM in memory (a kubeconfig's *-data): libcurl copies each blob.
+  auto blob = [&](CURLoption option, const std::string& pem) {
+    if (pem.empty()) return;
+    curl_blob b{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
+    lib.easy_setopt(curl, option, &b);
+  };
+  if (c.ca_file.empty()) blob(CURLOPT_CAINFO_BLOB, c.ca_pem);
+  if (c.client_cert.empty()) {
+    blob(CURLOPT_SSLCERT_BLOB, c.client_cert_pem);
+    blob(CURLOPT_SSLKEY_BLOB, c.client_key_pem);
+  }
   if (body) {
     lib.easy_setopt(curl, CURLOPT_POSTFIELDS, body->data());
     lib.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body->size()));

@@ -32,6 +32,9 @@ struct Credentials {
   std::string token_file;  // a bearer token, read again whenever the file changes
   std::string token;       // a fixed bearer token (when there is no token_file)
   std::string client_cert, client_key;  // PEM files: a client certificate instead of a token
+  // The same in memory (a kubeconfig's *-data fields), used where the file
+  // name is empty.
+  std::string ca_pem, client_cert_pem, client_key_pem;
 };
 
 // The pod's service account: KUBERNETES_SERVICE_HOST and _PORT, and
