@@ -121,6 +121,7 @@ TEST(AbiSinksTest, AttributesAreCheckedAndKeptInOrder) {
   EXPECT_EQ(sink.attribute_problems[0], "device \"a\": attribute \"model\" is set twice");
   EXPECT_EQ(sink.attribute_problems[2],
             "device \"a\": attribute \"id\" is one devplugd sets itself");
+  EXPECT_EQ(sink.attribute_problems.size(), 14u) << "each refusal says why";
 
   // The budget: 32 names a device, 4 of them the agent's.
   ASSERT_EQ(c->add_device(c, "b", DEVPLUG_HEALTHY, 0, nullptr), 0);

@@ -128,11 +128,16 @@ int DeviceSink::AddAttribute(const char* name, DeviceAttribute::Type type, const
   Device& d = list.back();
   try {
     auto refuse = [&](int rc, const std::string& why) {
-      attribute_problems.push_back(
-          StrCat("device \"", d.id, "\": attribute \"", name == nullptr ? "" : name, "\" ", why));
+      attribute_problems.push_back(StrCat("device \"", d.id, "\": attribute \"",
+                                          PrintableUtf8(name == nullptr ? "" : name, 64), "\" ",
+                                          why));
       return rc;
     };
     if (name == nullptr) return refuse(-EINVAL, "has no name");
+    if (type == DeviceAttribute::Type::kBool && number != 0 && number != 1)
+      return refuse(-EINVAL, StrCat("has the bool value ", number, " (0 or 1)"));
+    if (type == DeviceAttribute::Type::kCapacity && number < 0)
+      return refuse(-EINVAL, "has a capacity above INT64_MAX");
     if (std::string why = dra::CheckAttributeName(name); !why.empty())
       return refuse(-EINVAL, StrCat("is no attribute name: it ", why));
     if (dra::IsAgentAttribute(name)) return refuse(-EINVAL, "is one devplugd sets itself");
@@ -216,7 +221,7 @@ int DeviceSink::SetAttributeInt(devplug_device_sink* s, const char* name, int64_
 }
 
 int DeviceSink::SetAttributeBool(devplug_device_sink* s, const char* name, int32_t value) {
-  if (s == nullptr || (value != 0 && value != 1)) return -EINVAL;
+  if (s == nullptr) return -EINVAL;
   return static_cast<DeviceSink*>(s->agent_data)
       ->AddAttribute(name, DeviceAttribute::Type::kBool, nullptr, value);
 }
@@ -228,10 +233,13 @@ int DeviceSink::SetAttributeVersion(devplug_device_sink* s, const char* name, co
 }
 
 int DeviceSink::SetCapacity(devplug_device_sink* s, const char* name, uint64_t value) {
-  if (s == nullptr || value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    return -EINVAL;
+  if (s == nullptr) return -EINVAL;
+  // Above INT64_MAX: -1, which AddAttribute refuses.
+  const int64_t n = value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                        ? -1
+                        : static_cast<int64_t>(value);
   return static_cast<DeviceSink*>(s->agent_data)
-      ->AddAttribute(name, DeviceAttribute::Type::kCapacity, nullptr, static_cast<int64_t>(value));
+      ->AddAttribute(name, DeviceAttribute::Type::kCapacity, nullptr, n);
 }
 
 }  // namespace devplug::modules
