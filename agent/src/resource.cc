@@ -120,27 +120,21 @@ Status Resource::LoadModule(const Resource* predecessor) {
 
 StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver() const {
   const config::AgentConfig& cfg = services_.running();
-  StatusOr<kube::Credentials> creds = kube::Credentials{};
-  if (!cfg.api_kubeconfig.empty()) {
-    creds = kube::LoadKubeconfig(cfg.api_kubeconfig);
-    if (!creds.ok())
-      return Status(creds.status().code(),
-                    StrCat("resource \"", cfg_.name, "\": DRA: ", creds.status().message()));
-  } else if (cfg.api_server.empty()) {
-    creds = kube::InCluster();
-    if (!creds.ok())
-      return FailedPreconditionError(StrCat(
-          "resource \"", cfg_.name, "\": DRA needs the API server: ", creds.status().message(),
-          " (outside a pod, set agent.api_kubeconfig, or agent.api_server and its credentials)"));
-  } else {
-    kube::Credentials c;
-    c.server = cfg.api_server;
-    c.ca_file = cfg.api_ca_file;
-    c.token_file = cfg.api_token_file;
-    c.client_cert = cfg.api_client_cert;
-    c.client_key = cfg.api_client_key;
-    creds = std::move(c);
-  }
+  kube::Credentials given;
+  given.server = cfg.api_server;
+  given.ca_file = cfg.api_ca_file;
+  given.token_file = cfg.api_token_file;
+  given.client_cert = cfg.api_client_cert;
+  given.client_key = cfg.api_client_key;
+  auto creds = kube::ChooseCredentials(cfg.api_kubeconfig, std::move(given));
+  if (!creds.ok())
+    return Status(
+        creds.status().code(),
+        StrCat("resource \"", cfg_.name, "\": DRA needs the API server: ", creds.status().message(),
+               cfg.api_kubeconfig.empty() && cfg.api_server.empty()
+                   ? " (outside a pod, set agent.api_kubeconfig, or agent.api_server "
+                     "and its credentials)"
+                   : ""));
   std::error_code ec;
   std::filesystem::create_directories(cfg.dra_state_dir, ec);
   if (ec)

@@ -190,4 +190,10 @@ StatusOr<Credentials> LoadKubeconfig(const std::string& path) {
   return ParseKubeconfig(text.str(), path);
 }
 
+StatusOr<Credentials> ChooseCredentials(const std::string& kubeconfig, Credentials given) {
+  if (!kubeconfig.empty()) return LoadKubeconfig(kubeconfig);
+  if (given.server.empty()) return InCluster();
+  return given;
+}
+
 }  // namespace devplug::kube

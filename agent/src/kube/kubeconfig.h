@@ -22,4 +22,9 @@ namespace devplug::kube {
 StatusOr<Credentials> ParseKubeconfig(const std::string& text, const std::string& path);
 StatusOr<Credentials> LoadKubeconfig(const std::string& path);
 
+// Where devplugd finds the API server, the first that applies: the
+// kubeconfig file `kubeconfig`; the pod's service account (InCluster) when
+// `given.server` is empty; else `given`.
+StatusOr<Credentials> ChooseCredentials(const std::string& kubeconfig, Credentials given);
+
 }  // namespace devplug::kube
