@@ -13,6 +13,8 @@ Paths are /api/v1/... and /apis/<group>/<version>/..., namespaced or not.
 
 For the tests, under /_fake/:
   POST /_fake/conflicts?count=N   the next N PUTs answer 409 Conflict
+  POST /_fake/continue?token=T    every list page from now on says
+                                  "continue": T (a server that never ends)
   GET  /_fake/requests            every request so far: method, path, query,
                                   authorization
 Usage: fake_apiserver.py --port-file F [--cert C --key K] [--token-file T]
@@ -118,6 +120,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/_fake/conflicts":
             STATE["conflicts"] = int(query["count"][0])
             return 200, {}
+        if path == "/_fake/continue":
+            STATE["continue"] = query["token"][0]
+            return 200, {}
         if path == "/_fake/requests":
             return 200, {"items": REQUESTS[:-1]}
         if self.token_file:
@@ -140,6 +145,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             meta = {"resourceVersion": str(STATE["rv"])}
             if start + limit < len(found):
                 meta["continue"] = str(start + limit)
+            if STATE.get("continue"):
+                meta["continue"] = STATE["continue"]
             return 200, {"kind": "List", "items": page, "metadata": meta}
         if method == "GET":
             if name not in items:

@@ -578,7 +578,7 @@ dra_driver = "E..devplug"
   const std::string m(cfg.status().message());
   EXPECT_NE(m.find("bad.toml:2: agent.node_name: \"Node_1\" is not a node name"), std::string::npos)
       << m;
-  EXPECT_NE(m.find("bad.toml:3: agent.api_server: \"10.0.0.1:6443\" must be an https://"),
+  EXPECT_NE(m.find("bad.toml:3: agent.api_server: \"10.0.0.1:6443\" is not an https:// URL"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("bad.toml:5: resource[0].registration: a DRA resource registers through the "
@@ -603,6 +603,81 @@ dra_driver = "E..devplug"
   EXPECT_NE(m.find("bad.toml:32: resource[4].dra_driver: \"E..devplug\" is not a DRA driver name"),
             std::string::npos)
       << m;
+}
+
+// A DRA resource writes its claims' specs under its CDI kind: a device
+// plugin resource of the same kind would sweep them away (review D13).
+// Credentials go over http:// only to this host's loopback (review D15).
+TEST(ConfigTest, ADraResourceSharesNoCdiKindAndSendsNoTokenInClear) {
+  auto clash = LoadString(R"([agent]
+node_name = "node-1"
+api_server = "https://10.0.0.1:6443"
+
+[[resource]]
+name = "fake.example/gpu.a"
+module = "generic"
+api = "dra"
+
+[[resource]]
+name = "fake.example/gpu_a"
+module = "generic"
+cdi = "cri"
+)",
+                          "clash.toml", Opts());
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.status().message().find(
+                "clash.toml:13: resource[1].cdi: resource \"fake.example/gpu_a\" has the CDI kind "
+                "\"devplug.fake.example/gpu_a\" of resource \"fake.example/gpu.a\""),
+            std::string::npos)
+      << clash.status().message();
+  auto both_dra = LoadString(R"([agent]
+node_name = "node-1"
+api_server = "https://10.0.0.1:6443"
+
+[[resource]]
+name = "fake.example/gpu_a"
+module = "generic"
+cdi = "cri"
+
+[[resource]]
+name = "fake.example/gpu.a"
+module = "generic"
+api = "dra"
+)",
+                             "clash.toml", Opts());
+  ASSERT_FALSE(both_dra.ok());
+  EXPECT_NE(both_dra.status().message().find("clash.toml:13: resource[1].api: resource "
+                                             "\"fake.example/gpu.a\" has the CDI kind"),
+            std::string::npos)
+      << both_dra.status().message();
+
+  auto plain = LoadString(R"([agent]
+node_name = "node-1"
+api_server = "http://10.0.0.1:8080"
+
+[[resource]]
+name = "fake.example/gpu"
+module = "generic"
+api = "dra"
+)",
+                          "plain.toml", Opts());
+  ASSERT_FALSE(plain.ok());
+  EXPECT_NE(
+      plain.status().message().find("plain.toml:3: agent.api_server: \"http://10.0.0.1:8080\" "
+                                    "is plain http:// to another host"),
+      std::string::npos)
+      << plain.status().message();
+  auto local = LoadString(R"([agent]
+node_name = "node-1"
+api_server = "http://127.0.0.1:8080"
+
+[[resource]]
+name = "fake.example/gpu"
+module = "generic"
+api = "dra"
+)",
+                          "local.toml", Opts());
+  EXPECT_TRUE(local.ok()) << local.status().message();
 }
 
 TEST(ConfigTest, DraDriverNamesAreDnsSubdomains) {

@@ -3,6 +3,7 @@
 // test, a bearer token in a file, and the server's own error objects.
 #include "kube/client.h"
 #include "kube/kubeconfig.h"
+#include "model/api_server_url.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -219,6 +220,55 @@ TEST_F(KubeClientTest, ANoAnswerIsUnavailableWithinTheTimeout) {
       << got.status().message();
 }
 
+// A server that repeats a continue token, or whose answer has no end, is an
+// error, not a loop or an unbounded buffer (review, "suspected").
+TEST_F(KubeClientTest, AListThatNeverEndsAndAnAnswerTooLargeAreErrors) {
+  Client c(Opts());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c.Create(kSlices, Slice(StrCat("s", i), "n")).ok());
+  ASSERT_TRUE(c.Create("/_fake/continue?token=1", Json::object()).ok());
+  auto looped = c.List(kSlices);
+  ASSERT_FALSE(looped.ok());
+  EXPECT_EQ(looped.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(looped.status().message().find("continue token repeated"), std::string::npos)
+      << looped.status().message();
+
+  Client::Options small = Opts();
+  small.max_response_bytes = 600;
+  Client capped(small);
+  auto big = capped.Get(StrCat(kSlices, "/s1"));
+  EXPECT_TRUE(big.ok()) << big.status().message();
+  auto whole = capped.Get(kSlices);
+  ASSERT_FALSE(whole.ok());
+  EXPECT_NE(whole.status().message().find("larger than 600 bytes"), std::string::npos)
+      << whole.status().message();
+}
+
+// Credentials never travel over plain http to another host; loopback (the
+// tests' own server) is the one exception (review D15).
+TEST(KubeApiServerUrlTest, PlainHttpOnlyToLoopback) {
+  EXPECT_EQ(CheckApiServerUrl("https://10.96.0.1:443"), "");
+  EXPECT_EQ(CheckApiServerUrl("https://api.example.com"), "");
+  EXPECT_EQ(CheckApiServerUrl("http://127.0.0.1:8080"), "");
+  EXPECT_EQ(CheckApiServerUrl("http://127.3.4.5"), "");
+  EXPECT_EQ(CheckApiServerUrl("http://localhost:6443/"), "");
+  EXPECT_EQ(CheckApiServerUrl("http://[::1]:6443"), "");
+  for (const char* bad :
+       {"http://10.0.0.1:6443", "http://api.example.com", "http://128.0.0.1",
+        "http://localhost.evil.example", "http://[::2]:80", "ftp://x", "https://", "10.0.0.1:6443"})
+    EXPECT_NE(CheckApiServerUrl(bad), "") << bad;
+  EXPECT_NE(CheckApiServerUrl("http://10.0.0.1").find("in clear"), std::string::npos);
+
+  // The client itself refuses, whatever the credentials came from.
+  Client::Options o;
+  o.credentials.server = "http://192.0.2.1:8080";
+  o.credentials.token = "secret";
+  Client c(o);
+  auto r = c.Get("/api/v1/nodes");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("in clear"), std::string::npos) << r.status().message();
+}
+
 TEST(KubeInClusterTest, ReadsTheServiceAccountAndTheServiceAddress) {
   TempDir dir;
   unsetenv("KUBERNETES_SERVICE_HOST");
@@ -320,6 +370,35 @@ TEST(KubeconfigTest, PathsAreRelativeToItsFolderAndWhatCannotWorkIsRefused) {
           .find("insecure-skip-tls-verify is refused"),
       std::string::npos);
   EXPECT_NE(refused("a: [b\n").find("/etc/k.conf:"), std::string::npos);
+  // Every spelling YAML 1.1 reads as true (kubectl's reader) is refused;
+  // spellings of false are fine (review D16).
+  const std::string one_cluster =
+      "contexts: [{name: x, context: {cluster: c}}]\n"
+      "clusters:\n- name: c\n  cluster:\n    server: https://a\n";
+  for (const char* yes : {"true", "True", "TRUE", "yes", "Yes", "on", "y", "\"true\""})
+    EXPECT_NE(refused(one_cluster + "    insecure-skip-tls-verify: " + yes + "\n")
+                  .find("insecure-skip-tls-verify is refused"),
+              std::string::npos)
+        << yes;
+  for (const char* no : {"false", "False", "no", "off"})
+    EXPECT_EQ(refused(one_cluster + "    insecure-skip-tls-verify: " + no + "\n"), "accepted")
+        << no;
+  // What would change where devplugd connects, or as whom, is refused by
+  // field, not ignored.
+  EXPECT_EQ(refused(one_cluster + "    tls-server-name: api.internal\n"),
+            "/etc/k.conf: cluster \"c\": tls-server-name is not supported (devplugd connects to "
+            "the server's own name, directly)");
+  EXPECT_NE(refused(one_cluster + "    proxy-url: http://proxy:3128\n").find("proxy-url"),
+            std::string::npos);
+  EXPECT_EQ(refused(head + "    token: t\n    as: admin\n"),
+            "/etc/k.conf: user \"u\": as (impersonation) is not supported: give the identity "
+            "itself");
+  EXPECT_NE(refused(head + "    token: t\n    as-groups: [system:masters]\n").find("as-groups"),
+            std::string::npos);
+  EXPECT_NE(refused("contexts: [{name: x, context: {cluster: c}}]\n"
+                    "clusters:\n- name: c\n  cluster:\n    server: http://10.0.0.1:8080\n")
+                .find("in clear"),
+            std::string::npos);
   EXPECT_EQ(refused("just text\n"), "/etc/k.conf: not a kubeconfig (no mapping at the top)");
 }
 

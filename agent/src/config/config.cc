@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "model/api_server_url.h"
 #include "model/cdi_names.h"
 #include "model/kubelet_names.h"
 
@@ -197,10 +198,8 @@ class Parser {
       } else if (name == "api_server") {
         const std::string* s = String(node, key);
         if (s == nullptr) continue;
-        if (!s->empty() && s->rfind("https://", 0) != 0 && s->rfind("http://", 0) != 0)
-          Error(
-              node, key,
-              StrCat("\"", *s, "\" must be an https:// (or http://) URL, or \"\" for in-cluster"));
+        if (std::string why = s->empty() ? "" : CheckApiServerUrl(*s); !why.empty())
+          Error(node, key, StrCat(why, "; or \"\" for in-cluster"));
         else
           cfg_.api_server = *s;
       } else if (name == "log_level") {
@@ -569,18 +568,25 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
                  "needs cdi = \"cri\", \"annotations\" or \"both\" (with cdi off nothing would "
                  "give the container its devices)");
     }
-    if (r.cdi != CdiMode::kOff && !r.name.empty() && CheckResourceName(r.name).empty()) {
+    // A DRA resource writes a CDI spec per claim, under its kind, whatever
+    // `cdi` says.
+    const bool writes_cdi = r.cdi != CdiMode::kOff || r.api == ServingApi::kDra;
+    if (writes_cdi && !r.name.empty() && CheckResourceName(r.name).empty()) {
+      const char* key = r.api == ServingApi::kDra ? "api" : "cdi";
       auto kind = cdi::KindOf(r.name);
       if (!kind.ok()) {
-        errors.Add(r.where.file, parser.KeyLine(i, "cdi"), prefix + "cdi",
-                   StrCat("resource \"", r.name, "\" has no CDI kind: ", kind.status().message()));
+        if (r.api != ServingApi::kDra)  // FinishDra said so already
+          errors.Add(
+              r.where.file, parser.KeyLine(i, key), prefix + key,
+              StrCat("resource \"", r.name, "\" has no CDI kind: ", kind.status().message()));
       } else {
         // Two resources whose names differ only in '.' against '_' would
-        // write one file and define each other's names.
+        // write one kind's files, define each other's names, and sweep
+        // each other's specs away (a claim's too).
         auto [it, fresh] = cdi_files.emplace(r.cdi_dir + "/" + cdi::SpecFileName(*kind), i);
         if (!fresh) {
           const ResourceConfig& first = cfg.resources[it->second];
-          errors.Add(r.where.file, parser.KeyLine(i, "cdi"), prefix + "cdi",
+          errors.Add(r.where.file, parser.KeyLine(i, key), prefix + key,
                      StrCat("resource \"", r.name, "\" has the CDI kind \"", kind->str(),
                             "\" of resource \"", first.name, "\" (", first.where.file, ":",
                             first.where.line, ")"));

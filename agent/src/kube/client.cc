@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/api_server_url.h"
+
 namespace devplug::kube {
 namespace {
 
@@ -65,8 +67,21 @@ const Curl& LoadCurl() {
   return curl;
 }
 
+// The body of an answer, up to a cap: past it the transfer stops (libcurl
+// sees a short write) and `over` says why.
+struct Body {
+  std::string text;
+  size_t cap = 0;
+  bool over = false;
+};
+
 size_t Collect(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
+  Body* body = static_cast<Body*>(out);
+  if (body->text.size() + size * n > body->cap) {
+    body->over = true;
+    return 0;
+  }
+  body->text.append(data, size * n);
   return size * n;
 }
 
@@ -199,7 +214,8 @@ std::string Client::Bearer() {
 }
 
 StatusOr<Client::Response> Client::Call(const char* method, const std::string& path_and_query,
-                                        const std::string* body) {
+                                        const std::string* body,
+                                        std::optional<std::chrono::milliseconds> timeout) {
   MutexLock lock(mu_);
   const Curl& lib = LoadCurl();
   if (!lib.error.empty()) return UnavailableError(lib.error);
@@ -208,6 +224,10 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
   // Options go back to their defaults; the connection and TLS session stay.
   lib.easy_reset(curl);
   const Credentials& c = options_.credentials;
+  // Whatever the credentials came from: nothing goes over plain HTTP to
+  // another host.
+  if (std::string why = CheckApiServerUrl(c.server); !why.empty())
+    return FailedPreconditionError(StrCat("API server ", why));
   const std::string url = c.server + path_and_query;
   Response response;
   char error[CURL_ERROR_SIZE] = {0};
@@ -221,11 +241,13 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
   lib.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   lib.easy_setopt(curl, CURLOPT_USERAGENT, options_.user_agent.c_str());
   lib.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.timeout.count()));
-  lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  const long timeout_ms = static_cast<long>(timeout.value_or(options_.timeout).count());
+  lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+  lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   lib.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
-  lib.easy_setopt(curl, CURLOPT_WRITEDATA, &response.body);
+  Body collected{{}, options_.max_response_bytes, false};
+  lib.easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
   lib.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https,http");
   if (!c.ca_file.empty()) lib.easy_setopt(curl, CURLOPT_CAINFO, c.ca_file.c_str());
   if (!c.client_cert.empty()) {
@@ -249,6 +271,11 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
   }
   const CURLcode rc = lib.easy_perform(curl);
   lib.slist_free_all(headers);
+  if (collected.over)
+    return UnavailableError(
+        StrCat(method, " ", c.server, path_and_query.substr(0, path_and_query.find('?')),
+               ": the answer is larger than ", options_.max_response_bytes, " bytes; not read"));
+  response.body = std::move(collected.text);
   if (rc != CURLE_OK)
     return UnavailableError(StrCat(method, " ", c.server,
                                    path_and_query.substr(0, path_and_query.find('?')), ": ",
@@ -278,6 +305,7 @@ StatusOr<Json> Client::Get(const std::string& path) {
 StatusOr<Json> Client::List(const std::string& path, const Selector& selector) {
   Json all = {{"items", Json::array()}, {"metadata", Json::object()}};
   std::string next;
+  int64_t pages = 0;
   for (bool first = true; first || !next.empty(); first = false) {
     std::string query = Query(selector);
     if (options_.page_size > 0)
@@ -285,14 +313,23 @@ StatusOr<Json> Client::List(const std::string& path, const Selector& selector) {
     if (!next.empty()) query += StrCat(query.empty() ? "?" : "&", "continue=", Escape(next));
     auto page = Get(path + query);
     if (!page.ok()) return page.status();
+    if (!page->is_object())
+      return UnavailableError(StrCat("GET ", path, ": a page of the list is not an object"));
     if (page->contains("items") && (*page)["items"].is_array())
       for (auto& item : (*page)["items"]) all["items"].push_back(std::move(item));
-    const Json& meta = page->value("metadata", Json::object());
-    if (first && meta.contains("resourceVersion"))
+    const Json meta = page->value("metadata", Json::object());
+    if (first && meta.is_object() && meta.contains("resourceVersion"))
       all["metadata"]["resourceVersion"] = meta["resourceVersion"];
-    next = meta.contains("continue") && meta["continue"].is_string()
-               ? meta["continue"].get<std::string>()
-               : std::string();
+    std::string token =
+        meta.is_object() && meta.contains("continue") && meta["continue"].is_string()
+            ? meta["continue"].get<std::string>()
+            : std::string();
+    // A server that hands back a token it was just given would loop for
+    // ever; so would one whose pages never end.
+    if (!token.empty() && (token == next || ++pages > options_.max_pages))
+      return UnavailableError(StrCat("GET ", path, ": the list does not end (continue token ",
+                                     token == next ? "repeated" : "after too many pages", ")"));
+    next = std::move(token);
   }
   return all;
 }
@@ -335,9 +372,10 @@ Status Client::Delete(const std::string& path) {
   return OkStatus();
 }
 
-Status Client::DeleteCollection(const std::string& collection, const Selector& selector) {
+Status Client::DeleteCollection(const std::string& collection, const Selector& selector,
+                                std::optional<std::chrono::milliseconds> timeout) {
   const std::string path = collection + Query(selector);
-  auto r = Call("DELETE", path, nullptr);
+  auto r = Call("DELETE", path, nullptr, timeout);
   if (!r.ok()) return r.status();
   if (r->code != 200 && r->code != 202) return ErrorOf(r->code, r->body, "DELETE", path);
   return OkStatus();

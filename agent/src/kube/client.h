@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +56,8 @@ class Client {
     std::chrono::milliseconds timeout{10'000};  // per request, connecting included
     int conflict_retries = 5;                   // Update: fresh GETs after a 409
     int64_t page_size = 500;                    // List: items per page (0: no limit)
+    int64_t max_pages = 10'000;                 // List: more pages than this is an error
+    size_t max_response_bytes = 64u << 20;      // a longer answer is an error, not read
     std::string user_agent = "devplug";
   };
   explicit Client(Options options);
@@ -75,7 +78,9 @@ class Client {
   // conflict_retries times. `change` may stop it with an error.
   StatusOr<Json> Update(const std::string& path, const std::function<Status(Json&)>& change);
   Status Delete(const std::string& path);
-  Status DeleteCollection(const std::string& collection, const Selector& selector);
+  // `timeout`: this request's own, instead of Options::timeout (an exit's).
+  Status DeleteCollection(const std::string& collection, const Selector& selector,
+                          std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
  private:
   struct Response {
@@ -83,7 +88,9 @@ class Client {
     std::string body;
   };
   StatusOr<Response> Call(const char* method, const std::string& path_and_query,
-                          const std::string* body) DEVPLUG_EXCLUDES(mu_);
+                          const std::string* body,
+                          std::optional<std::chrono::milliseconds> timeout = std::nullopt)
+      DEVPLUG_EXCLUDES(mu_);
   // The Authorization header, from the token file when it changed.
   std::string Bearer() DEVPLUG_REQUIRES(mu_);
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <sstream>
 
+#include "model/api_server_url.h"
+
 namespace devplug::kube {
 namespace {
 
@@ -107,6 +109,16 @@ std::string Str(const Json& obj, const char* key) {
   return obj.contains(key) && obj[key].is_string() ? obj[key].get<std::string>() : std::string();
 }
 
+// A YAML 1.1 spelling of false (or an empty value).
+bool IsYamlFalse(const Json& v) {
+  if (v.is_null()) return true;
+  if (!v.is_string()) return false;
+  for (const char* f :
+       {"", "false", "False", "FALSE", "no", "No", "NO", "n", "N", "off", "Off", "OFF"})
+    if (v.get<std::string>() == f) return true;
+  return false;
+}
+
 }  // namespace
 
 StatusOr<Credentials> ParseKubeconfig(const std::string& text, const std::string& path) {
@@ -141,14 +153,22 @@ StatusOr<Credentials> ParseKubeconfig(const std::string& text, const std::string
   };
   Credentials c;
   c.server = Str(*cluster, "server");
-  if (c.server.rfind("https://", 0) != 0 && c.server.rfind("http://", 0) != 0)
-    return bad(
-        StrCat("cluster \"", cluster_name, "\": server \"", c.server, "\" is not an https:// URL"));
+  if (std::string why = CheckApiServerUrl(c.server); !why.empty())
+    return bad(StrCat("cluster \"", cluster_name, "\": server: ", why));
   while (!c.server.empty() && c.server.back() == '/') c.server.pop_back();
-  const Json skip = cluster->value("insecure-skip-tls-verify", Json());
-  if ((skip.is_string() && skip.get<std::string>() == "true") || (skip.is_boolean() && skip))
+  // Scalars come as strings; YAML 1.1 (which kubectl reads) has many
+  // spellings of true. Anything but a spelling of false is refused.
+  if (cluster->contains("insecure-skip-tls-verify") &&
+      !IsYamlFalse(cluster->at("insecure-skip-tls-verify")))
     return bad(
         StrCat("cluster \"", cluster_name, "\": insecure-skip-tls-verify is refused: give its CA"));
+  // Fields that change whom devplugd connects to, or as whom: refused rather
+  // than ignored, so it never acts as another identity than the file says.
+  for (const char* unsupported : {"tls-server-name", "proxy-url"})
+    if (cluster->contains(unsupported) && !Str(*cluster, unsupported).empty())
+      return bad(
+          StrCat("cluster \"", cluster_name, "\": ", unsupported,
+                 " is not supported (devplugd connects to the server's own name, directly)"));
   c.ca_file = file(Str(*cluster, "certificate-authority"));
   if (c.ca_file.empty() && cluster->contains("certificate-authority-data")) {
     auto pem = DecodeBase64(Str(*cluster, "certificate-authority-data"));
@@ -163,6 +183,10 @@ StatusOr<Credentials> ParseKubeconfig(const std::string& text, const std::string
     if (user->contains(unsupported))
       return bad(StrCat("user \"", user_name, "\": ", unsupported,
                         " is not supported (use a token, a tokenFile, or a client certificate)"));
+  for (const char* unsupported : {"as", "as-uid", "as-groups", "as-user-extra"})
+    if (user->contains(unsupported) && !user->at(unsupported).is_null())
+      return bad(StrCat("user \"", user_name, "\": ", unsupported,
+                        " (impersonation) is not supported: give the identity itself"));
   c.token = Str(*user, "token");
   c.token_file = file(Str(*user, "tokenFile"));
   c.client_cert = file(Str(*user, "client-certificate"));
