@@ -1,7 +1,11 @@
 // devplugd's CDI specs: kinds, names, content against the rules the CDI
 // library applies when a runtime loads a file (cdi::Validate states them),
 // the spec folder, and what Allocate adds per mode.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
 
 #include <gtest/gtest.h>
 
@@ -179,8 +183,18 @@ TEST(CdiSpecDirTest, WritesWholeFilesReadableByAll) {
   ASSERT_EQ(stat((dir + "/devplug-a.json").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0644u);
   WriteFile(dir + "/vendor.yaml", "x");
-  WriteFile(dir + "/.devplug-abc123.tmp", "half");  // an interrupted write
+  // A temporary file as young as a write in progress (another thread's) is
+  // never listed, so a sweep cannot unlink it under its writer (review
+  // D14); one left by an interrupted write, a minute old, is.
+  WriteFile(dir + "/.devplug-inflight.tmp", "half");
+  WriteFile(dir + "/.devplug-abc123.tmp", "half");
+  const timespec old[2] = {{time(nullptr) - 61, 0}, {time(nullptr) - 61, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, (dir + "/.devplug-abc123.tmp").c_str(), old, 0), 0);
   EXPECT_EQ(OwnedFiles(dir), (std::vector<std::string>{".devplug-abc123.tmp", "devplug-a.json"}));
+  RemoveStale("/", {dir}, {{dir, K("example.com/a")}});
+  EXPECT_TRUE(FileExists(dir + "/.devplug-inflight.tmp"));
+  EXPECT_FALSE(FileExists(dir + "/.devplug-abc123.tmp"));
+  ASSERT_EQ(unlink((dir + "/.devplug-inflight.tmp").c_str()), 0);
   WriteFile(dir + "/" + SpecFileName(K("example.com/a")), "{}");
   RemoveStale("/", {dir}, {{dir, K("example.com/a")}});
   EXPECT_EQ(OwnedFiles(dir), (std::vector<std::string>{SpecFileName(K("example.com/a"))}));

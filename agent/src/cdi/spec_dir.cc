@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "cdi/spec.h"
 #include "util/replace_file.h"
@@ -53,11 +54,22 @@ std::vector<std::string> OwnedFiles(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return out;
   const std::string tmp_prefix = StrCat(".", kFilePrefix);
+  const time_t now = ::time(nullptr);
   while (const dirent* e = ::readdir(d)) {
     const std::string_view n = e->d_name;
-    if (n.substr(0, kFilePrefix.size()) == kFilePrefix ||
-        (n.substr(0, tmp_prefix.size()) == tmp_prefix && n.size() > 4 &&
-         n.substr(n.size() - 4) == ".tmp"))
+    if (n.substr(0, kFilePrefix.size()) == kFilePrefix) {
+      out.emplace_back(n);
+      continue;
+    }
+    if (n.substr(0, tmp_prefix.size()) != tmp_prefix || n.size() <= 4 ||
+        n.substr(n.size() - 4) != ".tmp")
+      continue;
+    // A temporary file lives for the few milliseconds of a write (another
+    // thread's, perhaps: a worker's or a DRA prepare's). Only one left
+    // behind by an interrupted write, older than that by far, is listed.
+    struct stat st;
+    if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        now - st.st_mtime >= kTemporaryFileAge.count())
       out.emplace_back(n);
   }
   ::closedir(d);

@@ -10,6 +10,7 @@
 // Thread safety: the functions are thread-safe for different files.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,10 @@ Status WriteSpecFile(const std::string& dir, const std::string& name, const std:
 // Removes dir/name; a file already gone is no error.
 Status RemoveSpecFile(const std::string& dir, const std::string& name);
 // Names of the files in `dir` that carry devplug's prefix (and leftover
-// temporary files of an interrupted write), sorted; none when dir is missing.
+// temporary files of an interrupted write: those at least
+// kTemporaryFileAge old, never one a write may still hold), sorted; none
+// when dir is missing.
+inline constexpr std::chrono::seconds kTemporaryFileAge{60};
 std::vector<std::string> OwnedFiles(const std::string& dir);
 
 }  // namespace devplug::cdi
