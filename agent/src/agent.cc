@@ -202,6 +202,7 @@ void Agent::HandleEvent(const Event& ev) {
     case Event::kKubeletStatus: {
       const bool was = r.registrar().registered();
       r.registrar().OnKubeletStatus(ev.status);
+      if (ev.status.ok()) r.RegistrationConfirmed();
       if (!ev.status.ok()) r.metrics()->RegistrationRefused();
       if (!was && r.registrar().registered()) r.metrics()->Registration();
       break;
@@ -359,6 +360,15 @@ void Agent::Shutdown() {
       spdlog::error("resource \"{}\": module \"{}\" did not stop within {} ms; abandoning it",
                     r->cfg().name, r->module()->name(), stop_timeout.count());
   }
+  // The DRA drivers began to stop in Withdraw, all at once; their exit's
+  // delete of this node's slices is bounded (dra::Driver::Options::
+  // stop_timeout), and an API server that does not answer costs at most
+  // kDraStopTimeout in all, not a call timeout per resource.
+  const auto dra_deadline = t_servers + kDraStopTimeout;
+  for (auto& r : resources_)
+    if (!r->WaitDriverStopped(dra_deadline))
+      spdlog::warn("resource \"{}\": DRA: its driver did not stop within {} ms; left to the exit",
+                   r->cfg().name, kDraStopTimeout.count());
   // Cancelled above; their answers still come.
   registers_.WaitNone();
   // Resources a reload retired: their threads end within their own

@@ -62,6 +62,9 @@ inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 // to finish a call under way and destroy(); past it they are abandoned and
 // the process exits: well inside a pod's 30 s grace period.
 inline constexpr std::chrono::milliseconds kStopTimeout{5000};
+// At exit, every DRA driver's last work (deleting this node's slices) ends
+// within this, counted from when the servers are down.
+inline constexpr std::chrono::milliseconds kDraStopTimeout{1000};
 // The nice value every thread takes once a stop begins (util/exit_priority.h).
 inline constexpr int kExitNice = -10;
 

@@ -15,6 +15,7 @@
 #include "kubelet/list_publisher.h"
 #include "kubelet/pod_lookup.h"
 #include "kubelet/registration.h"
+#include "util/leak.h"
 #include "util/unix_socket.h"
 
 namespace devplug {
@@ -110,7 +111,7 @@ Status Resource::LoadModule(const Resource* predecessor) {
       predecessor->cfg_.driver == cfg_.driver)
     dra_ = predecessor->dra_;
   if (cfg_.api == ServingApi::kDra && !dra_) {
-    auto driver = MakeDriver();
+    auto driver = MakeDriver((*module)->has_on_release());
     if (!driver.ok()) return driver.status();
     dra_ = *driver;
   }
@@ -118,7 +119,7 @@ Status Resource::LoadModule(const Resource* predecessor) {
   return OkStatus();
 }
 
-StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver() const {
+StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver(bool module_releases) const {
   const config::AgentConfig& cfg = services_.running();
   kube::Credentials given;
   given.server = cfg.api_server;
@@ -153,6 +154,7 @@ StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver() const {
        .call_timeout = cfg.call_timeout,
        .prestart_timeout = cfg.prestart_timeout,
        .client = std::make_shared<kube::Client>(std::move(client)),
+       .module_releases = module_releases,
        .observe = [metrics = metrics_](Rpc rpc, StatusCode code, std::chrono::nanoseconds took) {
          metrics->Rpc(rpc, code, took);
        }});
@@ -167,7 +169,7 @@ void Resource::StopDriver() {
   if (dra_sink_) dra_sink_->set_active(false);
   if (!dra_ || dra_.use_count() > 1) return;  // a reload's successor took it over
   if (instance_) dra_->ClearInstance(instance_.get());
-  if (!dra_->Stop(/*delete_slices=*/true)) (void)new std::shared_ptr<dra::Driver>(dra_);  // stuck
+  if (!dra_->Stop(/*delete_slices=*/true)) LeakOnPurpose(dra_);  // a thread still runs in it
   dra_.reset();
 }
 
@@ -482,7 +484,29 @@ void Resource::Withdraw(bool exiting) {
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
   if (bound) UnlinkIfSame(socket_path_, *bound);
-  StopDriver();
+  if (!exiting) {
+    StopDriver();
+    return;
+  }
+  // Exiting: every resource's driver stops at once; WaitDriverStopped
+  // waits for them all under one deadline.
+  if (dra_sink_) dra_sink_->set_active(false);
+  if (dra_ && dra_.use_count() == 1) dra_->RequestStop(/*delete_slices=*/true);
+}
+
+bool Resource::WaitDriverStopped(Clock::time_point deadline) {
+  if (!dra_ || dra_.use_count() > 1) return true;
+  const bool stopped = dra_->WaitStopped(deadline);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // The DRA services outlive the exit (Withdraw released the server, not
+  // shut it down): a call still arriving finds a stopped driver, never a
+  // freed one.
+  LeakOnPurpose(dra_);
+#else
+  if (!stopped) LeakOnPurpose(dra_);  // a thread still runs in it
+#endif
+  dra_.reset();
+  return stopped;
 }
 
 void Resource::StopServer(bool exiting) {
@@ -555,6 +579,10 @@ lifecycle::ReleaseTracker* Resource::TrackerForList(bool list_ok) const {
   // only running, tracking resources take an answer.
   if (list_ok && (!tracking() || !instance_)) return nullptr;
   return tracker_.get();
+}
+
+void Resource::RegistrationConfirmed() {
+  if (dra_) dra_->Resync();
 }
 
 void Resource::TrackerChanged(lifecycle::ReleaseCoordinator& releases, Clock::time_point now) {

@@ -164,6 +164,10 @@ class Resource final : private kubelet::Registrar::Env {
   // StopServer, then removes the socket file if it is still the one this
   // server bound (never another process's socket at the same name).
   void Withdraw(bool exiting = false);
+  // At exit, after Withdraw(true): waits for the DRA driver's threads
+  // (their last task deletes this node's slices) until `deadline`; false
+  // when one still ran then (it is left to the process's end).
+  bool WaitDriverStopped(Clock::time_point deadline);
   // Asks its instances (running and starting) to stop; StopModule waits.
   void RequestStop();
   // Waits until `deadline` for its instances to stop; one still stuck in a
@@ -180,6 +184,10 @@ class Resource final : private kubelet::Registrar::Env {
   lifecycle::ReleaseTracker* TrackerForList(bool list_ok) const;
   // What the kubelet is told about releases may have changed: publishes
   // again when it did. Asks for a List when the tracker needs one.
+  // The kubelet confirmed a registration (NotifyRegistrationStatus): a DRA
+  // resource lists its slices again and writes back what the kubelet
+  // wiped at its start.
+  void RegistrationConfirmed();
   void TrackerChanged(lifecycle::ReleaseCoordinator& releases, Clock::time_point now);
   // `ids` are held by no pod any more: on_release runs for them.
   void Release(const std::vector<std::string>& ids, const PodSnapshot& pods);
@@ -202,7 +210,7 @@ class Resource final : private kubelet::Registrar::Env {
   // Ends the streams and stops the server, if one runs.
   void StopServing(bool exiting = false);
   // DRA: the driver for this resource, with its API server client.
-  StatusOr<std::shared_ptr<dra::Driver>> MakeDriver() const;
+  StatusOr<std::shared_ptr<dra::Driver>> MakeDriver(bool module_releases) const;
   // DRA: the driver ends with its last resource (deleting its slices).
   void StopDriver();
 

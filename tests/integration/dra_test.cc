@@ -3,7 +3,11 @@
 // ResourceSlices it publishes and the ResourceClaims the kubelet names; the
 // simulator's plugin watcher registers the driver as the kubelet's DRA
 // handler does and calls NodePrepareResources and NodeUnprepareResources.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -395,6 +399,46 @@ TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
   const std::string uid = Claim("c1", {"fake-0"});
   EXPECT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
   EXPECT_EQ(Unprepare("c1", uid), "");
+}
+
+// An API server that takes connections and never answers: at exit every
+// DRA driver stops at once, and their slice deletes are bounded, so the exit
+// does not wait a call timeout per resource (review D10: 30 s with three,
+// the pod's whole grace period). The bound checked here has slack for a
+// loaded machine; the figure is dra_bench's.
+TEST_F(DraTest, AnApiServerThatDoesNotAnswerDoesNotHoldTheExit) {
+  const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(silent, 64), 0);  // connections wait in the backlog, unanswered
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  server_ = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  StartSim();
+  StartAgent(
+      DraResource() +
+          Resource("fake.example/dra2", FakeModule("fake_full"), "api = \"dra\"\ncount = 1") +
+          Resource("fake.example/dra3", FakeModule("fake_full"), "api = \"dra\"\ncount = 1"),
+      "0s", DraAgent() + "\ncall_timeout = \"20s\"");
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    auto a = sim_->dra_driver("dra2.fake.example");
+    auto b = sim_->dra_driver("dra3.fake.example");
+    return a && a->registered && b && b->registered;
+  }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(agent_->Stop(SIGTERM, 60s), std::optional<int>(0)) << agent_->Log();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  // Before: three deletes of 20 s each, one after another (60 s).
+  EXPECT_LT(took, 10s) << agent_->Log();
+  // Each driver's first list still hangs: its thread is left to the exit.
+  EXPECT_NE(agent_->Log().find("did not stop within 1000 ms; left to the exit"), std::string::npos)
+      << agent_->Log();
+  close(silent);
 }
 
 TEST_F(DraTest, AKubeletOfV1beta1IsServedToo) {

@@ -96,6 +96,35 @@ TEST(DraCheckpointTest, AFileChangedBehindOurBackIsRefusedByName) {
             std::string::npos);
 }
 
+// A field of the wrong type is a damaged file like any other: DATA_LOSS
+// naming the file, never an exception that ends devplugd (review D8).
+TEST(DraCheckpointTest, AWrongTypedFieldIsDataLossNotACrash) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(cp.ok());
+  cp->Put(Claim("uid-a"));
+  ASSERT_TRUE(cp->Save().ok());
+  const std::string good = ReadFile(dir / "prepared.json");
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return text.replace(at, from.size(), to);
+  };
+  for (const std::string& text :
+       {replaced("\"version\": 1", "\"version\": \"1\""),
+        replaced("\"version\": 1", "\"version\": 1.5"),
+        replaced("\"checksum\": \"", "\"checksum\": 5, \"x\": \""),
+        std::string("{\"version\": 1, \"checksum\": null, \"claims\": []}"),
+        std::string("[1, 2]")}) {
+    WriteFile(dir / "prepared.json", text);
+    StatusOr<Checkpoint> bad = Checkpoint::Load(dir / "prepared.json");
+    ASSERT_FALSE(bad.ok()) << text;
+    EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss) << text;
+    EXPECT_NE(bad.status().message().find(dir / "prepared.json"), std::string::npos) << text;
+  }
+}
+
 TEST(DraCheckpointTest, ASaveThatCannotWriteFailsWithTheReason) {
   TempDir dir;
   auto cp = Checkpoint::Load(dir / "missing/prepared.json");

@@ -58,7 +58,21 @@ class DraDriverTest : public ::testing::Test {
     o.cdi_dir = dir_ / "cdi";
     o.checkpoint = dir_ / "claims.json";
     o.client = client_;
+    o.relist = relist_;
     return o;
+  }
+  // Requests the fake API server saw so far with this method.
+  int Requests(const std::string& method) {
+    auto r = client_->Get("/_fake/requests");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    int n = 0;
+    if (r.ok())
+      for (const Json& q : (*r)["items"]) n += q["method"] == method;
+    return n;
+  }
+  void WipeSlices() {  // as the kubelet does at its start
+    ASSERT_TRUE(client_->DeleteCollection(kSlices, {"spec.nodeName=node-1", ""}).ok());
+    ASSERT_EQ(Devices(), -1);
   }
   // The driver, and the fake module's instance publishing into it.
   void Start() {
@@ -120,6 +134,7 @@ class DraDriverTest : public ::testing::Test {
   TempDir dir_;
   pid_t pid_ = -1;
   std::shared_ptr<kube::Client> client_;
+  std::chrono::milliseconds relist_{0};
   std::shared_ptr<Driver> driver_;
   std::unique_ptr<modules::ModuleInstance> inst_;
 };
@@ -139,6 +154,64 @@ TEST_F(DraDriverTest, SlicesFollowTheListsAndAnUnchangedListWritesNothing) {
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(driver_->syncs(), 2u);
   EXPECT_EQ(driver_->sync_error(), "");
+}
+
+// The kubelet deletes every slice of its node when it starts, then probes
+// the plugins again: a confirmed registration writes them back, and so does
+// the periodic re-list for a slice deleted at any other time (review D5). A
+// re-list of an unchanged pool writes nothing.
+TEST_F(DraDriverTest, SlicesWipedBehindItsBackAreWrittenAgain) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 1; }));
+  WipeSlices();
+  driver_->Resync();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 2; }));
+
+  const int writes = Requests("POST") + Requests("PUT") + Requests("DELETE");
+  const int lists = Requests("GET");
+  driver_->Resync();
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 3; }));
+  EXPECT_GT(Requests("GET"), lists + 1);  // it listed (the count reads once itself)
+  EXPECT_EQ(Requests("POST") + Requests("PUT") + Requests("DELETE"), writes);
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
+TEST_F(DraDriverTest, APeriodicRelistWritesBackASliceDeletedAtAnyTime) {
+  relist_ = 300ms;
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  WipeSlices();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  // Nothing changed since: the re-lists that follow write nothing.
+  const int writes = Requests("POST") + Requests("PUT") + Requests("DELETE");
+  const uint64_t syncs = driver_->syncs();
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() >= syncs + 2; }));
+  EXPECT_EQ(Requests("POST") + Requests("PUT") + Requests("DELETE"), writes);
+}
+
+// A field of the wrong type in a claim fails that claim, with the reason;
+// the driver and the next claim go on (review D8: it aborted devplugd).
+TEST_F(DraDriverTest, AClaimWithAFieldOfTheWrongTypeFailsThatClaimOnly) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  for (const Json& result :
+       {Json{{"request", "r"}, {"driver", kDriver}, {"pool", 7}, {"device", "fake-0"}},
+        Json{{"request", "r"}, {"driver", kDriver}, {"pool", "node-1"}, {"device", true}},
+        Json("not an object")}) {
+    Json claim = {{"metadata", {{"name", "bad"}, {"namespace", "default"}}},
+                  {"status", {{"allocation", {{"devices", {{"results", {result}}}}}}}}};
+    auto made = client_->Create(kClaims, claim);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    const ClaimRef c{"default", (*made)["metadata"]["uid"].get<std::string>(), "bad"};
+    const PrepareResult r = Prepare(c);
+    EXPECT_NE(r.error.find("claim default/bad is malformed"), std::string::npos) << r.error;
+    EXPECT_TRUE(r.devices.empty());
+    ASSERT_TRUE(client_->Delete(std::string(kClaims) + "/bad").ok());
+  }
+  const std::string uid = Claim(1, "fake-1");
+  EXPECT_EQ(Prepare({"default", uid, "c1"}).error, "");
 }
 
 TEST_F(DraDriverTest, ClaimsArePreparedAndUnpreparedWhileTheListChanges) {

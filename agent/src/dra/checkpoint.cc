@@ -75,10 +75,15 @@ StatusOr<Checkpoint> Checkpoint::Load(const std::string& path) {
                                 "without them)"));
   };
   if (!j.is_object()) return bad("not JSON");
-  if (j.value("version", 0) != kVersion)
-    return bad(StrCat("version ", j.value("version", 0), ", expected ", kVersion));
+  // Each field's type is checked before it is read: a wrong type is a
+  // damaged checkpoint (DATA_LOSS), never an exception out of devplugd.
+  const Json version = j.value("version", Json());
+  if (!version.is_number_integer() || version.get<int64_t>() != kVersion)
+    return bad(StrCat("version ", version.dump(), ", expected ", kVersion));
   if (!j.contains("claims") || !j["claims"].is_array()) return bad("no claims");
-  if (j.value("checksum", "") != Checksum(j["claims"])) return bad("checksum mismatch");
+  const Json checksum = j.value("checksum", Json());
+  if (!checksum.is_string() || checksum.get<std::string>() != Checksum(j["claims"]))
+    return bad("checksum mismatch");
   try {
     for (const Json& c : j["claims"]) cp.Put(FromJson(c));
   } catch (const Json::exception& e) {

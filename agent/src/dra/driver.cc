@@ -12,6 +12,7 @@
 #include "cdi/spec.h"
 #include "cdi/spec_dir.h"
 #include "dra/resource_slice.h"
+#include "util/hash.h"
 
 namespace devplug::dra {
 namespace {
@@ -87,7 +88,13 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options options) {
 Driver::Driver(Options options, Checkpoint checkpoint, cdi::Kind kind)
     : options_(std::move(options)),
       kind_(std::move(kind)),
-      slices_("dra:slices", {}, [this] { SyncOnLane(); }),
+      // A wake is a retry after an error or the periodic re-list: both
+      // read the server's state first.
+      slices_("dra:slices", {},
+              [this] {
+                listed_ = false;
+                SyncOnLane();
+              }),
       calls_("dra:calls", {}, {}),
       checkpoint_(std::move(checkpoint)) {}
 
@@ -122,6 +129,26 @@ void Driver::Publish(const DeviceListPtr& list) {
   slices_.Post([this] { SyncOnLane(); });
 }
 
+void Driver::Resync() {
+  MutexLock lock(mu_);
+  relist_ = true;
+  if (sync_queued_ || stopping_ || !options_.client || !list_) return;
+  sync_queued_ = true;
+  slices_.Post([this] { SyncOnLane(); });
+}
+
+Clock::time_point Driver::NextRelist() const {
+  // ±20%, fixed per node and driver: spread over a fleet, steady per node.
+  const auto period = options_.relist;
+  const int64_t span = period.count() * 2 / 5;
+  const int64_t shift =
+      span > 0 ? static_cast<int64_t>(Fnv1a32(StrCat(options_.node, "/", options_.driver)) %
+                                      static_cast<uint64_t>(span)) -
+                     span / 2
+               : 0;
+  return Clock::now() + period + std::chrono::milliseconds(shift);
+}
+
 void Driver::SyncOnLane() {
   DeviceListPtr list;
   int64_t generation;
@@ -131,12 +158,22 @@ void Driver::SyncOnLane() {
     if (stopping_ || !list_) return;
     list = list_;
     generation = generation_;
+    if (std::exchange(relist_, false)) listed_ = false;
   }
-  const Status st = Sync(*list, generation);
+  Status st;
+  try {
+    st = Sync(*list, generation);
+  } catch (const Json::exception& e) {
+    // A field of the wrong type in what the API server sent: this sync
+    // fails and is retried; devplugd goes on.
+    st = UnavailableError(StrCat("an answer of the API server is malformed: ", e.what()));
+  }
   MutexLock lock(mu_);
   if (st.ok()) {
     backoff_ = std::chrono::milliseconds(0);
-    slices_.WakeAt(std::nullopt);
+    slices_.WakeAt(options_.relist.count() > 0 && !stopping_
+                       ? std::optional<Clock::time_point>(NextRelist())
+                       : std::nullopt);
     if (!sync_error_.empty())
       spdlog::info("resource \"{}\": DRA: ResourceSlices written again", options_.resource);
     sync_error_.clear();
@@ -158,21 +195,41 @@ Status Driver::Sync(const DeviceList& list, int64_t generation) {
   if (!listed_) {
     auto existing = client.List(kSlices, mine);
     if (!existing.ok()) return existing.status();
-    versions_.clear();
-    written_.clear();
+    // A slice whose resourceVersion is still the one our own write got
+    // keeps what we sent (the server may have added defaults): it is not
+    // written again. Any other is compared as the server holds it.
+    std::map<std::string, std::string> versions;
+    std::map<std::string, Json> written;
     for (const Json& item : (*existing)["items"]) {
       const Json meta = item.value("metadata", Json::object());
       const std::string name = meta.value("name", "");
-      versions_[name] = meta.value("resourceVersion", "");
-      written_[name] = item.value("spec", Json::object());
-      // Generations only grow: a pool an earlier devplugd wrote may be ahead.
+      versions[name] = meta.value("resourceVersion", "");
+      auto known = versions_.find(name);
+      written[name] =
+          known != versions_.end() && known->second == versions[name] && written_.count(name)
+              ? written_[name]
+              : item.value("spec", Json::object());
+      // Generations only grow: a pool an earlier devplugd wrote may be ahead
+      // (at the first list, ours must pass it); later, only a generation
+      // someone else wrote past ours moves it.
       const Json::json_pointer at("/spec/pool/generation");
       const int64_t g =
           item.contains(at) && item.at(at).is_number_integer() ? item.at(at).get<int64_t>() : 0;
       MutexLock lock(mu_);
-      if (g >= generation_ + generation_base_) generation_base_ = g + 1 - generation_;
+      const int64_t ours = generation_ + generation_base_;
+      if (ever_listed_ ? g > ours : g >= ours) generation_base_ = g + 1 - generation_;
     }
+    size_t gone = 0;
+    for (const auto& [name, version] : versions_) gone += versions.count(name) == 0;
+    if (gone > 0)
+      spdlog::warn(
+          "resource \"{}\": DRA: {} ResourceSlice(s) of this node were deleted by someone else "
+          "(the kubelet does at its start); writing them again",
+          options_.resource, gone);
+    versions_ = std::move(versions);
+    written_ = std::move(written);
     listed_ = true;
+    ever_listed_ = true;
   }
   int64_t base;
   {
@@ -245,13 +302,26 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> Driver::Results(const
   if (!options_.client) return FailedPreconditionError("no API server is configured");
   auto claim = options_.client->Get(ClaimPath(c));
   if (!claim.ok()) return claim.status();
-  const std::string uid = claim->value("metadata", Json::object()).value("uid", "");
+  try {
+    return ResultsOf(c, *claim);
+  } catch (const Json::exception& e) {
+    // A field of the wrong type fails this claim only.
+    return FailedPreconditionError(
+        StrCat("claim ", c.ns, "/", c.name, " is malformed: ", e.what()));
+  }
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> Driver::ResultsOf(
+    const ClaimRef& c, const Json& claim) const {
+  if (!claim.is_object())
+    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not an object"));
+  const std::string uid = claim.value("metadata", Json::object()).value("uid", "");
   if (uid != c.uid)
     return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " has UID ", uid, ", not ",
                                           c.uid, " (it was deleted and made again)"));
   std::vector<std::pair<std::string, std::string>> out;
   const Json::json_pointer at("/status/allocation/devices/results");
-  const Json results = claim->contains(at) ? claim->at(at) : Json();
+  const Json results = claim.contains(at) ? claim.at(at) : Json();
   if (!results.is_array())
     return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not allocated"));
   for (const Json& r : results) {
@@ -354,6 +424,16 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
   std::vector<std::string> ids;
   for (const PreparedDevice& d : prepared.devices) ids.push_back(d.id);
   modules::ModuleInstance* inst = instance();
+  if (inst == nullptr && options_.module_releases) {
+    // The module has on_release() but no instance runs now (it stops, or
+    // has not started yet): the claim stays prepared until a release can
+    // run; the kubelet asks again.
+    const std::string why =
+        StrCat("the module does not run now; on_release(", StrJoin(ids, ","), ") is still due");
+    spdlog::warn("resource \"{}\": DRA: unprepare {}/{} ({}): {}", options_.resource, c.ns, c.name,
+                 c.uid, why);
+    return why;
+  }
   if (inst != nullptr && inst->tracks_releases()) {
     Answer<std::pair<int, std::string>> released;
     auto cb = released.Callback();
@@ -388,28 +468,41 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
 
 // ---- stop and status ----------------------------------------------------------------------
 
-bool Driver::Stop(bool delete_slices) {
+void Driver::RequestStop(bool delete_slices) {
   {
     MutexLock lock(mu_);
-    if (stopping_) return true;
+    if (stopping_) return;
     stopping_ = true;
   }
-  const auto deadline = Clock::now() + options_.call_timeout;
   calls_.RequestStop({});
   slices_.RequestStop([this, delete_slices] {
     if (!delete_slices || !options_.client) return;
     const kube::Selector mine{
         StrCat("spec.nodeName=", options_.node, ",spec.driver=", options_.driver), ""};
-    if (Status st = options_.client->DeleteCollection(kSlices, mine); !st.ok())
+    // Bounded: an API server that does not answer must not hold the exit.
+    if (Status st = options_.client->DeleteCollection(kSlices, mine, options_.stop_timeout);
+        !st.ok())
       spdlog::warn("resource \"{}\": DRA: deleting this node's ResourceSlices: {}",
                    options_.resource, st.message());
   });
+}
+
+bool Driver::WaitStopped(Clock::time_point deadline) {
   const bool calls = calls_.WaitStopped(deadline);
   const bool slices = slices_.WaitStopped(deadline);
-  if (!calls || !slices)
-    spdlog::warn("resource \"{}\": DRA: a call still runs at exit; left to its thread",
-                 options_.resource);
-  return calls && slices;
+  if (calls && slices && !abandoned_) return true;
+  if (!abandoned_)
+    spdlog::warn(
+        "resource \"{}\": DRA: a call still runs at the stop's deadline; left to its "
+        "thread",
+        options_.resource);
+  abandoned_ = true;
+  return false;
+}
+
+bool Driver::Stop(bool delete_slices) {
+  RequestStop(delete_slices);
+  return WaitStopped(Clock::now() + options_.call_timeout);
 }
 
 std::vector<PreparedClaim> Driver::prepared() const {

@@ -75,6 +75,16 @@ class Driver final : public modules::ListSink {
     std::shared_ptr<kube::Client> client;
     // After a failed sync, the next try waits this long, doubled up to 30 s.
     std::chrono::milliseconds retry{500};
+    // The module has on_release(): an unprepare while no instance runs
+    // fails and keeps the claim, rather than forget a release.
+    bool module_releases = false;
+    // The exit's delete of this node's slices waits no longer than this.
+    std::chrono::milliseconds stop_timeout{800};
+    // How often the slices are listed again after a good sync, so that one
+    // deleted or changed behind devplugd's back is written again; shifted
+    // by up to ±20% per node and driver, so that agents started together
+    // do not list in step. 0: never (a registration still re-lists).
+    std::chrono::milliseconds relist{300'000};
     // Told of every call: OK when every claim in it succeeded, else UNKNOWN
     // (the kubelet reads each claim's error); null: nobody counts.
     std::function<void(Rpc, StatusCode, std::chrono::nanoseconds)> observe;
@@ -96,6 +106,12 @@ class Driver final : public modules::ListSink {
   std::string Accept(const DeviceList&) override { return ""; }
   void Publish(const DeviceListPtr& list) override;
 
+  // Lists this node's slices of the driver again and writes what is missing
+  // or not as published: the kubelet deletes every slice of its node when
+  // it starts, before it probes the plugins again (call it when a
+  // registration is confirmed).
+  void Resync();
+
   // The kubelet's calls; `done` runs once, on "dra:calls", with an answer
   // per claim UID.
   void Prepare(std::vector<ClaimRef> claims,
@@ -104,10 +120,16 @@ class Driver final : public modules::ListSink {
                  std::function<void(std::map<std::string, std::string>)> done);
 
   // Ends both threads; with `delete_slices`, deletes this node's slices of
-  // this driver first (the agent exits: nothing serves them any more).
-  // False when a call still ran at the deadline (call_timeout): its thread
-  // is abandoned, and the driver must then be leaked, not destroyed.
+  // this driver first (the agent exits: nothing serves them any more),
+  // within stop_timeout. False when a call still ran at the deadline
+  // (call_timeout): its thread is abandoned, and the driver must then be
+  // leaked, not destroyed.
   [[nodiscard]] bool Stop(bool delete_slices);
+  // The same in two steps, so that many drivers stop at once under one
+  // deadline: RequestStop queues the end (calls already queued still run),
+  // WaitStopped waits for it (false as above; it stays false).
+  void RequestStop(bool delete_slices);
+  [[nodiscard]] bool WaitStopped(std::chrono::steady_clock::time_point deadline);
 
   // ---- status and tests ----
   const Options& options() const { return options_; }
@@ -120,11 +142,17 @@ class Driver final : public modules::ListSink {
  private:
   explicit Driver(Options options, Checkpoint checkpoint, cdi::Kind kind);
   void SyncOnLane();
+  // When the next periodic re-list is due, from now.
+  std::chrono::steady_clock::time_point NextRelist() const;
   Status Sync(const DeviceList& list, int64_t generation);
   PrepareResult PrepareOne(const ClaimRef& claim);
   std::string UnprepareOne(const ClaimRef& claim);
   // The claim's allocation results for this driver, as (request, device).
   StatusOr<std::vector<std::pair<std::string, std::string>>> Results(const ClaimRef& claim);
+  // The same from the claim as read; throws nlohmann::json::exception on a
+  // field of the wrong type (Results turns that into the claim's error).
+  StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(
+      const ClaimRef& claim, const nlohmann::json& object) const;
   modules::ModuleInstance* instance() const;
   std::string Dir() const;
 
@@ -140,17 +168,20 @@ class Driver final : public modules::ListSink {
   // Added to generation_: past the generation of slices found on the server.
   int64_t generation_base_ DEVPLUG_GUARDED_BY(mu_) = 0;
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
+  bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
   uint64_t syncs_ DEVPLUG_GUARDED_BY(mu_) = 0;
   std::string sync_error_ DEVPLUG_GUARDED_BY(mu_);
   Checkpoint checkpoint_ DEVPLUG_GUARDED_BY(mu_);
 
   // "dra:slices" only: the slices on the server, by name, with their
-  // resourceVersion ("": not listed yet or to list again).
+  // resourceVersion; listed_ false: list them again before the next write.
   bool listed_ = false;
+  bool ever_listed_ = false;
   std::map<std::string, std::string> versions_;
   std::map<std::string, nlohmann::json> written_;  // their spec, as last written
   std::chrono::milliseconds backoff_{0};
+  bool abandoned_ = false;  // WaitStopped left a thread running (owner thread only)
 };
 
 }  // namespace devplug::dra
