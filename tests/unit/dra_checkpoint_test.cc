@@ -125,6 +125,34 @@ TEST(DraCheckpointTest, AWrongTypedFieldIsDataLossNotACrash) {
   }
 }
 
+// Two nodes that share a state folder by mistake: each acts only on its own
+// pool's claims, and keeps the other's entries as they were (issue 53, the
+// project's cluster: node 1 wrote node 2's claim spec and forgot its own).
+TEST(DraCheckpointTest, AnotherNodesClaimsAreLeftAloneAndKept) {
+  TempDir dir;
+  auto cp = Checkpoint::Load(dir / "prepared.json");
+  ASSERT_TRUE(cp.ok());
+  cp->Put(Claim("mine"));
+  PreparedClaim theirs = Claim("theirs");
+  theirs.devices[0].pool = "node-2";
+  cp->Put(theirs);
+  ASSERT_TRUE(cp->Save().ok());
+
+  auto node1 = Checkpoint::Load(dir / "prepared.json", "node-1");
+  ASSERT_TRUE(node1.ok()) << node1.status().message();
+  ASSERT_EQ(node1->claims().size(), 1u);
+  EXPECT_NE(node1->Find("mine"), nullptr);
+  EXPECT_EQ(node1->Find("theirs"), nullptr);
+  node1->Remove("mine");
+  ASSERT_TRUE(node1->Save().ok());
+
+  auto node2 = Checkpoint::Load(dir / "prepared.json", "node-2");
+  ASSERT_TRUE(node2.ok()) << node2.status().message();
+  ASSERT_EQ(node2->claims().size(), 1u);
+  ASSERT_NE(node2->Find("theirs"), nullptr);
+  EXPECT_EQ(*node2->Find("theirs"), theirs);
+}
+
 TEST(DraCheckpointTest, ASaveThatCannotWriteFailsWithTheReason) {
   TempDir dir;
   auto cp = Checkpoint::Load(dir / "missing/prepared.json");

@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "util/hash.h"
@@ -57,7 +59,7 @@ std::string Checksum(const Json& claims) {
 
 }  // namespace
 
-StatusOr<Checkpoint> Checkpoint::Load(const std::string& path) {
+StatusOr<Checkpoint> Checkpoint::Load(const std::string& path, const std::string& node) {
   Checkpoint cp(path);
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -85,7 +87,21 @@ StatusOr<Checkpoint> Checkpoint::Load(const std::string& path) {
   if (!checksum.is_string() || checksum.get<std::string>() != Checksum(j["claims"]))
     return bad("checksum mismatch");
   try {
-    for (const Json& c : j["claims"]) cp.Put(FromJson(c));
+    for (const Json& c : j["claims"]) {
+      PreparedClaim claim = FromJson(c);
+      const auto other = std::find_if(claim.devices.begin(), claim.devices.end(),
+                                      [&](const PreparedDevice& d) { return d.pool != node; });
+      if (!node.empty() && other != claim.devices.end()) {
+        spdlog::warn(
+            "checkpoint {}: claim {}/{} ({}) holds device \"{}\" of pool \"{}\", not this "
+            "node's (\"{}\"): another node's entry, left alone (give each node a state folder "
+            "of its own)",
+            path, claim.ns, claim.name, claim.uid, other->device, other->pool, node);
+        cp.foreign_.push_back(std::move(claim));
+        continue;
+      }
+      cp.Put(std::move(claim));
+    }
   } catch (const Json::exception& e) {
     return bad(e.what());
   }
@@ -95,6 +111,7 @@ StatusOr<Checkpoint> Checkpoint::Load(const std::string& path) {
 Status Checkpoint::Save() const {
   Json claims = Json::array();
   for (const auto& [uid, c] : claims_) claims.push_back(ToJson(c));
+  for (const PreparedClaim& c : foreign_) claims.push_back(ToJson(c));
   const Json j = {{"version", kVersion}, {"checksum", Checksum(claims)}, {"claims", claims}};
   const std::string text = j.dump(1) + "\n";
   const size_t slash = path_.rfind('/');

@@ -41,8 +41,11 @@ struct PreparedClaim {
 
 class Checkpoint {
  public:
-  // The checkpoint at `path`; empty when the file does not exist.
-  static StatusOr<Checkpoint> Load(const std::string& path);
+  // The checkpoint at `path`; empty when the file does not exist. With
+  // `node`, a claim of another node's pool (a state folder two nodes share
+  // by mistake) is not this node's to act on: it is logged, left out of
+  // claims(), and written back unchanged by Save.
+  static StatusOr<Checkpoint> Load(const std::string& path, const std::string& node = "");
 
   // Writes every claim to the file, replacing it whole.
   Status Save() const;
@@ -58,6 +61,7 @@ class Checkpoint {
   explicit Checkpoint(std::string path) : path_(std::move(path)) {}
   std::string path_;
   std::map<std::string, PreparedClaim> claims_;
+  std::vector<PreparedClaim> foreign_;  // other nodes' claims, kept as they were
 };
 
 }  // namespace devplug::dra
