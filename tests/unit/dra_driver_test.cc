@@ -214,6 +214,48 @@ TEST_F(DraDriverTest, AClaimWithAFieldOfTheWrongTypeFailsThatClaimOnly) {
   EXPECT_EQ(Prepare({"default", uid, "c1"}).error, "");
 }
 
+// Two claims never share a device: an adminAccess claim beside the
+// workload's, or a second claim the scheduler should not have made, is
+// refused before any module call, and the workload's device is released
+// once, at its own unprepare (review D4: the monitor's unprepare scrubbed the
+// workload's device).
+TEST_F(DraDriverTest, TwoClaimsNeverShareADevice) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const std::string workload = Claim(0, "fake-1");
+  ASSERT_EQ(Prepare({"default", workload, "c0"}).error, "");
+
+  Json monitor = {{"metadata", {{"name", "monitor"}, {"namespace", "default"}}},
+                  {"status",
+                   {{"allocation",
+                     {{"devices",
+                       {{"results", Json::array({{{"request", "r"},
+                                                  {"driver", kDriver},
+                                                  {"pool", "node-1"},
+                                                  {"device", "fake-1"},
+                                                  {"adminAccess", true}}})}}}}}}}};
+  auto made = client_->Create(kClaims, monitor);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const ClaimRef admin{"default", (*made)["metadata"]["uid"].get<std::string>(), "monitor"};
+  const PrepareResult refused = Prepare(admin);
+  EXPECT_NE(refused.error.find("asks adminAccess to device \"fake-1\""), std::string::npos)
+      << refused.error;
+  EXPECT_EQ(Unprepare(admin), "");  // never prepared: nothing to release
+
+  const std::string second = Claim(1, "fake-1");
+  const PrepareResult taken = Prepare({"default", second, "c1"});
+  EXPECT_NE(taken.error.find("device \"fake-1\" is prepared for claim default/c0"),
+            std::string::npos)
+      << taken.error;
+  EXPECT_EQ(Unprepare({"default", second, "c1"}), "");
+  ASSERT_EQ(driver_->prepared().size(), 1u);
+  EXPECT_EQ(ReadFile(dir_ / "release.log"), "");  // the workload's device is untouched
+
+  ASSERT_EQ(Unprepare({"default", workload, "c0"}), "");
+  const std::string log = ReadFile(dir_ / "release.log");
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+}
+
 TEST_F(DraDriverTest, ClaimsArePreparedAndUnpreparedWhileTheListChanges) {
   Start();
   ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));

@@ -58,7 +58,7 @@ std::string ClaimPath(const ClaimRef& c) {
 StatusOr<std::unique_ptr<Driver>> Driver::Make(Options options) {
   auto kind = cdi::KindOf(options.resource);
   if (!kind.ok()) return kind.status();
-  auto checkpoint = Checkpoint::Load(options.checkpoint);
+  auto checkpoint = Checkpoint::Load(options.checkpoint, options.node);
   if (!checkpoint.ok()) return checkpoint.status();
   std::unique_ptr<Driver> d(new Driver(std::move(options), std::move(*checkpoint), *kind));
   // A reboot empties /var/run/cdi; the claims stay prepared for their pods.
@@ -326,6 +326,11 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> Driver::ResultsOf(
     return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not allocated"));
   for (const Json& r : results) {
     if (r.value("driver", "") != options_.driver) continue;
+    if (r.value("adminAccess", false))
+      return FailedPreconditionError(StrCat(
+          "claim ", c.ns, "/", c.name, " asks adminAccess to device \"", r.value("device", ""),
+          "\": this driver gives a device to one claim at a time (its set-up and release would "
+          "run under the workload's pod); use a claim of its own"));
     const std::string pool = r.value("pool", "");
     if (pool != options_.node)
       return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, ": device \"",
@@ -368,9 +373,17 @@ PrepareResult Driver::PrepareOne(const ClaimRef& c) {
   PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", ""};
   std::vector<std::pair<std::string, Json>> cdi_devices;
   std::vector<std::string> all;
+  // Before any module call: every device is here, and no other prepared
+  // claim holds it (a device is set up and released for one claim).
   for (const auto& [request, device] : *results) {
     auto it = ids.find(device);
     if (it == ids.end()) return fail(StrCat("device \"", device, "\" is not on this node now"));
+    if (const PreparedClaim* other = HolderOf(it->second, c.uid))
+      return fail(StrCat("device \"", device, "\" is prepared for claim ", other->ns, "/",
+                         other->name, " (", other->uid, ")"));
+  }
+  for (const auto& [request, device] : *results) {
+    auto it = ids.find(device);
     Answer<StatusOr<Recipe>> recipe;
     inst->Allocate({it->second}, recipe.Callback());
     std::optional<StatusOr<Recipe>> r = recipe.Wait(options_.call_timeout);
@@ -413,6 +426,16 @@ PrepareResult Driver::PrepareOne(const ClaimRef& c) {
   return result;
 }
 
+const PreparedClaim* Driver::HolderOf(const std::string& id, const std::string& except) const {
+  MutexLock lock(mu_);
+  for (const auto& [uid, claim] : checkpoint_.claims()) {
+    if (uid == except) continue;
+    for (const PreparedDevice& d : claim.devices)
+      if (d.id == id) return &claim;
+  }
+  return nullptr;
+}
+
 std::string Driver::UnprepareOne(const ClaimRef& c) {
   PreparedClaim prepared;
   {
@@ -422,9 +445,20 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
     prepared = *p;
   }
   std::vector<std::string> ids;
-  for (const PreparedDevice& d : prepared.devices) ids.push_back(d.id);
+  for (const PreparedDevice& d : prepared.devices) {
+    // Never release a device another prepared claim holds (prepare refuses
+    // that, but a checkpoint of an older devplugd may have it).
+    if (const PreparedClaim* other = HolderOf(d.id, c.uid)) {
+      spdlog::warn(
+          "resource \"{}\": DRA: unprepare {}/{} ({}): {} is held by claim {}/{} too; "
+          "not released",
+          options_.resource, c.ns, c.name, c.uid, d.id, other->ns, other->name);
+      continue;
+    }
+    ids.push_back(d.id);
+  }
   modules::ModuleInstance* inst = instance();
-  if (inst == nullptr && options_.module_releases) {
+  if (inst == nullptr && options_.module_releases && !ids.empty()) {
     // The module has on_release() but no instance runs now (it stops, or
     // has not started yet): the claim stays prepared until a release can
     // run; the kubelet asks again.
@@ -434,7 +468,7 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
                  c.uid, why);
     return why;
   }
-  if (inst != nullptr && inst->tracks_releases()) {
+  if (!ids.empty() && inst != nullptr && inst->tracks_releases()) {
     Answer<std::pair<int, std::string>> released;
     auto cb = released.Callback();
     inst->Release(ids, [cb](int rc, const std::string& why) { cb({rc, why}); });

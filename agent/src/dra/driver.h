@@ -155,6 +155,10 @@ class Driver final : public modules::ListSink {
       const ClaimRef& claim, const nlohmann::json& object) const;
   modules::ModuleInstance* instance() const;
   std::string Dir() const;
+  // The prepared claim other than `except` that holds module device `id`
+  // (null: none). The pointer is valid on "dra:calls" until that thread
+  // changes the checkpoint.
+  const PreparedClaim* HolderOf(const std::string& id, const std::string& except) const;
 
   const Options options_;
   const cdi::Kind kind_;
