@@ -400,6 +400,16 @@ TEST(KubeconfigTest, PathsAreRelativeToItsFolderAndWhatCannotWorkIsRefused) {
                 .find("in clear"),
             std::string::npos);
   EXPECT_EQ(refused("just text\n"), "/etc/k.conf: not a kubeconfig (no mapping at the top)");
+  // Aliases that multiply by ten at each of eight levels (10^9 nodes) are
+  // cut at a bound, not expanded.
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'i'; ++c) {
+    const std::string prev(1, static_cast<char>(c - 1));
+    bomb += std::string(1, c) + ": &" + std::string(1, c) + " [";
+    for (int i = 0; i < 10; ++i) bomb += (i ? ", *" : "*") + prev;
+    bomb += "]\n";
+  }
+  EXPECT_NE(refused(bomb).find("YAML nodes (aliases that expand?)"), std::string::npos);
 }
 
 }  // namespace

@@ -60,6 +60,15 @@ struct PrepareResult {
   std::string error;  // "": prepared
 };
 
+// The allocation results of `object` (claim `claim` as the API server sent
+// it) for `driver`'s devices in `node`'s pool, as (request, device).
+// FAILED_PRECONDITION, naming the claim, for one of another UID, not
+// allocated, with no device of this driver, with one of another pool, asking
+// adminAccess, or with a field of the wrong type. Never throws.
+StatusOr<std::vector<std::pair<std::string, std::string>>> ClaimResults(
+    const ClaimRef& claim, const nlohmann::json& object, const std::string& driver,
+    const std::string& node);
+
 class Driver final : public modules::ListSink {
  public:
   struct Options {
@@ -149,10 +158,6 @@ class Driver final : public modules::ListSink {
   std::string UnprepareOne(const ClaimRef& claim);
   // The claim's allocation results for this driver, as (request, device).
   StatusOr<std::vector<std::pair<std::string, std::string>>> Results(const ClaimRef& claim);
-  // The same from the claim as read; throws nlohmann::json::exception on a
-  // field of the wrong type (Results turns that into the claim's error).
-  StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(
-      const ClaimRef& claim, const nlohmann::json& object) const;
   modules::ModuleInstance* instance() const;
   std::string Dir() const;
   // The prepared claim other than `except` that holds module device `id`

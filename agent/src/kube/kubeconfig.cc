@@ -12,10 +12,11 @@ namespace devplug::kube {
 namespace {
 
 // A YAML document as JSON: scalars as strings (a kubeconfig's fields are
-// strings but for insecure-skip-tls-verify). Aliases may point back up:
-// depth is bounded.
-Json ToJson(yaml_document_t* doc, yaml_node_t* node, int depth) {
-  if (node == nullptr || depth > 32) return nullptr;
+// strings but for insecure-skip-tls-verify). Aliases may point back up, or
+// nest so that the tree doubles at each level: depth and the number of
+// nodes made are bounded (`budget`, counted down; below 0 the result is cut).
+Json ToJson(yaml_document_t* doc, yaml_node_t* node, int depth, int64_t& budget) {
+  if (node == nullptr || depth > 32 || --budget < 0) return nullptr;
   switch (node->type) {
     case YAML_SCALAR_NODE:
       return std::string(reinterpret_cast<const char*>(node->data.scalar.value),
@@ -24,17 +25,17 @@ Json ToJson(yaml_document_t* doc, yaml_node_t* node, int depth) {
       Json out = Json::array();
       for (yaml_node_item_t* i = node->data.sequence.items.start; i < node->data.sequence.items.top;
            ++i)
-        out.push_back(ToJson(doc, yaml_document_get_node(doc, *i), depth + 1));
+        out.push_back(ToJson(doc, yaml_document_get_node(doc, *i), depth + 1, budget));
       return out;
     }
     case YAML_MAPPING_NODE: {
       Json out = Json::object();
       for (yaml_node_pair_t* p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
            ++p) {
-        const Json key = ToJson(doc, yaml_document_get_node(doc, p->key), depth + 1);
+        const Json key = ToJson(doc, yaml_document_get_node(doc, p->key), depth + 1, budget);
         if (key.is_string())
           out[key.get<std::string>()] =
-              ToJson(doc, yaml_document_get_node(doc, p->value), depth + 1);
+              ToJson(doc, yaml_document_get_node(doc, p->value), depth + 1, budget);
       }
       return out;
     }
@@ -42,6 +43,9 @@ Json ToJson(yaml_document_t* doc, yaml_node_t* node, int depth) {
       return nullptr;
   }
 }
+
+// A kubeconfig has tens of nodes; one of a large cluster, a few thousand.
+constexpr int64_t kMaxNodes = 100'000;
 
 StatusOr<Json> ParseYaml(const std::string& text, const std::string& path) {
   yaml_parser_t parser;
@@ -55,9 +59,13 @@ StatusOr<Json> ParseYaml(const std::string& text, const std::string& path) {
     yaml_parser_delete(&parser);
     return st;
   }
-  Json out = ToJson(&doc, yaml_document_get_root_node(&doc), 0);
+  int64_t budget = kMaxNodes;
+  Json out = ToJson(&doc, yaml_document_get_root_node(&doc), 0, budget);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
+  if (budget < 0)
+    return InvalidArgumentError(StrCat(path, ": more than ", kMaxNodes,
+                                       " YAML nodes (aliases that expand?); not a kubeconfig"));
   return out;
 }
 
