@@ -68,6 +68,25 @@ TEST(StatusReportTest, TheLineSaysWhatIsWrongAndWhere) {
             "devplug.toml:3: key \"x\": unknown");
 }
 
+// A resource being created for the first time has not failed (issue 53
+// item 13: "1 failed (1 retrying)" at every start, on a real H100 node).
+TEST(StatusReportTest, AResourceStillStartingIsNotAFailure) {
+  AgentView v = Node();
+  v.resources.push_back(Running("a/kvm", {Dev("kvm0", true)}, true));
+  ResourceView first;
+  first.name = "nvidia.com/gpu";
+  first.starting = true;
+  v.resources.push_back(first);
+  EXPECT_EQ(StatusLine(v), "registered 1/2 resources; 1 starting");
+  ResourceView again;
+  again.name = "a/fpga";
+  again.starting = true;
+  again.failed = true;
+  again.retrying = true;
+  v.resources.push_back(again);
+  EXPECT_EQ(StatusLine(v), "registered 1/3 resources; 1 starting; 1 failed (1 retrying)");
+}
+
 TEST(StatusReportTest, JsonNamesEachResourceItsStateAndDevicesWhenAsked) {
   AgentView v = Node();
   ResourceView kvm = Running("a/kvm", {Dev("kvm0", true), Dev("kvm1", false)}, true);

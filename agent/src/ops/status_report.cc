@@ -146,7 +146,7 @@ json ResourceJson(const ResourceView& r, bool devices) {
 
 std::string StatusLine(const AgentView& view) {
   const size_t total = view.resources.size();
-  size_t registered = 0, running = 0, retried = 0;
+  size_t registered = 0, running = 0, starting = 0, retried = 0;
   std::vector<std::string> idle;
   for (const ResourceView& r : view.resources) {
     if (r.registered) ++registered;
@@ -155,13 +155,16 @@ std::string StatusLine(const AgentView& view) {
       // Running and offering nothing usable: on a fresh node that is the
       // hint to look at the journal and the configuration.
       if (Healthy(r.devices) == 0) idle.push_back(r.name);
+    } else if (r.starting && !r.failed) {
+      ++starting;  // its first start, under way: no failure yet
     } else if (r.starting || r.retrying) {
       ++retried;
     }
   }
   std::string status = StrCat("registered ", registered, "/", total, " resources");
-  if (running < total) {
-    StrAppend(&status, "; ", total - running, " failed");
+  if (starting > 0) StrAppend(&status, "; ", starting, " starting");
+  if (running + starting < total) {
+    StrAppend(&status, "; ", total - running - starting, " failed");
     if (retried > 0) StrAppend(&status, " (", retried, " retrying)");
   }
   if (registered < running && !view.kubelet_socket) StrAppend(&status, "; waiting for kubelet");
