@@ -242,14 +242,20 @@ int PrintStatus(const StatusOptions& o) {
     if (const json c = r.value("cdi", json()); c.is_object()) {
       std::string cdi = StrCat(Str(c, "kind"), ", ", c.value("named", 0), " named in ",
                                Str(c, "spec"), " (", Str(c, "mode"), ")");
+      // Under host_root the file is written elsewhere than the runtime reads.
+      if (const std::string w = Str(c, "written_to"); !w.empty() && w != Str(c, "spec"))
+        StrAppend(&cdi, ", written to ", w);
       if (const int a = c.value("allocations", 0); a > 0)
         StrAppend(&cdi, ", ", a, " allocation spec(s)");
       if (const std::string p = Str(c, "problem"); !p.empty()) StrAppend(&cdi, "; ", p);
       Wrapped("    CDI: ", cdi, 6);
     }
     if (const json d = r.value("dra", json()); d.is_object()) {
-      std::string dra = StrCat("driver ", Str(d, "driver"), ", pool ", Str(d, "pool"),
-                               " (generation ", d.value("generation", 0), ")");
+      std::string dra =
+          StrCat("driver ", Str(d, "driver"), ", pool ", Str(d, "pool"), " (generation ",
+                 d.value("generation", 0), "), claim specs in ", Str(d, "cdi_dir"));
+      if (const std::string w = Str(d, "cdi_written_to"); !w.empty() && w != Str(d, "cdi_dir"))
+        StrAppend(&dra, ", written to ", w);
       if (const std::string e = Str(d, "slice_error"); !e.empty())
         StrAppend(&dra, "; ResourceSlices: ", e);
       Wrapped("    DRA: ", dra, 6);

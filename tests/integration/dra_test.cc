@@ -236,6 +236,11 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
   ASSERT_EQ(dra["prepared"].size(), 1u) << dra.dump(1);
   EXPECT_EQ(dra["prepared"][0]["uid"], uid);
   EXPECT_EQ(dra["prepared"][0]["devices"][0]["id"], "fake-1");
+  // The folder as the runtime reads it, and where devplugd writes it (under
+  // host_root): an operator who mounts the host's folder elsewhere sees why
+  // nobody reads the specs (issue 53 item 14).
+  EXPECT_EQ(dra["cdi_dir"], "/run/cdi");
+  EXPECT_EQ(dra["cdi_written_to"], host_root() + "/run/cdi");
   auto text =
       testing::RunProcess({testing::DevplugctlPath(), "status", "--socket", control_socket()});
   EXPECT_NE(text.output.find("prepared: default/c1 (" + uid + "): fake-1"), std::string::npos)

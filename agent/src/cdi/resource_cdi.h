@@ -67,6 +67,8 @@ class ResourceCdi {
 
   const Kind& kind() const { return kind_; }
   const std::string& dir() const { return options_.dir; }
+  // Where devplugd writes it: dir() under host_root.
+  std::string Dir() const;
   std::string file_name() const { return SpecFileName(kind_); }
   CdiMode mode() const { return options_.mode; }
 
@@ -91,7 +93,6 @@ class ResourceCdi {
       const std::function<bool(const std::string& name, const Allocation&)>& which,
       const std::string& why);
   Status WriteIndexLocked();
-  std::string Dir() const;
 
   const Options options_;
   const Kind kind_;

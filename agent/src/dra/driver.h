@@ -142,6 +142,8 @@ class Driver final : public modules::ListSink {
 
   // ---- status and tests ----
   const Options& options() const { return options_; }
+  // Where the claims' CDI specs are written: cdi_dir under host_root.
+  std::string Dir() const;
   std::vector<PreparedClaim> prepared() const;
   // Syncs done (every slice as wanted), and the last sync error ("": none).
   uint64_t syncs() const;
@@ -159,7 +161,6 @@ class Driver final : public modules::ListSink {
   // The claim's allocation results for this driver, as (request, device).
   StatusOr<std::vector<std::pair<std::string, std::string>>> Results(const ClaimRef& claim);
   modules::ModuleInstance* instance() const;
-  std::string Dir() const;
   // The prepared claim other than `except` that holds module device `id`
   // (null: none). The pointer is valid on "dra:calls" until that thread
   // changes the checkpoint.

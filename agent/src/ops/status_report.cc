@@ -125,11 +125,14 @@ json ResourceJson(const ResourceView& r, bool devices) {
                   {"generation", r.dra->generation()},
                   {"slice_syncs", r.dra->syncs()},
                   {"slice_error", error.empty() ? json(nullptr) : json(error)},
+                  {"cdi_dir", r.dra->options().cdi_dir},
+                  {"cdi_written_to", r.dra->Dir()},
                   {"prepared", std::move(claims)}};
   }
   if (r.cdi)
     res["cdi"] = {{"mode", std::string(config::CdiModeName(r.cdi->mode()))},
                   {"spec", r.cdi->dir() + "/" + r.cdi->file_name()},
+                  {"written_to", r.cdi->Dir() + "/" + r.cdi->file_name()},
                   {"kind", r.cdi->kind().str()},
                   {"named", r.cdi->named()},
                   {"allocations", r.cdi->allocations()},
