@@ -58,7 +58,7 @@ grpc::Status KubeletSim::HandleList(v1::ListPodResourcesResponse* out) {
       auto* c = p->add_containers();
       c->set_name(container);
       for (const auto& [resource, ids] : resources) {
-        auto numa = [&](const std::string& id) -> std::vector<int64_t> {
+        auto numa = [&, &resource = resource](const std::string& id) -> std::vector<int64_t> {
           auto r = resources_.find(resource);
           if (r == resources_.end()) return {};
           for (const auto& d : r->second.devices)

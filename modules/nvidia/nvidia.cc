@@ -345,7 +345,9 @@ class Nvidia : public Instance, public Session::Listener {
     for (const auto& [uuid, g] : gpus) {
       if (!g.pci.empty()) gpu_by_pci_[g.pci] = uuid;
       const int numa = Numa(g.pci);
-      auto fill = [&](Unit& u) {
+      // Structured bindings are named into the lambda: clang 14 (the
+      // sanitizer build's compiler) cannot capture them.
+      auto fill = [&, &uuid = uuid, &g = g](Unit& u) {
         u.parent = uuid;
         u.pci = g.pci;
         u.model = g.model;

@@ -21,7 +21,13 @@ function(devplug_add_module name)
     VISIBILITY_INLINES_HIDDEN ON)
   set(map "${CMAKE_CURRENT_BINARY_DIR}/${name}.exports.map")
   file(WRITE "${map}" "{\n  global: devplug_module_entry_v1;\n  local: *;\n};\n")
-  target_link_options(${name} PRIVATE -Wl,--no-undefined "-Wl,--version-script=${map}")
+  target_link_options(${name} PRIVATE "-Wl,--version-script=${map}")
+  # clang links a sanitizer's runtime into the executable alone, which
+  # exports it: a module built with -fsanitize finds those symbols when it
+  # is loaded, not when it is linked (devplug's own sanitizer builds).
+  if(NOT (DEVPLUG_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang"))
+    target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  endif()
   set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS "${map}")
   if(DEFINED DEVPLUG_MODULE_DIR)
     # DEVPLUG_MODULE_COMPONENT (optional): the install component to use.
