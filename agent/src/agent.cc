@@ -25,6 +25,7 @@
 #include "modules/loaded_module.h"
 #include "ops/log.h"
 #include "util/exit_priority.h"
+#include "util/sanitizers.h"
 #include "util/systemd.h"
 #include "util/unix_socket.h"
 
@@ -332,7 +333,7 @@ void Agent::Shutdown() {
   mailbox_->Close();
   // Its socket goes now; its thread and a client still talking to it end
   // with the process (sanitizer builds join them, so leaks still show).
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
   control_.Abandon();
 #else
   control_.Stop();

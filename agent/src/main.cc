@@ -17,6 +17,7 @@
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
 #include "ops/log.h"
+#include "util/sanitizers.h"
 
 namespace {
 
@@ -212,7 +213,7 @@ int main(int argc, char** argv) {
       }
     } else {
       rc = agent.Run(sfd);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
       // Everything devplugd owes the node is done once Run returns: streams
       // ended, sockets removed, modules destroyed, STOPPING=1 sent. What is
       // left is freeing memory and joining threads (the agent's, the gRPC
@@ -225,7 +226,7 @@ int main(int argc, char** argv) {
     }
   }
   close(sfd);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
   // Everything devplugd owes the node is done: streams ended, sockets
   // removed, modules destroyed, STOPPING=1 sent. What a normal exit would
   // add is the gRPC library's own teardown (joining its threads), most of

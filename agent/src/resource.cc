@@ -16,6 +16,7 @@
 #include "kubelet/pod_lookup.h"
 #include "kubelet/registration.h"
 #include "util/leak.h"
+#include "util/sanitizers.h"
 #include "util/unix_socket.h"
 
 namespace devplug {
@@ -497,7 +498,7 @@ void Resource::Withdraw(bool exiting) {
 bool Resource::WaitDriverStopped(Clock::time_point deadline) {
   if (!dra_ || dra_.use_count() > 1) return true;
   const bool stopped = dra_->WaitStopped(deadline);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
   // The DRA services outlive the exit (Withdraw released the server, not
   // shut it down): a call still arriving finds a stopped driver, never a
   // freed one.
@@ -518,7 +519,7 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
   hub_->ExpectKubeletStream(0);
   socket_file_.reset();
   if (!server_) return;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
   if (exiting) {
     // The process ends right after, and its end closes every connection:
     // the kubelet's ListAndWatch ends as it would after our own Finish (it
@@ -560,7 +561,7 @@ bool Resource::StopModule(Clock::time_point deadline, [[maybe_unused]] bool keep
     if (!*inst) continue;
     if (dra_) dra_->ClearInstance(inst->get());
     if (!modules::StopOrAbandon(*inst, deadline)) stopped = false;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
     if (keep) {
       (void)inst->release();
       continue;

@@ -109,11 +109,16 @@ DEVPLUG_CXX_MODULE(widget_module, "widget", "1.0.0", "widgets, to test the SDK",
                    kNoSubsystems, Create, 0)
 CC
 # A sanitizer build installs a sanitized toolkit: the vendor's module is
-# built the same way, as it would have to be.
+# built the same way, as it would have to be: the same compiler (clang's
+# runtime lives in devplugd, GCC's in a shared library each module would
+# load beside it) and the same sanitizers (DEVPLUG_SANITIZE tells the
+# module helper that the runtime's symbols come at load time).
 san=$(sed -n 's/^DEVPLUG_SANITIZE:[A-Z]*=//p' "$build/CMakeCache.txt")
 san_flags=()
 if [[ -n $san ]]; then
-  san_flags=(-DCMAKE_CXX_FLAGS="-fsanitize=$san" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=$san")
+  cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+  san_flags=(-DCMAKE_CXX_COMPILER="$cxx" -DDEVPLUG_SANITIZE="$san"
+             -DCMAKE_CXX_FLAGS="-fsanitize=$san" -DCMAKE_MODULE_LINKER_FLAGS="-fsanitize=$san")
 fi
 cmake -S "$work/widget" -B "$work/widget/b" -DCMAKE_PREFIX_PATH="$work/prefix" "${san_flags[@]}" \
   >/dev/null

@@ -14,7 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "util/sanitizers.h"
+
+#if defined(DEVPLUG_ASAN)
 #include <sanitizer/lsan_interface.h>
 #define DEVPLUG_TEST_LEAK_ON_PURPOSE(p) __lsan_ignore_object(p)
 #else

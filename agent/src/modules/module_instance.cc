@@ -10,8 +10,9 @@
 #include <spdlog/spdlog.h>
 
 #include "modules/abi_sinks.h"
+#include "util/sanitizers.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DEVPLUG_ASAN)
 #include <sanitizer/lsan_interface.h>
 #define DEVPLUG_LEAK_ON_PURPOSE(p) __lsan_ignore_object(p)
 #else

@@ -5,7 +5,9 @@
 
 #include <memory>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "util/sanitizers.h"
+
+#if defined(DEVPLUG_ASAN)
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -15,7 +17,7 @@ namespace devplug {
 template <typename T>
 void LeakOnPurpose(const std::shared_ptr<T>& owner) {
   auto* kept = new std::shared_ptr<T>(owner);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DEVPLUG_ASAN)
   __lsan_ignore_object(kept);
 #else
   (void)kept;
