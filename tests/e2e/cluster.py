@@ -37,6 +37,7 @@ API_IP = "10.210.0.1"
 API = f"https://{API_IP}:6443"
 ETCD = "http://127.0.0.1:23790"
 KUBELET_ROOT = "/var/lib/kubelet"
+DEVPLUG_STATE = "/var/lib/devplug"
 SERVICE_CIDR = "10.212.0.0/24"
 NODE_STATUS_PERIOD = "10s"  # the kubelet's default nodeStatusUpdateFrequency
 PAUSE_IMAGE = "localhost/devplug-e2e-pause:1"
@@ -347,8 +348,8 @@ class Node:
 
     def start_mounts(self):
         """The holder of the node's mount namespace: the node's own folders
-        bound over /var/lib/kubelet, the kubelet's log folders and
-        /var/run/cdi; in node
+        bound over /var/lib/kubelet, the kubelet's log folders, /var/run/cdi
+        and devplugd's state folder; in node
         2's network namespace, a sysfs of that namespace (as `ip netns exec`
         mounts one) with the host's cgroup hierarchies bound back under it."""
         steps = ["mount --make-rslave /"]
@@ -357,9 +358,14 @@ class Node:
             steps += [f"mkdir -p {keep}", f"mount --rbind /sys/fs/cgroup {keep}",
                       "mount -t sysfs sysfs /sys", f"mount --rbind {keep} /sys/fs/cgroup",
                       f"umount -l {keep}"]
-        for src, dst in [(self.kubelet_root, KUBELET_ROOT), (f"{self.dir}/log/pods", "/var/log/pods"),
-                         (f"{self.dir}/log/containers", "/var/log/containers"),
-                         (self.cdi_dir, "/run/cdi")]:
+        binds = [(self.kubelet_root, KUBELET_ROOT), (f"{self.dir}/log/pods", "/var/log/pods"),
+                 (f"{self.dir}/log/containers", "/var/log/containers"),
+                 (self.cdi_dir, "/run/cdi"),
+                 # devplugd's state (the DRA checkpoint): each node its own, as
+                 # on real nodes (a shared one made node 1 act on node 2's claims).
+                 (f"{self.dir}/devplug-state", DEVPLUG_STATE)]
+        for src, dst in binds:
+            note_host_dir(dst)
             steps.append(f"mkdir -p {src} {dst} && mount --bind {src} {dst}")
         argv = ["unshare", "--mount", "--propagation", "unchanged", "sh", "-ec",
                 " && ".join(steps) + " && exec sleep infinity"]
@@ -555,6 +561,8 @@ def refuse_strangers():
                 sid = os.getsid(pid)
             except ProcessLookupError:
                 continue
+            if zombie(pid):
+                continue  # killed by an earlier `down`, not reaped yet: it runs no more
             check(sid in ours, f"a {prog} runs here that this harness did not start (pid {pid}); "
                                "stop it first")
 
@@ -589,10 +597,52 @@ def down(quiet=False):
     for c in os.listdir("/sys/fs/cgroup") if os.path.isdir("/sys/fs/cgroup") else []:
         for i in (1, 2):
             remove_cgroup(f"/sys/fs/cgroup/{c}/{node_name(i)}")
+    # Every process killed above is gone (or a zombie) before `down` returns,
+    # so an `up` right after finds none of them.
+    for _ in range(100):
+        alive = [pid for pattern in [f"{WORK}/", f"{RUN}/", f" --kubeconfig {WORK}/"]
+                 for pid in pids_of(pattern) if not zombie(pid)]
+        if not alive:
+            break
+        for pid in alive:
+            kill(pid)
+        time.sleep(0.1)
+    # Host folders that exist only because a node's mount namespace made its
+    # mount points: removed when empty (never one that was there before).
+    created = []
+    if os.path.exists(f"{WORK}/host-dirs"):
+        with open(f"{WORK}/host-dirs") as f:
+            created = [line.strip() for line in f if line.strip()]
     for p in [WORK, RUN]:
         shutil.rmtree(p, ignore_errors=True)
+    for d in sorted(set(created), key=len, reverse=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass  # not empty: something else put files there
     if not quiet:
         say("down: stopped and removed")
+
+
+def zombie(pid):
+    """True when `pid` has exited and waits for its parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True  # gone
+
+
+def note_host_dir(path):
+    """Remembers each folder of `path` that does not exist yet on the host (a
+    node's mount point that mkdir will make), for `down` to remove."""
+    missing = []
+    while path not in ("", "/") and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    if missing:
+        with open(f"{WORK}/host-dirs", "a") as f:
+            f.write("".join(m + "\n" for m in missing))
 
 
 def cgroup_pids(path):
