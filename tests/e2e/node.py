@@ -219,7 +219,8 @@ def podman_cdi():
     """Debian's podman 4.3 runs a container with `--device <devplug's CDI
     name>` that opens /dev/net/tun from the spec devplugd wrote (podman
     reads /etc/cdi and /var/run/cdi only). Returns the CDI name used."""
-    build = f"{SRC}/build-pkg"  # scripts/build-image built it
+    # scripts/build-image built it (scripts/pkg-build: build-pkg or DEVPLUG_PKG_BUILD)
+    build = os.path.join(SRC, os.environ.get("DEVPLUG_PKG_BUILD", "build-pkg"))
     os.makedirs(f"{WORK}/podman-cdi/plug", exist_ok=True)
     config = f"{WORK}/podman-cdi/devplug.toml"
     with open(config, "w") as f:
