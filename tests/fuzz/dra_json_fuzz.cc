@@ -14,8 +14,8 @@
 #include <fstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "dra/checkpoint.h"
 #include "dra/driver.h"
