@@ -153,6 +153,10 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   void BeginReload(const char* why = "SIGHUP");
   // watch_config on or off as config_ says.
   void UpdateConfigWatch();
+  // Why `next` may not replace the running configuration: it removes a
+  // DRA resource, switches its API or renames its driver while claims are
+  // prepared on it ("" when none does).
+  std::string OrphanedClaims(const config::AgentConfig& next) const;
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();

@@ -65,6 +65,10 @@ void Agent::BeginReload(const char* why) {
     FailReload(plan.status().message());
     return;
   }
+  if (std::string why = OrphanedClaims(*next); !why.empty()) {
+    FailReload(why);
+    return;
+  }
   for (const auto& r : resources_)
     if (std::count(plan->replaced.begin(), plan->replaced.end(), r->cfg().name) > 0)
       spdlog::info("resource \"{}\": module file {} was replaced", r->cfg().name,
@@ -95,6 +99,37 @@ void Agent::BeginReload(const char* why) {
   // in the old instance reports to it.
   for (auto& r : reload_->staged()) r->Launch(reload_->config(), running_of(r->cfg().name));
   FinishReload();
+}
+
+std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
+  std::vector<std::string> errors;
+  for (const auto& r : resources_) {
+    const dra::Driver* driver = r->dra();
+    if (driver == nullptr) continue;
+    const std::vector<dra::PreparedClaim> claims = driver->prepared();
+    if (claims.empty()) continue;
+    const auto after = std::find_if(next.resources.begin(), next.resources.end(),
+                                    [&](const auto& n) { return n.name == r->cfg().name; });
+    std::string change;
+    if (after == next.resources.end())
+      change = "removes the resource";
+    else if (after->api != ServingApi::kDra)
+      change = "serves it through the device plugin API";
+    else if (after->driver != r->cfg().driver)
+      change = StrCat("renames its DRA driver to \"", after->driver, "\"");
+    if (change.empty()) continue;
+    // Its checkpoint would be read by nobody: the claims' devices would be
+    // published as free and prepared for another claim, and unprepare
+    // would never reach a driver that knows them.
+    std::vector<std::string> names;
+    for (const dra::PreparedClaim& c : claims)
+      names.push_back(StrCat(c.ns, "/", c.name, " (", c.uid, ")"));
+    errors.push_back(StrCat("resource \"", r->cfg().name, "\": the new configuration ", change,
+                            ", while DRA driver \"", r->cfg().driver, "\" has ", claims.size(),
+                            " prepared claim(s): ", StrJoin(names, ", "),
+                            "; apply it once their pods are gone"));
+  }
+  return StrJoin(errors, "\n");
 }
 
 void Agent::FinishReload() {

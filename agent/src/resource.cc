@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dra/resource_slice.h"
 #include "kube/kubeconfig.h"
 #include "kubelet/list_publisher.h"
 #include "kubelet/pod_lookup.h"
@@ -188,7 +189,21 @@ void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecesso
     opts.lists = std::make_shared<kubelet::ListPublisher>(hub_.get(), cdi_);
   }
   opts.observer = metrics_;
-  opts.pods = std::make_shared<kubelet::PodLookup>(services_.pods(), handed_out_, cfg_.name);
+  if (dra_) {
+    // Under DRA the claims say who holds a device (review D6: PodResources'
+    // `devices` never lists a claim's, so cex's sweep destroyed the nodes of
+    // prepared claims and `namespaces` refused every prepare).
+    opts.pods = std::make_shared<kubelet::DraPodLookup>(
+        services_.pods(), cfg_.driver, cfg.node_name,
+        [holders = dra_->holders()](
+            const std::string& id) -> std::optional<kubelet::DraPodLookup::Claim> {
+          std::optional<dra::ClaimRef> c = holders->Of(id);
+          if (!c) return std::nullopt;
+          return kubelet::DraPodLookup::Claim{c->ns, c->name, dra::DeviceName(id)};
+        });
+  } else {
+    opts.pods = std::make_shared<kubelet::PodLookup>(services_.pods(), handed_out_, cfg_.name);
+  }
   tracker_.reset();
   // A DRA resource's devices are released by NodeUnprepareResources, not
   // by what PodResources lists.

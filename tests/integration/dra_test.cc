@@ -216,13 +216,13 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
   EXPECT_EQ(claim.devices(0).pool_name(), kNode);
   EXPECT_EQ(claim.devices(0).request_names(0), "req");
   ASSERT_EQ(claim.devices(0).cdi_device_ids_size(), 1);
-  EXPECT_EQ(claim.devices(0).cdi_device_ids(0), "devplug.fake.example/dra=" + uid + "-fake-1");
+  EXPECT_EQ(claim.devices(0).cdi_device_ids(0), "devplug.fake.example/dra=" + uid + "-req");
 
   // The spec the runtime reads: valid, and it gives the module's answer.
   ASSERT_TRUE(testing::FileExists(SpecPath(uid)));
   const Json spec = Json::parse(ReadFile(SpecPath(uid)));
   EXPECT_EQ(StrJoin(cdi::Validate(spec), "\n"), "") << spec.dump(1);
-  EXPECT_EQ(spec["devices"][0]["name"], uid + "-fake-1");
+  EXPECT_EQ(spec["devices"][0]["name"], uid + "-req");
   EXPECT_NE(spec["devices"][0]["containerEdits"].dump().find("fake-1"), std::string::npos)
       << spec.dump(1);
 
@@ -392,6 +392,91 @@ TEST_F(DraTest, AReloadKeepsPreparedClaimsAndRemovingTheResourceDeletesItsSlices
   EXPECT_TRUE(Eventually([&] { return Slices().empty(); })) << Json(Slices()).dump(1);
 }
 
+// A reload that would leave prepared claims with no driver that knows them
+// (the resource removed, served through the device plugin API, or its
+// driver renamed) is refused, naming the claims; the running driver keeps
+// them and their devices (review D11: the device was published as free and
+// prepared for a second claim). Once they are unprepared the same reload
+// goes through.
+TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-1"});
+  ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+
+  const std::string dra = "api = \"dra\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n";
+  const std::string refusals[] = {
+      Config(
+          Resource(kDra, FakeModule("fake_release"), dra + "dra_driver = \"new.fake.example\"\n"),
+          "0s", DraAgent()),
+      Config(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", DraAgent()),
+      Config(Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", DraAgent()),
+  };
+  for (const std::string& config : refusals) {
+    WriteFile(config_path(), config);
+    EXPECT_FALSE(Reload()) << config << agent_->Log();
+  }
+  const std::string log = agent_->Log();
+  EXPECT_NE(log.find("renames its DRA driver to \"new.fake.example\", while DRA driver "
+                     "\"dra.fake.example\" has 1 prepared claim(s): default/c1 (" +
+                     uid + ")"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("serves it through the device plugin API"), std::string::npos) << log;
+  EXPECT_NE(log.find("removes the resource"), std::string::npos) << log;
+  // Nothing changed: the claim is still prepared, its device still held.
+  const std::string second = Claim("c2", {"fake-1"});
+  EXPECT_NE(Prepare("c2", second).claims().at(second).error(), "");
+  EXPECT_EQ(ReadFile(release_log()), "");
+
+  ASSERT_EQ(Unprepare("c1", uid), "");
+  WriteFile(config_path(), refusals[0]);
+  EXPECT_TRUE(Reload()) << agent_->Log();
+}
+
+// pod_of() under DRA: inside pre_start(), which runs before any container
+// of the claim's pod exists, the holder is the claim being prepared, in its
+// namespace; so cex's `namespaces` can be checked and its sweep keeps a
+// prepared claim's nodes (review D6: every answer was "nobody", -ENOENT).
+TEST_F(DraTest, PodOfNamesTheClaimsNamespaceInsidePrepare) {
+  StartSim();
+  StartAgent(DraResource("log_holder = true\n"), "0s", DraAgent());
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-1"});
+  ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+  const std::string log = ReadFile(release_log());
+  EXPECT_NE(log.find("holder fake-1 default/"), std::string::npos) << log;
+  EXPECT_EQ(log.find("holder fake-1 none"), std::string::npos) << log;
+}
+
+// The devices of one request reach a container together: one allocate()
+// for all of them, one CDI device with its edits, as the device plugin API
+// answers one container (review D7: one allocate() and CDI device each gave
+// FAKE_DEVICES=fake-0 and FAKE_DEVICES=fake-1, and the runtime keeps one).
+TEST_F(DraTest, ARequestOfTwoDevicesIsOneAllocateAndOneCdiDevice) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-0", "fake-1"});
+  auto resp = Prepare("c1", uid);
+  const auto& claim = resp.claims().at(uid);
+  ASSERT_EQ(claim.error(), "");
+  ASSERT_EQ(claim.devices_size(), 2);
+  for (const auto& d : claim.devices()) {
+    ASSERT_EQ(d.cdi_device_ids_size(), 1);
+    EXPECT_EQ(d.cdi_device_ids(0), "devplug.fake.example/dra=" + uid + "-req");
+  }
+  const Json spec = Json::parse(ReadFile(SpecPath(uid)), nullptr, false);
+  ASSERT_EQ(spec["devices"].size(), 1u) << spec.dump(1);
+  const std::string edits = spec["devices"][0]["containerEdits"].dump();
+  EXPECT_NE(edits.find("FAKE_DEVICES=fake-0,fake-1"), std::string::npos) << spec.dump(1);
+  EXPECT_EQ(Unprepare("c1", uid), "");
+}
+
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
   StartSim();
   StartDra(Resource(kFull, FakeModule("fake_full"), "count = 2"));
@@ -465,7 +550,7 @@ TEST_F(DraTest, AKubeletOfV1beta1IsServedToo) {
   ASSERT_TRUE(stub->NodePrepareResources(&ctx, req, &resp).ok());
   ASSERT_EQ(resp.claims().at(uid).error(), "");
   EXPECT_EQ(resp.claims().at(uid).devices(0).cdi_device_ids(0),
-            "devplug.fake.example/dra=" + uid + "-fake-0");
+            "devplug.fake.example/dra=" + uid + "-req");
 }
 
 }  // namespace

@@ -256,6 +256,23 @@ TEST_F(DraDriverTest, TwoClaimsNeverShareADevice) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 }
 
+// A prepare that fails after the module set a device up (here the CDI spec
+// cannot be written) releases it: the claim is never recorded, so no
+// unprepare would (review D1).
+TEST_F(DraDriverTest, APrepareThatFailsAfterTheModuleSetUpReleasesWhatItSetUp) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  WriteFile(dir_ / "cdi", "a file where the spec folder should be");
+  const std::string uid = Claim(0, "fake-1");
+  const PrepareResult r = Prepare({"default", uid, "c0"});
+  EXPECT_NE(r.error.find("CDI spec"), std::string::npos) << r.error;
+  EXPECT_TRUE(driver_->prepared().empty());
+  const std::string log = ReadFile(dir_ / "release.log");
+  EXPECT_NE(log.find("release fake-1"), std::string::npos) << log;
+  EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // held by nobody after the failure
+  EXPECT_EQ(Unprepare({"default", uid, "c0"}), "");      // never prepared: nothing more
+}
+
 TEST_F(DraDriverTest, ClaimsArePreparedAndUnpreparedWhileTheListChanges) {
   Start();
   ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
@@ -306,6 +323,12 @@ TEST_F(DraDriverTest, ARestartRemembersItsClaimsAndWritesTheirSpecsAgain) {
   EXPECT_EQ(ReadFile(dir_ / ("cdi/" + files[0])), spec);
   ASSERT_EQ(driver_->prepared().size(), 1u);
   EXPECT_EQ(driver_->prepared()[0].devices, r.devices);
+  // Who holds the device, for the module's pod_of() (cex's start-up sweep
+  // runs before any call): the remembered claim.
+  ASSERT_TRUE(driver_->ClaimOf("fake-1").has_value());
+  EXPECT_EQ(driver_->ClaimOf("fake-1")->name, "c0");
+  EXPECT_EQ(driver_->ClaimOf("fake-1")->ns, "default");
+  EXPECT_FALSE(driver_->ClaimOf("fake-0").has_value());
   // Asked again, it answers from the checkpoint without the module.
   const PrepareResult same = Prepare(c);
   EXPECT_EQ(same.error, "");

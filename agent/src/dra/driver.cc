@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <mutex>
 #include <set>
 
@@ -49,6 +50,17 @@ class Answer {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
+// A request's name as part of a CDI device name ([A-Za-z0-9_.:-]): a
+// subrequest's "main/large" becomes "main.large".
+std::string CdiDeviceName(const std::string& request) {
+  std::string out = request;
+  for (char& ch : out)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != ':' &&
+        ch != '-')
+      ch = '.';
+  return out;
+}
+
 std::string ClaimPath(const ClaimRef& c) {
   return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
 }
@@ -65,6 +77,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options options) {
   size_t rewritten = 0;
   {
     MutexLock lock(d->mu_);
+    d->UpdateHoldersLocked();
     for (const auto& [uid, c] : d->checkpoint_.claims()) {
       if (c.spec_file.empty()) continue;
       const std::string path = d->Dir() + "/" + c.spec_file;
@@ -395,48 +408,138 @@ PrepareResult Driver::PrepareOne(const ClaimRef& c) {
       return fail(StrCat("device \"", device, "\" is prepared for claim ", other->ns, "/",
                          other->name, " (", other->uid, ")"));
   }
-  for (const auto& [request, device] : *results) {
-    auto it = ids.find(device);
+  // From here on the module may ask who holds these devices (pod_of() in
+  // pre_start(): cex checks `namespaces`): this claim, until the answer.
+  {
+    MutexLock lock(mu_);
+    for (const auto& [request, device] : *results) preparing_[ids[device]] = c;
+    UpdateHoldersLocked();
+  }
+  struct Done {
+    Driver* d;
+    std::vector<std::string> ids;
+    ~Done() {
+      MutexLock lock(d->mu_);
+      for (const std::string& id : ids) d->preparing_.erase(id);
+      d->UpdateHoldersLocked();
+    }
+  } done{this, {}};
+  for (const auto& [request, device] : *results) done.ids.push_back(ids[device]);
+  // One allocate() per request, for all of its devices: the devices of a
+  // request reach a container together, as a container's do in the device
+  // plugin API, so answers made per container (cex's one node, env lists
+  // joined per key, PCI_RESOURCE_*) come out right; their edits are one CDI
+  // device, <uid>-<request> (review D7: one allocate() and one CDI device per
+  // device named a node that was never made).
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_request;
+  for (const auto& [request, device] : *results)
+    by_request[request].emplace_back(device, ids[device]);
+  // What the module set up so far: released if the prepare fails after it
+  // (review D1: unprepare of a claim never recorded released nothing).
+  std::vector<std::string> set_up;
+  auto fail_after = [&](const std::string& why) {
+    ReleaseSetUp(inst, c, set_up);
+    return fail(why);
+  };
+  for (const auto& [request, devices] : by_request) {
+    std::vector<std::string> group;
+    for (const auto& [device, id] : devices) group.push_back(id);
     Answer<StatusOr<Recipe>> recipe;
-    inst->Allocate({it->second}, recipe.Callback());
+    inst->Allocate(group, recipe.Callback());
     std::optional<StatusOr<Recipe>> r = recipe.Wait(options_.call_timeout);
-    if (!r) return fail(StrCat("allocate(", it->second, ") did not answer in time"));
-    if (!r->ok()) return fail(std::string(r->status().message()));
-    PreparedDevice pd{request, options_.node, device, it->second, {}};
+    if (!r) return fail_after(StrCat("allocate(", StrJoin(group, ","), ") did not answer in time"));
+    if (!r->ok()) return fail_after(std::string(r->status().message()));
+    set_up.insert(set_up.end(), group.begin(), group.end());
     Json edits = cdi::Edits(
         **r, [this](const std::string& path) { return cdi::LookUpNode(options_.host_root, path); });
+    std::vector<std::string> cdi_ids;
     if (!cdi::EditsEmpty(edits)) {
-      const std::string name = StrCat(c.uid, "-", device);
-      pd.cdi_ids.push_back(cdi::QualifiedName(kind_, name));
+      const std::string name = StrCat(c.uid, "-", CdiDeviceName(request));
+      cdi_ids.push_back(cdi::QualifiedName(kind_, name));
       cdi_devices.emplace_back(name, std::move(edits));
     }
-    prepared.devices.push_back(std::move(pd));
-    all.push_back(it->second);
+    for (const auto& [device, id] : devices) {
+      prepared.devices.push_back({request, options_.node, device, id, cdi_ids});
+      all.push_back(id);
+    }
   }
   if (inst->runs_pre_start()) {
     Answer<Status> started;
     inst->PreStart(all, started.Callback());
     std::optional<Status> st = started.Wait(options_.prestart_timeout);
-    if (!st) return fail(StrCat("pre_start(", StrJoin(all, ","), ") did not answer in time"));
-    if (!st->ok()) return fail(std::string(st->message()));
+    // A pre_start() past its deadline still runs; the release queued
+    // after it on the device's lane runs after it.
+    if (!st) return fail_after(StrCat("pre_start(", StrJoin(all, ","), ") did not answer in time"));
+    if (!st->ok()) return fail_after(std::string(st->message()));
   }
   if (!cdi_devices.empty()) {
     prepared.spec_file = cdi::AllocationFileName(kind_, StrCat("claim-", c.uid));
     prepared.spec = cdi::RenderMany(kind_, std::move(cdi_devices));
     if (Status st = cdi::WriteSpecFile(Dir(), prepared.spec_file, prepared.spec); !st.ok())
-      return fail(StrCat("CDI spec: ", st.message()));
+      return fail_after(StrCat("CDI spec: ", st.message()));
   }
-  MutexLock lock(mu_);
-  checkpoint_.Put(prepared);
-  if (Status st = checkpoint_.Save(); !st.ok()) {
-    checkpoint_.Remove(c.uid);
+  Status saved;
+  {
+    MutexLock lock(mu_);
+    checkpoint_.Put(prepared);
+    UpdateHoldersLocked();
+    saved = checkpoint_.Save();
+    if (!saved.ok()) {
+      checkpoint_.Remove(c.uid);
+      UpdateHoldersLocked();
+    }
+  }
+  if (!saved.ok()) {
     if (!prepared.spec_file.empty()) (void)cdi::RemoveSpecFile(Dir(), prepared.spec_file);
-    return fail(std::string(st.message()));
+    return fail_after(std::string(saved.message()));
   }
   spdlog::info("resource \"{}\": DRA: prepared claim {}/{} ({}): {}", options_.resource, c.ns,
                c.name, c.uid, StrJoin(all, ","));
   result.devices = prepared.devices;
   return result;
+}
+
+void Driver::ReleaseSetUp(modules::ModuleInstance* inst, const ClaimRef& c,
+                          const std::vector<std::string>& ids) {
+  if (ids.empty() || !inst->tracks_releases()) return;
+  Answer<std::pair<int, std::string>> released;
+  auto cb = released.Callback();
+  inst->Release(ids, [cb](int rc, const std::string& why) { cb({rc, why}); });
+  std::optional<std::pair<int, std::string>> r = released.Wait(options_.prestart_timeout);
+  if (!r)
+    spdlog::warn(
+        "resource \"{}\": DRA: prepare {}/{} ({}) failed; on_release({}) of what it set "
+        "up goes on past {} ms",
+        options_.resource, c.ns, c.name, c.uid, StrJoin(ids, ","),
+        options_.prestart_timeout.count());
+  else if (r->first != 0)
+    spdlog::error(
+        "resource \"{}\": DRA: prepare {}/{} ({}) failed, and on_release({}) of what "
+        "it set up failed too: {}",
+        options_.resource, c.ns, c.name, c.uid, StrJoin(ids, ","), r->second);
+  else
+    spdlog::info("resource \"{}\": DRA: prepare {}/{} ({}) failed; {} released", options_.resource,
+                 c.ns, c.name, c.uid, StrJoin(ids, ","));
+}
+
+std::optional<ClaimRef> Driver::Holders::Of(const std::string& id) const {
+  MutexLock lock(mu_);
+  auto it = by_id_.find(id);
+  if (it == by_id_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Driver::Holders::Set(std::map<std::string, ClaimRef> by_id) {
+  MutexLock lock(mu_);
+  by_id_ = std::move(by_id);
+}
+
+void Driver::UpdateHoldersLocked() {
+  std::map<std::string, ClaimRef> by_id;
+  for (const auto& [uid, claim] : checkpoint_.claims())
+    for (const PreparedDevice& d : claim.devices) by_id[d.id] = {claim.ns, claim.uid, claim.name};
+  for (const auto& [id, claim] : preparing_) by_id[id] = claim;
+  holders_->Set(std::move(by_id));
 }
 
 const PreparedClaim* Driver::HolderOf(const std::string& id, const std::string& except) const {
@@ -504,8 +607,10 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
       return std::string(st.message());
   MutexLock lock(mu_);
   checkpoint_.Remove(c.uid);
+  UpdateHoldersLocked();
   if (Status st = checkpoint_.Save(); !st.ok()) {
     checkpoint_.Put(prepared);
+    UpdateHoldersLocked();
     return std::string(st.message());
   }
   spdlog::info("resource \"{}\": DRA: unprepared claim {}/{} ({}): {} released", options_.resource,

@@ -140,6 +140,22 @@ class Driver final : public modules::ListSink {
   void RequestStop(bool delete_slices);
   [[nodiscard]] bool WaitStopped(std::chrono::steady_clock::time_point deadline);
 
+  // Which claim holds each module device on this node: one prepared, or
+  // being prepared (from before its first module call until its answer).
+  // Shared with pod_of() of the resource's module (which must not hold the
+  // driver itself); thread-safe.
+  class Holders {
+   public:
+    std::optional<ClaimRef> Of(const std::string& id) const;
+    void Set(std::map<std::string, ClaimRef> by_id);
+
+   private:
+    mutable Mutex mu_;
+    std::map<std::string, ClaimRef> by_id_ DEVPLUG_GUARDED_BY(mu_);
+  };
+  std::shared_ptr<const Holders> holders() const { return holders_; }
+  std::optional<ClaimRef> ClaimOf(const std::string& id) const { return holders_->Of(id); }
+
   // ---- status and tests ----
   const Options& options() const { return options_; }
   // Where the claims' CDI specs are written: cdi_dir under host_root.
@@ -165,6 +181,10 @@ class Driver final : public modules::ListSink {
   // (null: none). The pointer is valid on "dra:calls" until that thread
   // changes the checkpoint.
   const PreparedClaim* HolderOf(const std::string& id, const std::string& except) const;
+  // A prepare failed after the module set up `ids`: on_release() them now
+  // (where the module tracks releases), waited for up to prestart_timeout.
+  void ReleaseSetUp(modules::ModuleInstance* inst, const ClaimRef& claim,
+                    const std::vector<std::string>& ids);
 
   const Options options_;
   const cdi::Kind kind_;
@@ -179,6 +199,11 @@ class Driver final : public modules::ListSink {
   int64_t generation_base_ DEVPLUG_GUARDED_BY(mu_) = 0;
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
+  // Module device ID -> the claim PrepareOne is setting it up for.
+  std::map<std::string, ClaimRef> preparing_ DEVPLUG_GUARDED_BY(mu_);
+  const std::shared_ptr<Holders> holders_ = std::make_shared<Holders>();
+  // Writes holders_ anew from preparing_ and the checkpoint.
+  void UpdateHoldersLocked() DEVPLUG_REQUIRES(mu_);
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
   uint64_t syncs_ DEVPLUG_GUARDED_BY(mu_) = 0;
   std::string sync_error_ DEVPLUG_GUARDED_BY(mu_);

@@ -30,4 +30,26 @@ int PodLookup::PodOf(const std::string& id,
   return -EAGAIN;
 }
 
+int DraPodLookup::PodOf(const std::string& id,
+                        std::optional<std::chrono::steady_clock::time_point> /*not_before*/,
+                        modules::PodHolder* holder) {
+  const std::optional<Claim> claim = claim_of_(id);
+  if (!claim) return -ENOENT;  // no claim prepared on it here: nobody holds it
+  holder->pod_namespace = claim->ns;
+  holder->pod_name.clear();
+  holder->pod_uid.clear();
+  holder->container.clear();
+  if (!pods_) return 0;
+  auto snapshot = pods_->Get(std::chrono::milliseconds(1000));
+  if (!snapshot.ok()) return 0;  // held all the same: the claim says so
+  const PodSnapshot& s = **snapshot;
+  const std::string key = DraHoldersKey(driver_, pool_);
+  const Holder* h = s.Find(key, claim->device);
+  if (h != nullptr && h->pod_namespace == claim->ns && !s.Ambiguous(key, claim->device)) {
+    holder->pod_name = h->pod_name;
+    holder->container = h->container;
+  }
+  return 0;
+}
+
 }  // namespace devplug::kubelet

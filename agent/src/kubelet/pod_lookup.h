@@ -10,7 +10,9 @@
 // Thread safety: thread-safe (module workers and lanes ask).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "kubelet/pod_resources.h"
@@ -34,6 +36,39 @@ class PodLookup final : public modules::PodLookup {
   const std::shared_ptr<PodResourcesClient> pods_;
   const std::shared_ptr<const lifecycle::HandedOut> handed_out_;
   const std::string resource_;
+};
+
+// host->pod_of() for a resource served through DRA. Who holds a device is
+// the claim prepared on it, or being prepared (pre_start() runs inside
+// NodePrepareResources, before any container of the claim's pod exists):
+// `claim_of` answers from the driver. The pod is the claim's namespace's;
+// its name and container come from PodResources' dynamic_resources once the
+// kubelet lists them, and are "" before.
+//
+// Thread safety: thread-safe, if claim_of is.
+class DraPodLookup final : public modules::PodLookup {
+ public:
+  struct Claim {
+    std::string ns, name;
+    std::string device;  // the DRA device name the claim holds
+  };
+  using ClaimOf = std::function<std::optional<Claim>(const std::string& id)>;
+
+  // `pods` may be null (no PodResources: names stay "").
+  DraPodLookup(std::shared_ptr<PodResourcesClient> pods, std::string driver, std::string pool,
+               ClaimOf claim_of)
+      : pods_(std::move(pods)),
+        driver_(std::move(driver)),
+        pool_(std::move(pool)),
+        claim_of_(std::move(claim_of)) {}
+
+  int PodOf(const std::string& id, std::optional<std::chrono::steady_clock::time_point> not_before,
+            modules::PodHolder* holder) override;
+
+ private:
+  const std::shared_ptr<PodResourcesClient> pods_;
+  const std::string driver_, pool_;
+  const ClaimOf claim_of_;
 };
 
 }  // namespace devplug::kubelet

@@ -26,6 +26,19 @@ PodSnapshot ToSnapshot(const v1::ListPodResourcesResponse& response,
             s.ambiguous[d.resource_name()].insert(id);
         }
       }
+      // Devices of DRA claims (kubelet 1.34+), by driver and pool. A shared
+      // claim lists its devices under each of its pods: ambiguous for "by
+      // whom", right for "is it held".
+      for (const v1::DynamicResource& claim : c.dynamic_resources()) {
+        for (const v1::ClaimResource& r : claim.claim_resources()) {
+          const std::string key = DraHoldersKey(r.driver_name(), r.pool_name());
+          auto [it, fresh] = s.holders[key].try_emplace(
+              r.device_name(), Holder{pod.namespace_(), pod.name(), c.name()});
+          if (!fresh &&
+              (it->second.pod_namespace != pod.namespace_() || it->second.pod_name != pod.name()))
+            s.ambiguous[key].insert(r.device_name());
+        }
+      }
     }
   }
   return s;

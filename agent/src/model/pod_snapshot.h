@@ -45,4 +45,13 @@ struct PodSnapshot {
 };
 using PodSnapshotPtr = std::shared_ptr<const PodSnapshot>;
 
+// Where a snapshot lists the devices that DRA claims give containers
+// (PodResources' dynamic_resources): under this key, by DRA device name. An
+// extended resource name has no ':', so the two never meet.
+inline std::string DraHoldersKey(std::string_view driver, std::string_view pool) {
+  std::string key = "dra:";
+  key.append(driver).append("/").append(pool);
+  return key;
+}
+
 }  // namespace devplug
