@@ -499,8 +499,20 @@ void Cex::Sweep(const std::set<std::string>& listed) {
     // start, only the kubelet knows whether one still holds it.
     if (ours_now && first_sweep_done_) continue;
     if (!ours_now && Registry::Get().ListedByOther(this, apqn)) continue;
+    // Pods started under another `shares` hold the node under the ID form
+    // of then: "03.0006::1" (shares > 1), or "03.0006" for share 0 (shares
+    // = 1). Each form is asked before the node goes (review D12).
+    std::vector<std::string> forms{id};
+    for (const std::string& other : {FormatId(apqn, share, 2), FormatId(apqn, share, 1)})
+      if (other != id && (other.find("::") != std::string::npos || share == 0))
+        forms.push_back(other);
+    bool held = false;
     try {
-      if (host().PodOf(id)) continue;  // a container may restart on it
+      for (const std::string& form : forms)
+        if (host().PodOf(form)) {
+          held = true;  // a container may restart on it
+          break;
+        }
     } catch (const ModuleError& e) {
       if (e.code() == EAGAIN) {
         asked = false;  // the kubelet cannot be asked now: next time
@@ -509,6 +521,7 @@ void Cex::Sweep(const std::set<std::string>& listed) {
       if (e.code() == ENOTUNIQ) continue;
       throw;
     }
+    if (held) continue;
     std::string why;
     if (Destroy(node, &why))
       host().Info("destroyed " + node + ": no pod holds " + id);

@@ -465,6 +465,27 @@ TEST_F(CexModuleTest, ReleaseDestroysTheNodeAlsoForAnInstanceMadeByAReload) {
   EXPECT_EQ(harness::Release(**again, {"03.0006::1", "03.0006::0"}).first, 0);
 }
 
+// A pod started under another `shares` holds its node under that time's ID
+// form: the start-up sweep asks for every form before it destroys a node
+// (review D12: "destroyed devplug-cex-03.0006-1: no pod holds 03.0006").
+TEST_F(CexModuleTest, AtStartANodeHeldUnderAnotherSharesFormStays) {
+  fx_.AddCard({.adapter = 3, .queues = {{.domain = 6}, {.domain = 7}}});
+  for (const char* n : {"devplug-cex-03.0006-1", "devplug-cex-03.0007-0"}) fx_.ForeignNode(n);
+  pods_["03.0006::1"] = "default";  // started when shares was 2
+  pods_["03.0007"] = "default";     // started when shares was 1
+  auto inst = Open("");             // shares = 1 now
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  EXPECT_TRUE(devplug::testing::FileExists(fx_.NodeDir("devplug-cex-03.0006-1")));
+  EXPECT_TRUE(devplug::testing::FileExists(fx_.NodeDir("devplug-cex-03.0007-0")));
+  inst->reset();
+  pods_.erase("03.0006::1");  // that pod is gone
+  auto shared = Open("shares = 2\n");
+  ASSERT_TRUE(shared.ok()) << shared.status().message();
+  EXPECT_TRUE(devplug::testing::FileExists(fx_.NodeDir("devplug-cex-03.0007-0")));
+  EXPECT_FALSE(devplug::testing::FileExists(fx_.NodeDir("devplug-cex-03.0006-1")))
+      << "held by nobody now";
+}
+
 TEST_F(CexModuleTest, AtStartOurNodesNoPodHoldsAreDestroyedAndNoOthers) {
   fx_.AddCard({.adapter = 3, .queues = {{.domain = 6}, {.domain = 7}}});
   for (const char* n : {"devplug-cex-03.0006-0", "devplug-cex-03.0007-0", "devplug-cex-03.0009-0",
