@@ -60,10 +60,14 @@ bool Soon(F f) {
   return f();
 }
 
+// Each test declares its lanes after what their tasks use: the lanes'
+// threads end (the destructor joins them) before any of it goes. A thread
+// still returning from hold.Wait() after Open() read a destroyed Gate when
+// it came first (clang's AddressSanitizer: stack-use-after-scope).
 TEST(DeviceLanesTest, DisjointDevicesRunTogether) {
-  DeviceLanes lanes("dp+test", 4);
   Gate hold;
   std::promise<void> a_running, b_running;
+  DeviceLanes lanes("dp+test", 4);
   lanes.Post({"a"}, [&] {
     a_running.set_value();
     hold.Wait();
@@ -80,15 +84,15 @@ TEST(DeviceLanesTest, DisjointDevicesRunTogether) {
 }
 
 TEST(DeviceLanesTest, ACommonDeviceKeepsPostingOrder) {
-  DeviceLanes lanes("dp+test", 4);
   Gate first;
   Log log;
+  std::promise<void> c_done;
+  DeviceLanes lanes("dp+test", 4);
   lanes.Post({"a"}, [&] {
     first.Wait();
     log.Add("release a");
   });
   lanes.Post({"a", "b"}, [&] { log.Add("prestart a,b"); });
-  std::promise<void> c_done;
   lanes.Post({"c"}, [&] {
     log.Add("release c");
     c_done.set_value();
@@ -105,8 +109,8 @@ TEST(DeviceLanesTest, ACommonDeviceKeepsPostingOrder) {
 }
 
 TEST(DeviceLanesTest, OneLaneIsTheOldSlowLane) {
-  DeviceLanes lanes("dp+test", 1);
   Log log;
+  DeviceLanes lanes("dp+test", 1);
   for (const char* d : {"a", "b", "c", "a"}) lanes.Post({d}, [&log, d] { log.Add(d); });
   lanes.Stop();
   EXPECT_EQ(log.lines(), (std::vector<std::string>{"a", "b", "c", "a"}));
@@ -116,9 +120,9 @@ TEST(DeviceLanesTest, OneLaneIsTheOldSlowLane) {
 // The bound holds, and a task waiting only for a lane has that wait
 // measured while it waits; a task waiting for its own device has not.
 TEST(DeviceLanesTest, LaneWaitCountsOnlyWaitingBehindOtherDevices) {
-  DeviceLanes lanes("dp+test", 1);
   Gate hold;
   std::promise<void> running;
+  DeviceLanes lanes("dp+test", 1);
   lanes.Post({"a"}, [&] {
     running.set_value();
     hold.Wait();
@@ -143,8 +147,8 @@ TEST(DeviceLanesTest, LaneWaitCountsOnlyWaitingBehindOtherDevices) {
 TEST(DeviceLanesTest, StopRunsWhatIsQueuedAndDropsWhatComesAfter) {
   std::atomic<int> ran{0};
   {
-    DeviceLanes lanes("dp+test", 2);
     Gate hold;
+    DeviceLanes lanes("dp+test", 2);
     lanes.Post({"a"}, [&] {
       hold.Wait();
       ++ran;
