@@ -84,7 +84,7 @@ class DraDriverTest : public ::testing::Test {
     auto inst = modules::harness::OpenFile(
         devplug::testing::FakeModuleDir() + "/fake_release.so", "fake.example/dra", "/",
         "count_file = \"" + (dir_ / "count") + "\"\nrelease_log = \"" + (dir_ / "release.log") +
-            "\"\n",
+            "\"\n" + module_config_,
         0, o);
     ASSERT_TRUE(inst.ok()) << inst.status().message();
     inst_ = std::move(*inst);
@@ -135,6 +135,7 @@ class DraDriverTest : public ::testing::Test {
   pid_t pid_ = -1;
   std::shared_ptr<kube::Client> client_;
   std::chrono::milliseconds relist_{0};
+  std::string module_config_;  // more of the fake module's keys
   std::shared_ptr<Driver> driver_;
   std::unique_ptr<modules::ModuleInstance> inst_;
 };
@@ -271,6 +272,30 @@ TEST_F(DraDriverTest, APrepareThatFailsAfterTheModuleSetUpReleasesWhatItSetUp) {
   EXPECT_NE(log.find("release fake-1"), std::string::npos) << log;
   EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // held by nobody after the failure
   EXPECT_EQ(Unprepare({"default", uid, "c0"}), "");      // never prepared: nothing more
+}
+
+// While on_release() runs for a claim's unprepare, that claim no longer
+// holds its devices: a module's release asks pod_of() whether anyone still
+// does (macvtap keeps a held link; on the real cluster it kept the one a
+// released claim had made).
+TEST_F(DraDriverTest, AClaimBeingReleasedHoldsItsDevicesNoMore) {
+  module_config_ = "release_block = \"" + (dir_ / "block") + "\"\n";
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const std::string uid = Claim(0, "fake-1");
+  ASSERT_EQ(Prepare({"default", uid, "c0"}).error, "");
+  ASSERT_TRUE(driver_->ClaimOf("fake-1").has_value());
+  WriteFile(dir_ / "block", "");
+  std::promise<std::map<std::string, std::string>> answer;
+  driver_->Unprepare({{"default", uid, "c0"}},
+                     [&](std::map<std::string, std::string> out) { answer.set_value(out); });
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(dir_ / "release.log").find("releasing fake-1") != std::string::npos;
+  }));
+  EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // inside on_release()
+  std::filesystem::remove(dir_ / "block");
+  EXPECT_EQ(answer.get_future().get()[uid], "");
+  EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());
 }
 
 TEST_F(DraDriverTest, ClaimsArePreparedAndUnpreparedWhileTheListChanges) {

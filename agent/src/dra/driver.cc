@@ -438,6 +438,12 @@ PrepareResult Driver::PrepareOne(const ClaimRef& c) {
   // (review D1: unprepare of a claim never recorded released nothing).
   std::vector<std::string> set_up;
   auto fail_after = [&](const std::string& why) {
+    {
+      // Released now: this claim holds them no more.
+      MutexLock lock(mu_);
+      for (const std::string& id : done.ids) preparing_.erase(id);
+      UpdateHoldersLocked();
+    }
     ReleaseSetUp(inst, c, set_up);
     return fail(why);
   };
@@ -536,8 +542,10 @@ void Driver::Holders::Set(std::map<std::string, ClaimRef> by_id) {
 
 void Driver::UpdateHoldersLocked() {
   std::map<std::string, ClaimRef> by_id;
-  for (const auto& [uid, claim] : checkpoint_.claims())
+  for (const auto& [uid, claim] : checkpoint_.claims()) {
+    if (releasing_.count(uid)) continue;
     for (const PreparedDevice& d : claim.devices) by_id[d.id] = {claim.ns, claim.uid, claim.name};
+  }
   for (const auto& [id, claim] : preparing_) by_id[id] = claim;
   holders_->Set(std::move(by_id));
 }
@@ -584,6 +592,22 @@ std::string Driver::UnprepareOne(const ClaimRef& c) {
                  c.uid, why);
     return why;
   }
+  // While on_release() runs, this claim is not the devices' holder: the
+  // module asks pod_of() whether anyone else still is.
+  struct Releasing {
+    Driver* d;
+    std::string uid;
+    Releasing(Driver* driver, std::string claim) : d(driver), uid(std::move(claim)) {
+      MutexLock lock(d->mu_);
+      d->releasing_.insert(uid);
+      d->UpdateHoldersLocked();
+    }
+    ~Releasing() {
+      MutexLock lock(d->mu_);
+      d->releasing_.erase(uid);
+      d->UpdateHoldersLocked();
+    }
+  } releasing(this, c.uid);
   if (!ids.empty() && inst != nullptr && inst->tracks_releases()) {
     Answer<std::pair<int, std::string>> released;
     auto cb = released.Callback();

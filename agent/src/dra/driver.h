@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,10 @@ class Driver final : public modules::ListSink {
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   // Module device ID -> the claim PrepareOne is setting it up for.
   std::map<std::string, ClaimRef> preparing_ DEVPLUG_GUARDED_BY(mu_);
+  // Claims whose devices on_release() is releasing: no longer their holders
+  // (a module's release asks pod_of() whether anyone still holds a device;
+  // macvtap keeps a held link).
+  std::set<std::string> releasing_ DEVPLUG_GUARDED_BY(mu_);
   const std::shared_ptr<Holders> holders_ = std::make_shared<Holders>();
   // Writes holders_ anew from preparing_ and the checkpoint.
   void UpdateHoldersLocked() DEVPLUG_REQUIRES(mu_);
