@@ -68,7 +68,8 @@ TEST(PodSnapshotTest, DraClaimsAreListedByDriverAndPool) {
 TEST(DraPodLookupTest, TheClaimAnswersEvenBeforeItsPodRuns) {
   DraPodLookup lookup(nullptr, "gpu.example.com", "node-1",
                       [](const std::string& id) -> std::optional<DraPodLookup::Claim> {
-                        if (id == "0000:3b:00.0") return DraPodLookup::Claim{"team-a", "gpu", "gpu-0"};
+                        if (id == "0000:3b:00.0")
+                          return DraPodLookup::Claim{"team-a", "gpu", "gpu-0"};
                         return std::nullopt;
                       });
   modules::PodHolder holder{"x", "y", "z", "w"};
