@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dra/checkpoint.h"
-#include "dra/driver.h"
+#include "dra/claim_results.h"
 #include "kube/kubeconfig.h"
 #include "model/api_server_url.h"
 

@@ -106,18 +106,21 @@ class DraDriverTest : public ::testing::Test {
     }
     return f();
   }
-  std::string Claim(int i, const std::string& device) {
-    Json claim = {{"metadata", {{"name", "c" + std::to_string(i)}, {"namespace", "default"}}},
-                  {"status",
-                   {{"allocation",
-                     {{"devices",
-                       {{"results", Json::array({{{"request", "r"},
-                                                  {"driver", kDriver},
-                                                  {"pool", "node-1"},
-                                                  {"device", device}}})}}}}}}}};
+  // A claim allocated `device` of our driver on node-1 (`extra`: more fields
+  // of its result); its UID.
+  std::string Claim(const std::string& name, const std::string& device,
+                    const Json& extra = Json::object()) {
+    Json result = {{"request", "r"}, {"driver", kDriver}, {"pool", "node-1"}, {"device", device}};
+    result.update(extra);
+    Json claim = {
+        {"metadata", {{"name", name}, {"namespace", "default"}}},
+        {"status", {{"allocation", {{"devices", {{"results", Json::array({result})}}}}}}}};
     auto made = client_->Create(kClaims, claim);
     EXPECT_TRUE(made.ok()) << made.status().message();
     return made.ok() ? (*made)["metadata"]["uid"].get<std::string>() : "";
+  }
+  std::string Claim(int i, const std::string& device) {
+    return Claim("c" + std::to_string(i), device);
   }
   // Prepare (or unprepare) one claim and wait for the answer.
   PrepareResult Prepare(const ClaimRef& c) {
@@ -226,18 +229,7 @@ TEST_F(DraDriverTest, TwoClaimsNeverShareADevice) {
   const std::string workload = Claim(0, "fake-1");
   ASSERT_EQ(Prepare({"default", workload, "c0"}).error, "");
 
-  Json monitor = {{"metadata", {{"name", "monitor"}, {"namespace", "default"}}},
-                  {"status",
-                   {{"allocation",
-                     {{"devices",
-                       {{"results", Json::array({{{"request", "r"},
-                                                  {"driver", kDriver},
-                                                  {"pool", "node-1"},
-                                                  {"device", "fake-1"},
-                                                  {"adminAccess", true}}})}}}}}}}};
-  auto made = client_->Create(kClaims, monitor);
-  ASSERT_TRUE(made.ok()) << made.status().message();
-  const ClaimRef admin{"default", (*made)["metadata"]["uid"].get<std::string>(), "monitor"};
+  const ClaimRef admin{"default", Claim("monitor", "fake-1", {{"adminAccess", true}}), "monitor"};
   const PrepareResult refused = Prepare(admin);
   EXPECT_NE(refused.error.find("asks adminAccess to device \"fake-1\""), std::string::npos)
       << refused.error;

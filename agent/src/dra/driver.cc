@@ -311,58 +311,6 @@ void Driver::Unprepare(std::vector<ClaimRef> claims,
   });
 }
 
-namespace {
-
-StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(const ClaimRef& c,
-                                                                     const Json& claim,
-                                                                     const std::string& driver,
-                                                                     const std::string& node) {
-  if (!claim.is_object())
-    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not an object"));
-  const std::string uid = claim.value("metadata", Json::object()).value("uid", "");
-  if (uid != c.uid)
-    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " has UID ", uid, ", not ",
-                                          c.uid, " (it was deleted and made again)"));
-  std::vector<std::pair<std::string, std::string>> out;
-  const Json::json_pointer at("/status/allocation/devices/results");
-  const Json results = claim.contains(at) ? claim.at(at) : Json();
-  if (!results.is_array())
-    return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not allocated"));
-  for (const Json& r : results) {
-    if (r.value("driver", "") != driver) continue;
-    if (r.value("adminAccess", false))
-      return FailedPreconditionError(StrCat(
-          "claim ", c.ns, "/", c.name, " asks adminAccess to device \"", r.value("device", ""),
-          "\": this driver gives a device to one claim at a time (its set-up and release would "
-          "run under the workload's pod); use a claim of its own"));
-    const std::string pool = r.value("pool", "");
-    if (pool != node)
-      return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, ": device \"",
-                                            r.value("device", ""), "\" is in pool \"", pool,
-                                            "\", not this node's (\"", node, "\")"));
-    out.emplace_back(r.value("request", ""), r.value("device", ""));
-  }
-  if (out.empty())
-    return FailedPreconditionError(
-        StrCat("claim ", c.ns, "/", c.name, " has no device of driver ", driver));
-  return out;
-}
-
-}  // namespace
-
-StatusOr<std::vector<std::pair<std::string, std::string>>> ClaimResults(const ClaimRef& c,
-                                                                        const Json& claim,
-                                                                        const std::string& driver,
-                                                                        const std::string& node) {
-  try {
-    return ResultsOf(c, claim, driver, node);
-  } catch (const Json::exception& e) {
-    // A field of the wrong type fails this claim only.
-    return FailedPreconditionError(
-        StrCat("claim ", c.ns, "/", c.name, " is malformed: ", e.what()));
-  }
-}
-
 StatusOr<std::vector<std::pair<std::string, std::string>>> Driver::Results(const ClaimRef& c) {
   if (!options_.client) return FailedPreconditionError("no API server is configured");
   auto claim = options_.client->Get(ClaimPath(c));

@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dra/checkpoint.h"
+#include "dra/claim_results.h"
 #include "kube/client.h"
 #include "model/cdi_names.h"
 #include "model/device.h"
@@ -51,24 +52,12 @@
 namespace devplug::dra {
 
 // A claim as the kubelet names it.
-struct ClaimRef {
-  std::string ns, uid, name;
-};
 
 // One claim's answer: its devices, or why it failed.
 struct PrepareResult {
   std::vector<PreparedDevice> devices;
   std::string error;  // "": prepared
 };
-
-// The allocation results of `object` (claim `claim` as the API server sent
-// it) for `driver`'s devices in `node`'s pool, as (request, device).
-// FAILED_PRECONDITION, naming the claim, for one of another UID, not
-// allocated, with no device of this driver, with one of another pool, asking
-// adminAccess, or with a field of the wrong type. Never throws.
-StatusOr<std::vector<std::pair<std::string, std::string>>> ClaimResults(
-    const ClaimRef& claim, const nlohmann::json& object, const std::string& driver,
-    const std::string& node);
 
 class Driver final : public modules::ListSink {
  public:
