@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "modules/module_call.h"
+
 namespace devplug::kubelet {
 
 namespace {
@@ -62,103 +64,82 @@ Status CheckSize(const google::protobuf::Message& m, const std::string& resource
 
 }  // namespace
 
-// One unary call waiting for the module. Whoever completes it first (the
-// module's answer, the timeout, an abort) fills the response and finishes;
-// everyone later finds it done and touches nothing, since gRPC may free the
-// response as soon as the call is finished. Each call is logged at debug
-// level when it finishes: resource, RPC, IDs, duration, result.
+// One unary call waiting for the module, decided once (modules/module_call.h):
+// whoever completes it first (the module's answer, the timeout, an abort)
+// fills the response and finishes; everyone later finds it done and touches
+// nothing, since gRPC may free the response as soon as the call is
+// finished. Each call is logged at debug level when it finishes: resource,
+// RPC, IDs, duration, result.
 class PendingCall {
  public:
   PendingCall(grpc::ServerUnaryReactor* reactor, std::string what, std::string ids, Rpc rpc,
-              std::shared_ptr<RpcObserver> metrics)
+              std::chrono::milliseconds timeout, std::shared_ptr<RpcObserver> metrics)
       : reactor_(reactor),
         what_(std::move(what)),
         ids_(std::move(ids)),
         rpc_(rpc),
-        metrics_(std::move(metrics)) {}
+        metrics_(std::move(metrics)),
+        deadline_(timeout, timeout) {}
 
   // Finishes with `st`; `fill` writes the response first (only when st is
   // OK). False if the call was already finished.
   bool Complete(const grpc::Status& st, const std::function<void()>& fill = {}) {
-    std::lock_guard lock(mu_);
-    if (done_) return false;
-    done_ = true;
-    if (timers_ != nullptr) timers_->Cancel(timer_id_);
+    if (!deadline_.Decide()) return false;
+    {
+      std::lock_guard lock(mu_);
+      if (timers_ != nullptr) timers_->Cancel(timer_id_);
+    }
     if (st.ok() && fill) fill();
     reactor_->Finish(st);
-    Record(what_, ids_, rpc_, start_, st, metrics_.get());
+    Record(what_, ids_, rpc_, deadline_.start(), st, metrics_.get());
     return true;
   }
 
-  // Still waiting for an answer (the module's turn is worth taking).
-  bool waiting() {
-    std::lock_guard lock(mu_);
-    return !done_;
-  }
+  // Still waiting for an answer: the module's turn is worth taking (the
+  // `wanted` guard: module code never starts after the deadline).
+  bool waiting() const { return deadline_.wanted(); }
 
-  void Arm(Timers* timers, std::chrono::milliseconds timeout,
-           const std::shared_ptr<PendingCall>& self) {
+  void Arm(Timers* timers, const std::shared_ptr<PendingCall>& self) {
     std::lock_guard lock(mu_);
     timers_ = timers;
-    timeout_ = timeout;
-    ScheduleLocked(start_ + timeout, self);
+    ScheduleLocked(deadline_.Due(Timers::Clock::now()), self);
   }
 
   // Time the call spends waiting for a lane behind other devices' work does
-  // not count against its deadline: at the deadline, the deadline moves on
-  // by that much, but never past `cap` after the call came (the kubelet's
-  // own wait).
+  // not count against its deadline, but the deadline never passes `cap`
+  // after the call came (the kubelet's own wait).
   void NotCounting(std::shared_ptr<const modules::LaneWait> wait, std::chrono::milliseconds cap) {
-    std::lock_guard lock(mu_);
-    lane_wait_ = std::move(wait);
-    cap_ = cap;
+    deadline_.NotCounting(std::move(wait), cap);
   }
 
  private:
   void ScheduleLocked(Timers::Clock::time_point when, const std::shared_ptr<PendingCall>& self) {
     timer_id_ = timers_->Schedule(when, [weak = std::weak_ptr<PendingCall>(self)] {
       auto call = weak.lock();
-      if (!call) return;
-      std::string msg;
-      {
+      if (!call || call->deadline_.decided()) return;
+      const auto now = Timers::Clock::now();
+      std::chrono::milliseconds waited{0};
+      const auto due = call->deadline_.Due(now, &waited);
+      if (due > now) {  // it waited behind other devices: not counted
         std::lock_guard lock(call->mu_);
-        if (call->done_) return;
-        std::chrono::milliseconds waited{0};
-        if (call->lane_wait_) {
-          const auto now = Timers::Clock::now();
-          waited =
-              std::chrono::duration_cast<std::chrono::milliseconds>(call->lane_wait_->Waited(now));
-          const auto later =
-              std::min(call->start_ + call->timeout_ + waited, call->start_ + call->cap_);
-          if (later > now) {  // it waited behind other devices: not counted
-            call->ScheduleLocked(later, call);
-            return;
-          }
-        }
-        msg = StrCat(call->what_, ": the module did not answer within ", call->timeout_.count(),
-                     " ms");
-        if (waited.count() > 0)
-          StrAppend(&msg, " (not counting ", waited.count(),
-                    " ms queued behind other devices' work)");
+        call->ScheduleLocked(due, call);
+        return;
       }
+      const std::string msg = call->deadline_.TimeoutMessage(call->what_, waited);
       if (call->Complete(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, msg)))
         spdlog::error("{}", msg);
     });
   }
 
-  std::mutex mu_;
   grpc::ServerUnaryReactor* const reactor_;
   const std::string what_;
   const std::string ids_;
   const Rpc rpc_;
   const std::shared_ptr<RpcObserver> metrics_;
-  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool done_ = false;                                   // guarded by mu_
-  Timers* timers_ = nullptr;                            // guarded by mu_
-  uint64_t timer_id_ = 0;                               // guarded by mu_
-  std::chrono::milliseconds timeout_{0};                // guarded by mu_
-  std::chrono::milliseconds cap_{0};                    // guarded by mu_
-  std::shared_ptr<const modules::LaneWait> lane_wait_;  // guarded by mu_: not counted
+  modules::CallDeadline deadline_;
+  std::mutex mu_;
+  Timers* timers_ = nullptr;  // guarded by mu_
+  uint64_t timer_id_ = 0;     // guarded by mu_
 };
 
 v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source) {
@@ -206,11 +187,12 @@ DevicePluginService::DevicePluginService(modules::DeviceSource* source, StreamHu
 
 std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor* reactor, Rpc rpc,
                                                         std::string ids) {
-  auto call = std::make_shared<PendingCall>(
-      reactor, StrCat(source_->resource_name(), ": ", RpcName(rpc)), std::move(ids), rpc, metrics_);
   const int64_t ms =
       rpc == Rpc::kPreStartContainer ? prestart_timeout_ms_.load() : call_timeout_ms_.load();
-  call->Arm(timers_, std::chrono::milliseconds(ms), call);
+  auto call =
+      std::make_shared<PendingCall>(reactor, StrCat(source_->resource_name(), ": ", RpcName(rpc)),
+                                    std::move(ids), rpc, std::chrono::milliseconds(ms), metrics_);
+  call->Arm(timers_, call);
   std::lock_guard lock(mu_);
   if (pending_.size() >= 64)
     std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });

@@ -43,13 +43,6 @@ void FillContainerResponse(const Recipe& recipe, v1beta1::ContainerAllocateRespo
 
 class PendingCall;
 
-// Told about every call the service answers: the agent's metrics count them.
-class RpcObserver {
- public:
-  virtual ~RpcObserver() = default;
-  virtual void Rpc(devplug::Rpc rpc, StatusCode code, std::chrono::nanoseconds took) = 0;
-};
-
 class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService {
  public:
   // `releases` (optional) learns the IDs of every successful Allocate

@@ -2,8 +2,11 @@
 // report them and the metrics count them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string_view>
+
+#include "util/status.h"
 
 namespace devplug {
 
@@ -24,5 +27,13 @@ inline std::string_view RpcName(Rpc rpc) {
       "PreStartContainer",      "NodePrepareResources", "NodeUnprepareResources"};
   return kNames[static_cast<size_t>(rpc)];
 }
+
+// Told about every call a front end answers: the agent's metrics count
+// them (both APIs report through it).
+class RpcObserver {
+ public:
+  virtual ~RpcObserver() = default;
+  virtual void Rpc(devplug::Rpc rpc, StatusCode code, std::chrono::nanoseconds took) = 0;
+};
 
 }  // namespace devplug

@@ -1,8 +1,9 @@
 // The front end's seam: everything an API that serves a resource's devices
 // to the kubelet asks of that resource's module runtime. The device plugin
-// service (kubelet/device_plugin_service.h) holds one; a second front end
-// (DRA's NodePrepareResources) asks the same questions of the same
-// instance, and the runtime does not know which front end asks.
+// service (kubelet/device_plugin_service.h) holds one, and so does DRA's
+// claim preparer (dra/claim_preparer.h); the runtime does not know which
+// front end asks. Both wrap each call in a deadline the same way
+// (modules/module_call.h).
 //
 // Lists flow the other way, through the ListSink a front end implements
 // (modules/hooks.h): the runtime pushes each new list there.
@@ -42,6 +43,12 @@ class DeviceSource {
   // PreStart does something: the module's pre_start(), or a release that may
   // have to run before a container starts.
   virtual bool needs_pre_start() const = 0;
+  // The module's own pre_start() runs (the module has one, and the
+  // instance did not opt out).
+  virtual bool runs_pre_start() const = 0;
+  // The module has on_release() and the instance tracks releases: what a
+  // front end handed out must be given back through Release().
+  virtual bool tracks_releases() const = 0;
 
   // What a container gets for `ids` (unknown or unhealthy IDs fail with
   // INVALID_ARGUMENT). `wanted`, when given, is asked before module code
@@ -58,6 +65,11 @@ class DeviceSource {
   virtual std::shared_ptr<const LaneWait> PreStart(std::vector<std::string> ids,
                                                    std::function<void(Status)> done,
                                                    std::function<bool()> wanted = {}) = 0;
+  // on_release(ids), on the devices' lane after what is queued there (a
+  // pre_start() of the same devices first); `done` gets its result (0, or
+  // -errno with a reason). A release is never skipped: it has no `wanted`.
+  virtual void Release(std::vector<std::string> ids,
+                       std::function<void(int rc, const std::string& why)> done = {}) = 0;
 };
 
 }  // namespace devplug::modules

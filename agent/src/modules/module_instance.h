@@ -160,15 +160,15 @@ class ModuleInstance final : public DeviceSource {
 
   // True when the module has on_release() and this instance did not opt out
   // of release tracking in create() (host->track_releases(h, 0)).
-  bool tracks_releases() const;
+  bool tracks_releases() const override;
   // The module has pre_start() and this instance did not opt out in
   // create() (host->use_pre_start(h, 0)).
-  bool runs_pre_start() const;
+  bool runs_pre_start() const override;
   // on_release(ids) on its device's lane (the worker without lanes);
   // `done` gets its result and reason there, after options.releases
   // saw it.
   void Release(std::vector<std::string> ids,
-               std::function<void(int rc, const std::string& why)> done = {});
+               std::function<void(int rc, const std::string& why)> done = {}) override;
   // Publishes the last scan again through options.releases (when what
   // the agent holds back changed), on the calling thread, without calling
   // the module and without waiting for its queue.

@@ -22,7 +22,6 @@
 
 #include <prometheus/collectable.h>
 
-#include "kubelet/device_plugin_service.h"
 #include "model/rpc.h"
 #include "model/scan_cause.h"
 #include "modules/hooks.h"
@@ -45,7 +44,7 @@ inline constexpr std::array<double, 17> kRpcBuckets = {
 
 // One resource's series. Shared by everything that counts for it; its
 // series disappear when the agent removes it (a reload took it away).
-class ResourceMetrics final : public kubelet::RpcObserver, public modules::InstanceObserver {
+class ResourceMetrics final : public RpcObserver, public modules::InstanceObserver {
  public:
   explicit ResourceMetrics(std::string name) : name_(std::move(name)) {}
   const std::string& name() const { return name_; }
