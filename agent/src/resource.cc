@@ -146,20 +146,18 @@ StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver(bool module_releases
   kube::Client::Options client;
   client.credentials = std::move(*creds);
   client.timeout = cfg.call_timeout;
-  auto driver = dra::Driver::Make(
-      {.resource = cfg_.name,
-       .driver = cfg_.driver,
-       .node = cfg.node_name,
-       .cdi_dir = cfg_.cdi_dir,
-       .host_root = cfg.host_root,
-       .checkpoint = StrCat(cfg.dra_state_dir, "/", cfg_.driver, ".json"),
-       .call_timeout = cfg.call_timeout,
-       .prestart_timeout = cfg.prestart_timeout,
-       .client = std::make_shared<kube::Client>(std::move(client)),
-       .module_releases = module_releases,
-       .observe = [metrics = metrics_](Rpc rpc, StatusCode code, std::chrono::nanoseconds took) {
-         metrics->Rpc(rpc, code, took);
-       }});
+  auto driver =
+      dra::Driver::Make({.resource = cfg_.name,
+                         .driver = cfg_.driver,
+                         .node = cfg.node_name,
+                         .cdi_dir = cfg_.cdi_dir,
+                         .host_root = cfg.host_root,
+                         .checkpoint = StrCat(cfg.dra_state_dir, "/", cfg_.driver, ".json"),
+                         .call_timeout = cfg.call_timeout,
+                         .prestart_timeout = cfg.prestart_timeout,
+                         .client = std::make_shared<kube::Client>(std::move(client)),
+                         .module_releases = module_releases,
+                         .observer = metrics_});
   if (!driver.ok())
     return Status(driver.status().code(),
                   StrCat("resource \"", cfg_.name, "\": DRA: ", driver.status().message()));
@@ -170,8 +168,11 @@ StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver(bool module_releases
 void Resource::StopDriver() {
   if (dra_sink_) dra_sink_->set_active(false);
   if (!dra_ || dra_.use_count() > 1) return;  // a reload's successor took it over
+  // The instance stays the driver's until its threads have stopped: a call
+  // still queued there releases through it (review D2).
+  const bool stopped = dra_->Stop(/*delete_slices=*/true);
   if (instance_) dra_->ClearInstance(instance_.get());
-  if (!dra_->Stop(/*delete_slices=*/true)) LeakOnPurpose(dra_);  // a thread still runs in it
+  if (!stopped) LeakOnPurpose(dra_);  // a thread still runs in it
   dra_.reset();
 }
 
@@ -557,6 +558,11 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
   // for calls in flight up to the deadline.
   hub_->CloseAll();
   if (service_) service_->AbortPending();
+  // DRA's calls still queued behind a slow module go on in the driver; the
+  // kubelet gets UNAVAILABLE now and asks again (review D9: the reload
+  // waited for them).
+  if (dra_v1_) dra_v1_->AbortPending();
+  if (dra_v1beta1_) dra_v1beta1_->AbortPending();
   server_->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   server_.reset();
   service_.reset();
@@ -640,7 +646,24 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   rv.release_tracking = tracking();
   rv.tracker = tracker_.get();
   rv.cdi = cdi_.get();
-  rv.dra = dra_.get();
+  if (dra_) {
+    ops::DraView v;
+    v.driver = dra_->options().driver;
+    v.pool = dra_->options().node;
+    v.generation = dra_->generation();
+    v.slice_syncs = dra_->syncs();
+    v.slice_error = dra_->sync_error();
+    v.cdi_dir = dra_->options().cdi_dir;
+    v.cdi_written_to = dra_->Dir();
+    for (const dra::PreparedClaim& c : dra_->prepared()) {
+      ops::DraView::Claim claim{c.uid, c.ns, c.name, {}};
+      for (const dra::PreparedDevice& d : c.devices)
+        claim.devices.push_back({d.request, d.device, d.id, d.cdi_ids});
+      v.prepared.push_back(std::move(claim));
+    }
+    v.releasing = dra_->releasing();
+    rv.dra = std::move(v);
+  }
   return rv;
 }
 

@@ -67,8 +67,11 @@ class DraTest : public AgentTest {
            "\"\ncdi_dir = \"/run/cdi\"";
   }
   std::string DraResource(const std::string& extra = "") const {
-    return Resource(kDra, FakeModule("fake_release"),
-                    "api = \"dra\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n" + extra);
+    return Resource(
+        kDra, FakeModule("fake_release"),
+        "api = \"dra\"\n" +
+            std::string(extra.find("count =") == std::string::npos ? "count = 2\n" : "") +
+            "release_log = \"" + release_log() + "\"\n" + extra);
   }
   void StartDra(const std::string& more_resources = "") {
     StartAgent(DraResource() + more_resources, "0s", DraAgent());
@@ -529,6 +532,42 @@ TEST_F(DraTest, AnApiServerThatDoesNotAnswerDoesNotHoldTheExit) {
   EXPECT_NE(agent_->Log().find("did not stop within 1000 ms; left to the exit"), std::string::npos)
       << agent_->Log();
   close(silent);
+}
+
+// A reload while a prepare waits in a slow allocate(): the kubelet's call is
+// answered UNAVAILABLE at once, and the reload does not wait for the module
+// (review D9: the main loop stalled for the whole prepare). The prepare that
+// was under way fails once it finds its instance replaced; the kubelet's
+// retry is prepared by the new one.
+TEST_F(DraTest, AReloadDoesNotWaitForAPrepareInFlight) {
+  StartSim();
+  const std::string agent = DraAgent() + "\ncall_timeout = \"20s\"";
+  StartAgent(DraResource("allocate_delay_ms = 6000\n"), "0s", agent);
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("slow", {"fake-0"});
+  std::promise<grpc::Status> answer;
+  std::thread kubelet([&] {
+    sim::drav1::NodePrepareResourcesResponse resp;
+    answer.set_value(sim_->NodePrepareResources(kDriver, {{"default", uid, "slow"}}, &resp));
+  });
+  ASSERT_TRUE(agent_->WaitForLog("allocate() sleeps now", kWait)) << agent_->Log();
+  WriteFile(config_path(), Config(DraResource("count = 3\n"), "0s", agent));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  auto st = answer.get_future();
+  ASSERT_EQ(st.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(st.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  kubelet.join();
+  // The allocate() sleeps 6 s; the reload's server stop used to wait for it.
+  EXPECT_LT(took, 4s) << agent_->Log();
+  ASSERT_TRUE(DriverRegistered(2));
+  EXPECT_EQ(Prepare("slow", uid).claims().at(uid).error(), "");
+  EXPECT_NE(agent_->Log().find("the module stopped while the claim was prepared"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_EQ(Unprepare("slow", uid), "");
 }
 
 TEST_F(DraTest, AKubeletOfV1beta1IsServedToo) {

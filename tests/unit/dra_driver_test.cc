@@ -125,12 +125,14 @@ class DraDriverTest : public ::testing::Test {
   // Prepare (or unprepare) one claim and wait for the answer.
   PrepareResult Prepare(const ClaimRef& c) {
     std::promise<std::map<std::string, PrepareResult>> p;
-    driver_->Prepare({c}, [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
+    driver_->Prepare({c}, std::chrono::steady_clock::now() + 45s,
+                     [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
     return p.get_future().get()[c.uid];
   }
   std::string Unprepare(const ClaimRef& c) {
     std::promise<std::map<std::string, std::string>> p;
-    driver_->Unprepare({c}, [&](std::map<std::string, std::string> out) { p.set_value(out); });
+    driver_->Unprepare({c}, std::chrono::steady_clock::now() + 45s,
+                       [&](std::map<std::string, std::string> out) { p.set_value(out); });
     return p.get_future().get()[c.uid];
   }
 
@@ -260,10 +262,14 @@ TEST_F(DraDriverTest, APrepareThatFailsAfterTheModuleSetUpReleasesWhatItSetUp) {
   const PrepareResult r = Prepare({"default", uid, "c0"});
   EXPECT_NE(r.error.find("CDI spec"), std::string::npos) << r.error;
   EXPECT_TRUE(driver_->prepared().empty());
+  EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // held by nobody after the failure
+  // The release runs on the device's lane; the kubelet's unprepare (it
+  // sends one for a claim whose prepare failed) waits for it.
+  EXPECT_EQ(Unprepare({"default", uid, "c0"}), "");
   const std::string log = ReadFile(dir_ / "release.log");
   EXPECT_NE(log.find("release fake-1"), std::string::npos) << log;
-  EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // held by nobody after the failure
-  EXPECT_EQ(Unprepare({"default", uid, "c0"}), "");      // never prepared: nothing more
+  EXPECT_EQ(log.find("release fake-1"), log.rfind("release fake-1")) << log;  // once
+  EXPECT_TRUE(driver_->releasing().empty());
 }
 
 // While on_release() runs for a claim's unprepare, that claim no longer
@@ -279,7 +285,7 @@ TEST_F(DraDriverTest, AClaimBeingReleasedHoldsItsDevicesNoMore) {
   ASSERT_TRUE(driver_->ClaimOf("fake-1").has_value());
   WriteFile(dir_ / "block", "");
   std::promise<std::map<std::string, std::string>> answer;
-  driver_->Unprepare({{"default", uid, "c0"}},
+  driver_->Unprepare({{"default", uid, "c0"}}, std::chrono::steady_clock::now() + 45s,
                      [&](std::map<std::string, std::string> out) { answer.set_value(out); });
   ASSERT_TRUE(Eventually([&] {
     return ReadFile(dir_ / "release.log").find("releasing fake-1") != std::string::npos;

@@ -1,10 +1,18 @@
 // The kubelet's DRAPlugin service (dra v1, and v1beta1 for kubelets 1.32
 // and 1.33) over one resource's Driver, beside the Registration service on
 // its socket in plugins_registry. Each call is handed to the driver's own
-// thread and answered from there; gRPC's threads never wait on a module.
+// thread and answered from there, by the kubelet's deadline (the call's
+// gRPC deadline, a little early); gRPC's threads never wait on a module.
+// AbortPending answers every call still waiting with UNAVAILABLE, so that
+// a reload or an exit never waits for the driver's queue.
 //
 // Thread safety: gRPC calls it from any thread; the driver is thread-safe.
 #pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include <grpcpp/grpcpp.h>
 
@@ -22,6 +30,41 @@ namespace v1beta1api = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 inline constexpr char kDraPluginType[] = "DRAPlugin";
 inline constexpr const char* kDraVersions[] = {"v1.DRAPlugin", "v1beta1.DRAPlugin"};
 
+// How long the kubelet waits for a DRA call (its defaultClientCallTimeout),
+// when a call carries no deadline.
+inline constexpr std::chrono::seconds kKubeletDraCallTimeout{45};
+
+// When a call must be answered, on the steady clock: its deadline, less a
+// margin for the answer's way back (a tenth, at most 1 s).
+std::chrono::steady_clock::time_point AnswerBy(const grpc::ServerContextBase& ctx);
+
+// The calls a service has handed to its driver and not answered yet.
+// Whoever takes a call first (the driver's answer, or AbortPending) answers
+// it; gRPC may free the response once it is answered.
+class PendingAnswers {
+ public:
+  class Call {
+   public:
+    explicit Call(grpc::ServerUnaryReactor* reactor) : reactor_(reactor) {}
+    // True once, for whoever may answer now.
+    bool Take();
+    grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+
+   private:
+    grpc::ServerUnaryReactor* const reactor_;
+    std::mutex mu_;
+    bool taken_ = false;  // guarded by mu_
+  };
+  std::shared_ptr<Call> Add(grpc::ServerUnaryReactor* reactor);
+  // Answers every call not answered yet with UNAVAILABLE.
+  void AbortAll();
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, std::weak_ptr<Call>> calls_;  // guarded by mu_
+  uint64_t next_ = 0;                              // guarded by mu_
+};
+
 // Both versions' services: their messages have the same fields (v1 adds
 // share_id, which devplug never sets: it shares no device between claims).
 template <typename Base, typename PrepareRequest, typename PrepareResponse,
@@ -29,6 +72,9 @@ template <typename Base, typename PrepareRequest, typename PrepareResponse,
 class DraService final : public Base {
  public:
   explicit DraService(Driver* driver) : driver_(driver) {}
+  // Answers the calls still waiting for the driver with UNAVAILABLE (the
+  // driver goes on with them; the kubelet asks again).
+  void AbortPending() { pending_->AbortAll(); }
   grpc::ServerUnaryReactor* NodePrepareResources(grpc::CallbackServerContext* ctx,
                                                  const PrepareRequest* req,
                                                  PrepareResponse* resp) override;
@@ -38,6 +84,7 @@ class DraService final : public Base {
 
  private:
   Driver* const driver_;
+  const std::shared_ptr<PendingAnswers> pending_ = std::make_shared<PendingAnswers>();
 };
 
 using DraServiceV1 =

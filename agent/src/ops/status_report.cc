@@ -111,23 +111,24 @@ json ResourceJson(const ResourceView& r, bool devices) {
       {"dra", nullptr}};
   if (r.dra) {
     json claims = json::array();
-    for (const dra::PreparedClaim& c : r.dra->prepared()) {
+    for (const DraView::Claim& c : r.dra->prepared) {
       json devices = json::array();
-      for (const dra::PreparedDevice& d : c.devices)
+      for (const DraView::Device& d : c.devices)
         devices.push_back(
             {{"request", d.request}, {"device", d.device}, {"id", d.id}, {"cdi_ids", d.cdi_ids}});
       claims.push_back(
           {{"uid", c.uid}, {"namespace", c.ns}, {"name", c.name}, {"devices", std::move(devices)}});
     }
-    const std::string error = r.dra->sync_error();
-    res["dra"] = {{"driver", r.dra->options().driver},
-                  {"pool", r.dra->options().node},
-                  {"generation", r.dra->generation()},
-                  {"slice_syncs", r.dra->syncs()},
+    const std::string& error = r.dra->slice_error;
+    res["dra"] = {{"driver", r.dra->driver},
+                  {"pool", r.dra->pool},
+                  {"generation", r.dra->generation},
+                  {"slice_syncs", r.dra->slice_syncs},
                   {"slice_error", error.empty() ? json(nullptr) : json(error)},
-                  {"cdi_dir", r.dra->options().cdi_dir},
-                  {"cdi_written_to", r.dra->Dir()},
-                  {"prepared", std::move(claims)}};
+                  {"cdi_dir", r.dra->cdi_dir},
+                  {"cdi_written_to", r.dra->cdi_written_to},
+                  {"prepared", std::move(claims)},
+                  {"releasing", r.dra->releasing}};
   }
   if (r.cdi)
     res["cdi"] = {{"mode", std::string(config::CdiModeName(r.cdi->mode()))},

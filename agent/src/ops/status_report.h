@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "cdi/resource_cdi.h"
-#include "dra/driver.h"
 #include "kubelet/registrar.h"
 #include "lifecycle/release_tracker.h"
 #include "model/device.h"
@@ -23,6 +22,26 @@
 #include "util/status.h"
 
 namespace devplug::ops {
+
+// A DRA resource's driver, as status shows it.
+struct DraView {
+  std::string driver, pool;
+  int64_t generation = 0;
+  uint64_t slice_syncs = 0;
+  std::string slice_error;  // "": the last sync worked
+  std::string cdi_dir, cdi_written_to;
+  struct Device {
+    std::string request, device, id;
+    std::vector<std::string> cdi_ids;
+  };
+  struct Claim {
+    std::string uid, ns, name;
+    std::vector<Device> devices;
+  };
+  std::vector<Claim> prepared;
+  // Claims whose on_release() outlived the call that began it.
+  std::vector<std::string> releasing;
+};
 
 struct ResourceView {
   std::string name;
@@ -44,8 +63,8 @@ struct ResourceView {
   // Release tracking is on: `tracker` says each device's state and holder.
   bool release_tracking = false;
   const lifecycle::ReleaseTracker* tracker = nullptr;
-  const cdi::ResourceCdi* cdi = nullptr;  // null: cdi is "off"
-  const dra::Driver* dra = nullptr;       // null: the device plugin API serves it
+  std::optional<CdiView> cdi;  // none: cdi is "off"
+  std::optional<DraView> dra;  // none: the device plugin API serves it
 };
 
 struct AgentView {

@@ -1,0 +1,217 @@
+#include "dra/slice_publisher.h"
+
+#include <algorithm>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "dra/resource_slice.h"
+#include "util/hash.h"
+
+namespace devplug::dra {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kMaxRetry{30'000};
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+
+kube::Selector Mine(const SlicePublisher::Options& o) {
+  return {StrCat("spec.nodeName=", o.node, ",spec.driver=", o.driver), ""};
+}
+
+}  // namespace
+
+SlicePublisher::SlicePublisher(Options options)
+    : options_(std::move(options)),
+      // A wake is a retry after an error or the periodic re-list: both
+      // read the server's state first.
+      lane_("dra:slices", {}, [this] {
+        listed_ = false;
+        SyncOnLane();
+      }) {}
+
+SlicePublisher::~SlicePublisher() {
+  RequestStop(false);
+  (void)WaitStopped(Clock::time_point::max());
+}
+
+void SlicePublisher::Start() { lane_.Start(); }
+
+void SlicePublisher::Publish(const DeviceListPtr& list) {
+  MutexLock lock(mu_);
+  if (list_ && *list_ == *list) return;
+  list_ = list;
+  ++generation_;
+  if (sync_queued_ || stopping_ || !options_.client) return;
+  sync_queued_ = true;
+  lane_.Post([this] { SyncOnLane(); });
+}
+
+void SlicePublisher::Resync() {
+  MutexLock lock(mu_);
+  relist_ = true;
+  if (sync_queued_ || stopping_ || !options_.client || !list_) return;
+  sync_queued_ = true;
+  lane_.Post([this] { SyncOnLane(); });
+}
+
+Clock::time_point SlicePublisher::NextRelist() const {
+  // ±20%, fixed per node and driver: spread over a fleet, steady per node.
+  const auto period = options_.relist;
+  const int64_t span = period.count() * 2 / 5;
+  const int64_t shift =
+      span > 0 ? static_cast<int64_t>(Fnv1a32(StrCat(options_.node, "/", options_.driver)) %
+                                      static_cast<uint64_t>(span)) -
+                     span / 2
+               : 0;
+  return Clock::now() + period + std::chrono::milliseconds(shift);
+}
+
+void SlicePublisher::SyncOnLane() {
+  DeviceListPtr list;
+  int64_t generation;
+  {
+    MutexLock lock(mu_);
+    sync_queued_ = false;
+    if (stopping_ || !list_) return;
+    list = list_;
+    generation = generation_;
+    if (std::exchange(relist_, false)) listed_ = false;
+  }
+  Status st;
+  try {
+    st = Sync(*list, generation);
+  } catch (const Json::exception& e) {
+    // A field of the wrong type in what the API server sent: this sync
+    // fails and is retried; devplugd goes on.
+    st = UnavailableError(StrCat("an answer of the API server is malformed: ", e.what()));
+  }
+  MutexLock lock(mu_);
+  if (st.ok()) {
+    backoff_ = std::chrono::milliseconds(0);
+    lane_.WakeAt(options_.relist.count() > 0 && !stopping_
+                       ? std::optional<Clock::time_point>(NextRelist())
+                       : std::nullopt);
+    if (!sync_error_.empty())
+      spdlog::info("resource \"{}\": DRA: ResourceSlices written again", options_.resource);
+    sync_error_.clear();
+    ++syncs_;
+    return;
+  }
+  if (sync_error_ != st.message())
+    spdlog::error("resource \"{}\": DRA: ResourceSlices: {}", options_.resource, st.message());
+  sync_error_ = st.message();
+  listed_ = false;  // read the server's state again
+  backoff_ = std::clamp(backoff_ * 2, options_.retry, kMaxRetry);
+  if (!stopping_) lane_.WakeAt(Clock::now() + backoff_);
+}
+
+Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
+  kube::Client& client = *options_.client;
+  const kube::Selector mine = Mine(options_);
+  if (!listed_) {
+    auto existing = client.List(kSlices, mine);
+    if (!existing.ok()) return existing.status();
+    // A slice whose resourceVersion is still the one our own write got
+    // keeps what we sent (the server may have added defaults): it is not
+    // written again. Any other is compared as the server holds it.
+    std::map<std::string, std::string> versions;
+    std::map<std::string, Json> written;
+    for (const Json& item : (*existing)["items"]) {
+      const Json meta = item.value("metadata", Json::object());
+      const std::string name = meta.value("name", "");
+      versions[name] = meta.value("resourceVersion", "");
+      auto known = versions_.find(name);
+      written[name] =
+          known != versions_.end() && known->second == versions[name] && written_.count(name)
+              ? written_[name]
+              : item.value("spec", Json::object());
+      // Generations only grow: a pool an earlier devplugd wrote may be ahead
+      // (at the first list, ours must pass it); later, only a generation
+      // someone else wrote past ours moves it.
+      const Json::json_pointer at("/spec/pool/generation");
+      const int64_t g =
+          item.contains(at) && item.at(at).is_number_integer() ? item.at(at).get<int64_t>() : 0;
+      MutexLock lock(mu_);
+      const int64_t ours = generation_ + generation_base_;
+      if (ever_listed_ ? g > ours : g >= ours) generation_base_ = g + 1 - generation_;
+    }
+    size_t gone = 0;
+    for (const auto& [name, version] : versions_) gone += versions.count(name) == 0;
+    if (gone > 0)
+      spdlog::warn(
+          "resource \"{}\": DRA: {} ResourceSlice(s) of this node were deleted by someone else "
+          "(the kubelet does at its start); writing them again",
+          options_.resource, gone);
+    versions_ = std::move(versions);
+    written_ = std::move(written);
+    listed_ = true;
+    ever_listed_ = true;
+  }
+  int64_t base;
+  {
+    MutexLock lock(mu_);
+    base = generation_base_;
+  }
+  const Pool pool{options_.driver, options_.node, generation + base};
+  std::set<std::string> wanted;
+  for (Json& slice : Slices(pool, list)) {
+    const std::string name = slice["metadata"]["name"];
+    wanted.insert(name);
+    auto it = versions_.find(name);
+    if (it != versions_.end() && written_[name] == slice["spec"]) continue;
+    if (it != versions_.end()) slice["metadata"]["resourceVersion"] = it->second;
+    StatusOr<Json> done = it != versions_.end() ? client.Replace(StrCat(kSlices, "/", name), slice)
+                                                : client.Create(kSlices, slice);
+    if (!done.ok()) return done.status();
+    versions_[name] = done->value("metadata", Json::object()).value("resourceVersion", "");
+    written_[name] = slice["spec"];
+  }
+  for (auto it = versions_.begin(); it != versions_.end();) {
+    if (wanted.count(it->first)) {
+      ++it;
+      continue;
+    }
+    if (Status st = client.Delete(StrCat(kSlices, "/", it->first));
+        !st.ok() && st.code() != StatusCode::kNotFound)
+      return st;
+    written_.erase(it->first);
+    it = versions_.erase(it);
+  }
+  return OkStatus();
+}
+
+void SlicePublisher::RequestStop(bool delete_slices) {
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  lane_.RequestStop([this, delete_slices] {
+    if (!delete_slices || !options_.client) return;
+    // Bounded: an API server that does not answer must not hold the exit.
+    if (Status st = options_.client->DeleteCollection(kSlices, Mine(options_), options_.stop_timeout);
+        !st.ok())
+      spdlog::warn("resource \"{}\": DRA: deleting this node's ResourceSlices: {}",
+                   options_.resource, st.message());
+  });
+}
+
+bool SlicePublisher::WaitStopped(Clock::time_point deadline) { return lane_.WaitStopped(deadline); }
+
+uint64_t SlicePublisher::syncs() const {
+  MutexLock lock(mu_);
+  return syncs_;
+}
+
+std::string SlicePublisher::sync_error() const {
+  MutexLock lock(mu_);
+  return sync_error_;
+}
+
+int64_t SlicePublisher::generation() const {
+  MutexLock lock(mu_);
+  return generation_ + generation_base_;
+}
+
+}  // namespace devplug::dra

@@ -1,0 +1,116 @@
+// One DRA resource's ResourceSlices: each list the module instance
+// publishes becomes the slices of one pool (the node's name), written to
+// the API server on the publisher's own thread ("dra:slices"), the pool
+// generation bumped with each change.
+//
+// - The first sync lists what is there (spec.nodeName and spec.driver) and
+//   replaces or deletes it, so slices an earlier devplugd left are taken
+//   over; a slice whose resourceVersion is still the one our write got is
+//   not written again.
+// - The kubelet deletes every slice of its node when it starts: Resync
+//   (at each confirmed registration) and a periodic re-list write back
+//   what is missing or changed.
+// - A failed sync is retried with backoff (retry, doubled up to 30 s);
+//   sync_error() says why for `devplugctl status`.
+// - RequestStop with delete_slices deletes this node's slices of the
+//   driver (the agent exits: nothing serves them any more), bounded by
+//   stop_timeout.
+//
+// Thread safety: thread-safe. Publish runs on the module's worker, the rest
+// from the agent's main thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kube/client.h"
+#include "model/device.h"
+#include "modules/hooks.h"
+#include "modules/lane.h"
+#include "util/mutex.h"
+#include "util/status.h"
+
+namespace devplug::dra {
+
+class SlicePublisher final : public modules::ListSink {
+ public:
+  struct Options {
+    std::string resource;  // for messages
+    std::string driver;    // the DRA driver name
+    std::string node;      // spec.nodeName, and the pool's name
+    // The API server; null: nothing is published.
+    std::shared_ptr<kube::Client> client;
+    // After a failed sync, the next try waits this long, doubled up to 30 s.
+    std::chrono::milliseconds retry{500};
+    // The exit's delete of this node's slices waits no longer than this.
+    std::chrono::milliseconds stop_timeout{800};
+    // How often the slices are listed again after a good sync, so that one
+    // deleted or changed behind devplugd's back is written again; shifted
+    // by up to ±20% per node and driver, so that agents started together
+    // do not list in step. 0: never (a registration still re-lists).
+    std::chrono::milliseconds relist{300'000};
+  };
+
+  explicit SlicePublisher(Options options);
+  ~SlicePublisher() override;
+  SlicePublisher(const SlicePublisher&) = delete;
+  SlicePublisher& operator=(const SlicePublisher&) = delete;
+
+  // Starts the thread.
+  void Start();
+
+  // ListSink: every list is served (a slice holds any number of devices).
+  std::string Accept(const DeviceList&) override { return ""; }
+  void Publish(const DeviceListPtr& list) override;
+  // Lists this node's slices of the driver again and writes what is
+  // missing or not as published.
+  void Resync();
+
+  // Queues the end (with `delete_slices`, the delete of this node's slices
+  // first); WaitStopped waits for it (false: the thread still ran at the
+  // deadline and is left to itself; the publisher must then be leaked).
+  void RequestStop(bool delete_slices);
+  [[nodiscard]] bool WaitStopped(std::chrono::steady_clock::time_point deadline);
+
+  // Syncs done (every slice as wanted), and the last sync error ("": none).
+  uint64_t syncs() const;
+  std::string sync_error() const;
+  int64_t generation() const;
+
+ private:
+  using Json = nlohmann::json;
+  void SyncOnLane();
+  // When the next periodic re-list is due, from now.
+  std::chrono::steady_clock::time_point NextRelist() const;
+  Status Sync(const DeviceList& list, int64_t generation);
+
+  const Options options_;
+  modules::Lane lane_;
+
+  mutable Mutex mu_;
+  DeviceListPtr list_ DEVPLUG_GUARDED_BY(mu_);      // the last published
+  int64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 0;  // lists published
+  // Added to generation_: past the generation of slices found on the server.
+  int64_t generation_base_ DEVPLUG_GUARDED_BY(mu_) = 0;
+  bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
+  bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
+  bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
+  uint64_t syncs_ DEVPLUG_GUARDED_BY(mu_) = 0;
+  std::string sync_error_ DEVPLUG_GUARDED_BY(mu_);
+
+  // "dra:slices" only: the slices on the server, by name, with their
+  // resourceVersion; listed_ false: list them again before the next write.
+  bool listed_ = false;
+  bool ever_listed_ = false;
+  std::map<std::string, std::string> versions_;
+  std::map<std::string, Json> written_;  // their spec, as last written
+  std::chrono::milliseconds backoff_{0};
+};
+
+}  // namespace devplug::dra
