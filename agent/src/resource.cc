@@ -645,7 +645,14 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   if (instance_) rv.devices = instance_->devices();
   rv.release_tracking = tracking();
   rv.tracker = tracker_.get();
-  rv.cdi = cdi_.get();
+  if (cdi_)
+    rv.cdi = ops::CdiView{.mode = std::string(config::CdiModeName(cdi_->mode())),
+                          .spec = cdi_->dir() + "/" + cdi_->file_name(),
+                          .written_to = cdi_->Dir() + "/" + cdi_->file_name(),
+                          .kind = cdi_->kind().str(),
+                          .named = cdi_->named(),
+                          .allocations = cdi_->allocations(),
+                          .problem = cdi_->problem()};
   if (dra_) {
     ops::DraView v;
     v.driver = dra_->options().driver;

@@ -131,13 +131,10 @@ json ResourceJson(const ResourceView& r, bool devices) {
                   {"releasing", r.dra->releasing}};
   }
   if (r.cdi)
-    res["cdi"] = {{"mode", std::string(config::CdiModeName(r.cdi->mode()))},
-                  {"spec", r.cdi->dir() + "/" + r.cdi->file_name()},
-                  {"written_to", r.cdi->Dir() + "/" + r.cdi->file_name()},
-                  {"kind", r.cdi->kind().str()},
-                  {"named", r.cdi->named()},
-                  {"allocations", r.cdi->allocations()},
-                  {"problem", r.cdi->problem()}};
+    res["cdi"] = {
+        {"mode", r.cdi->mode},      {"spec", r.cdi->spec},   {"written_to", r.cdi->written_to},
+        {"kind", r.cdi->kind},      {"named", r.cdi->named}, {"allocations", r.cdi->allocations},
+        {"problem", r.cdi->problem}};
   if (devices) {
     json devs = json::array();
     for (const Device& d : list) devs.push_back(DeviceJson(r, d));

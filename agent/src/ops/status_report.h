@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "cdi/resource_cdi.h"
 #include "kubelet/registrar.h"
 #include "lifecycle/release_tracker.h"
 #include "model/device.h"
@@ -22,6 +21,15 @@
 #include "util/status.h"
 
 namespace devplug::ops {
+
+// A resource's CDI spec (cdi other than "off"), as status shows it.
+struct CdiView {
+  std::string mode;
+  std::string spec, written_to;  // the spec file: as configured, and under host_root
+  std::string kind;
+  size_t named = 0, allocations = 0;
+  std::string problem;
+};
 
 // A DRA resource's driver, as status shows it.
 struct DraView {
