@@ -37,6 +37,10 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// How long a start waits for the devplugd before it to let go of the
+// state folder (an exit takes about a second at most).
+constexpr milliseconds kInstanceLockWait{3000};
+
 kubelet::PodResourcesClient::Options PodOptions(const config::AgentConfig& c) {
   kubelet::PodResourcesClient::Options o;
   o.socket = c.pod_resources_socket;
@@ -60,6 +64,17 @@ Agent::~Agent() { Shutdown(); }
 Status Agent::Start() {
   const auto t0 = Clock::now();
   if (mailbox_->fd() < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
+  // One devplugd per node, before anything is bound or swept: the lock in
+  // the state folder (waited for a moment: the one before may be exiting).
+  if (auto lock = InstanceLock::Take(config_.dra_state_dir, kInstanceLockWait); lock.ok())
+    lock_ = std::move(*lock);
+  else if (lock.status().code() == StatusCode::kFailedPrecondition)
+    return lock.status();
+  else
+    spdlog::warn(
+        "cannot lock the state folder: {}; a second devplugd on this node would go "
+        "unnoticed",
+        lock.status().message());
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;

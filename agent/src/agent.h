@@ -45,6 +45,7 @@
 #include "reload.h"
 #include "resource.h"
 #include "util/in_flight.h"
+#include "util/instance_lock.h"
 #include "util/status.h"
 #include "util/timers.h"
 
@@ -185,6 +186,8 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
 
   config::AgentConfig config_;
   const Options options_;
+  // One devplugd per node: held from the start to the process's end.
+  InstanceLock lock_;
   const std::shared_ptr<Mailbox> mailbox_;
   const std::shared_ptr<ops::Metrics> metrics_;
   std::shared_ptr<prometheus::Exposer> exposer_;

@@ -226,6 +226,7 @@ def podman_cdi():
     with open(config, "w") as f:
         f.write(f'[agent]\nplugin_dir = "{WORK}/podman-cdi/plug"\ncontrol_socket = ""\n'
                 f'module_dir = "{build}/modules"\ncdi = "cri"\n'
+                f'dra_state_dir = "{WORK}/podman-cdi/state"\n'
                 f'[[resource]]\nname = "{PODMAN_TUN}"\nmodule = "generic"\n'
                 'paths = ["/dev/net/tun"]\n')
     log = open(f"{WORK}/podman-cdi/devplugd.log", "w")

@@ -134,9 +134,27 @@ class AgentTest : public ::testing::Test {
     return "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
            testing::ModuleDir() + "\"\nhost_root = \"" + host_root() +
            "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync + "\"\ncontrol_socket = \"" +
-           control_socket() + "\"\n" + extra + "\n" + resources;
+           control_socket() + "\"\n" +
+           // Each test's own state folder (and its one-devplugd lock).
+           (extra.find("dra_state_dir") == std::string::npos
+                ? "dra_state_dir = \"" + std::string(dir_ / "state") + "\"\n"
+                : std::string()) +
+           extra + "\n" + resources;
   }
   std::string control_socket() const { return dir_ / "control.sock"; }
+  // The running configuration, copied with a state folder of its own: a
+  // second devplugd that is not refused by the first one's lock (to test
+  // what else keeps two apart). Its path.
+  std::string ConfigWithOwnState() const {
+    std::string text = testing::ReadFile(config_path());
+    const std::string mine = "dra_state_dir = \"" + std::string(dir_ / "state") + "\"";
+    const size_t at = text.find(mine);
+    if (at != std::string::npos)
+      text.replace(at, mine.size(), "dra_state_dir = \"" + std::string(dir_ / "state2") + "\"");
+    const std::string path = dir_ / "etc/second.toml";
+    WriteFile(path, text);
+    return path;
+  }
 
   void StartAgent(const std::string& resources, const std::string& resync = "0s",
                   const std::string& extra = "") {

@@ -286,11 +286,29 @@ TEST_F(AgentTest, RequiredResourceFailureStopsStartup) {
   EXPECT_FALSE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
 }
 
-TEST_F(AgentTest, SecondAgentDoesNotStealALiveSocket) {
+// A second devplugd with the same state folder is refused at once, naming
+// the first one; it touches nothing of the first one's (review: it would
+// have swept its specs and deleted its slices at exit).
+TEST_F(AgentTest, ASecondAgentOnTheSameStateFolderIsRefused) {
   StartSim();
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
   AgentProcess second({"--config", config_path()});
+  EXPECT_EQ(second.Wait(kWait), std::optional<int>(1)) << second.Log();
+  EXPECT_NE(second.Log().find("another devplugd (pid " + std::to_string(agent_->pid()) +
+                              ") holds " + std::string(dir_ / "state") + "/devplugd.lock"),
+            std::string::npos)
+      << second.Log();
+  EXPECT_TRUE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
+  EXPECT_EQ(sim_->resource(kMinimal)->registrations, 1u);
+  EXPECT_TRUE(sim_->resource(kMinimal)->connected);
+}
+
+TEST_F(AgentTest, SecondAgentDoesNotStealALiveSocket) {
+  StartSim();
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
+  ASSERT_TRUE(Registered(kMinimal));
+  AgentProcess second({"--config", ConfigWithOwnState()});
   ASSERT_TRUE(second.WaitForLog("is served by another process", kWait)) << second.Log();
   std::this_thread::sleep_for(500ms);
   EXPECT_EQ(sim_->resource(kMinimal)->registrations, 1u);

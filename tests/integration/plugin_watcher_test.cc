@@ -196,7 +196,7 @@ TEST_F(PluginWatcherTest, ExitRemovesTheSocketAndASecondAgentCannotTakeIt) {
   StartSim();
   StartAgent(Resource(kWatched, FakeModule("fake_minimal")), "0s", Watched());
   ASSERT_TRUE(Registered(kWatched));
-  AgentProcess second({"--config", config_path()});
+  AgentProcess second({"--config", ConfigWithOwnState()});
   ASSERT_TRUE(second.WaitForLog("is served by another process", kWait)) << second.Log();
   EXPECT_EQ(second.Stop(SIGTERM, std::chrono::seconds(10)), std::optional<int>(0));
   EXPECT_TRUE(FileExists(socket()));
