@@ -292,9 +292,8 @@ TEST_F(ClaimPreparerTest, ALateAllocateIsReleasedBeforeTheRetrySetsItUpAgain) {
   const PrepareResult again = Prepare(c);
   ASSERT_EQ(again.error, "");
   ASSERT_EQ(again.devices.size(), 1U);
-  EXPECT_EQ(source_.log(),
-            (std::vector<std::string>{"allocate fake-0", "release fake-0", "allocate fake-0",
-                                      "pre_start fake-0"}));
+  EXPECT_EQ(source_.log(), (std::vector<std::string>{"allocate fake-0", "release fake-0",
+                                                     "allocate fake-0", "pre_start fake-0"}));
 }
 
 // A pre_start() past its deadline: the prepare fails, its release runs

@@ -126,9 +126,10 @@ bool ClaimPreparer::WaitStopped(Clock::time_point deadline) {
   const bool calls = reads && calls_.WaitStopped(deadline);
   if (reads && calls && !abandoned_) return true;
   if (!abandoned_)
-    spdlog::warn("resource \"{}\": DRA: a call still runs at the stop's deadline; left to its "
-                 "thread",
-                 options_.resource);
+    spdlog::warn(
+        "resource \"{}\": DRA: a call still runs at the stop's deadline; left to its "
+        "thread",
+        options_.resource);
   abandoned_ = true;
   return false;
 }
@@ -248,13 +249,12 @@ std::string ClaimPreparer::AwaitPending(const ClaimRef& c, Clock::time_point unt
   int rc = 0;
   std::string why;
   if (!pending->Wait(until, &rc, &why))
-    return StrCat(pending->what(), " still runs (for ",
-                  Seconds(Clock::now() - pending->since()), ")");
+    return StrCat(pending->what(), " still runs (for ", Seconds(Clock::now() - pending->since()),
+                  ")");
   MutexLock lock(mu_);
   pending_.erase(c.uid);
   UpdateHoldersLocked();
-  if (rc != 0)
-    return StrCat(pending->what(), ": ", why.empty() ? "failed" : why);
+  if (rc != 0) return StrCat(pending->what(), ": ", why.empty() ? "failed" : why);
   *released = true;
   return "";
 }
@@ -372,7 +372,8 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
       std::vector<std::string> both = set_up;
       both.insert(both.end(), group.begin(), group.end());
       late = std::make_shared<Pending>(
-          std::move(both), StrCat("the release of what a late allocate(", StrJoin(group, ","), ") set up"));
+          std::move(both),
+          StrCat("the release of what a late allocate(", StrJoin(group, ","), ") set up"));
     }
     modules::ModuleCall<StatusOr<Recipe>> call(
         options_.call_timeout, options_.call_timeout,
@@ -428,8 +429,8 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
                                             until - call.deadline().start()));
     std::optional<Status> st = call.Wait(until);
     if (!st)
-      return fail_after(call.deadline().TimeoutMessage(StrCat("pre_start(", StrJoin(set_up, ","), ")"),
-                                                       call.waited()));
+      return fail_after(call.deadline().TimeoutMessage(
+          StrCat("pre_start(", StrJoin(set_up, ","), ")"), call.waited()));
     if (!st->ok()) return fail_after(std::string(st->message()));
   }
   if (!cdi_devices.empty()) {
@@ -522,8 +523,8 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
       // The module has on_release() but no instance runs now (it stops, or
       // has not started yet): the claim stays prepared until a release can
       // run; the kubelet asks again.
-      return fail(StrCat("the module does not run now; on_release(", StrJoin(ids, ","),
-                         ") is still due"));
+      return fail(
+          StrCat("the module does not run now; on_release(", StrJoin(ids, ","), ") is still due"));
     if (runs && releases) {
       // While on_release() runs, this claim is not the devices' holder (the
       // module asks pod_of() whether anyone else still is); a retry while it
@@ -541,8 +542,7 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
         MutexLock lock(mu_);
         pending_.erase(c.uid);
         UpdateHoldersLocked();
-        return fail(StrCat("the module stopped; on_release(", StrJoin(ids, ","),
-                           ") is still due"));
+        return fail(StrCat("the module stopped; on_release(", StrJoin(ids, ","), ") is still due"));
       }
       if (std::string why = AwaitPending(c, until, &released); !why.empty()) return fail(why);
     }

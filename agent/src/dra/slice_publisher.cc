@@ -90,8 +90,8 @@ void SlicePublisher::SyncOnLane() {
   if (st.ok()) {
     backoff_ = std::chrono::milliseconds(0);
     lane_.WakeAt(options_.relist.count() > 0 && !stopping_
-                       ? std::optional<Clock::time_point>(NextRelist())
-                       : std::nullopt);
+                     ? std::optional<Clock::time_point>(NextRelist())
+                     : std::nullopt);
     if (!sync_error_.empty())
       spdlog::info("resource \"{}\": DRA: ResourceSlices written again", options_.resource);
     sync_error_.clear();
@@ -190,7 +190,8 @@ void SlicePublisher::RequestStop(bool delete_slices) {
   lane_.RequestStop([this, delete_slices] {
     if (!delete_slices || !options_.client) return;
     // Bounded: an API server that does not answer must not hold the exit.
-    if (Status st = options_.client->DeleteCollection(kSlices, Mine(options_), options_.stop_timeout);
+    if (Status st =
+            options_.client->DeleteCollection(kSlices, Mine(options_), options_.stop_timeout);
         !st.ok())
       spdlog::warn("resource \"{}\": DRA: deleting this node's ResourceSlices: {}",
                    options_.resource, st.message());
