@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "model/udev_source.h"
+#include "model/uevent.h"
 #include "ops/metrics.h"
-#include "udev/event.h"
 #include "udev/path_watch.h"
 #include "udev/udev_monitor.h"
 

@@ -32,6 +32,7 @@
 #include "devplug/module.h"
 #include "model/device.h"
 #include "model/scan_cause.h"
+#include "model/uevent.h"
 #include "modules/device_lanes.h"
 #include "modules/device_source.h"
 #include "modules/hooks.h"
@@ -39,7 +40,6 @@
 #include "modules/lane.h"
 #include "modules/loaded_module.h"
 #include "modules/publisher.h"
-#include "udev/event.h"
 #include "util/mutex.h"
 #include "util/status.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/udev_source.h"
-#include "udev/event.h"
+#include "model/uevent.h"
 #include "util/status.h"
 
 struct udev;

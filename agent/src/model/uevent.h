@@ -1,4 +1,6 @@
-// One hotplug event, as the udev monitor hands it to module instances.
+// One hotplug event, as the udev monitor hands it to module instances: a
+// vocabulary type, so that modules/ needs nothing of udev/ (which watches
+// paths for the modules, and so sits above them).
 #pragma once
 
 #include <cstdint>
