@@ -16,14 +16,29 @@
 //      DRA resource costs).
 // Prints a table; exits 0 whatever the numbers (1 when something fails).
 //
-//   devplug_dra_bench [--claims 300] [--changes 50]   (needs root: mknod)
+//   4. a reload while a prepare waits in a slow allocate(): the longest the
+//      main loop leaves the control socket unanswered, and how soon the
+//      kubelet's call is answered (UNAVAILABLE, instead of after the module);
+//   5. SIGTERM -> exit with three DRA resources and an API server that
+//      accepts connections and never answers.
+//
+//   devplug_dra_bench [--claims 300] [--changes 50] [--reloads 5] [--exits 5]
+//   (needs root: mknod)
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +49,7 @@
 #include "bench_stats.h"
 #include "kube/client.h"
 #include "kubelet_sim.h"
+#include "ops/control.h"
 #include "test_util.h"
 
 namespace {
@@ -62,9 +78,11 @@ int SliceDevices(devplug::kube::Client& api, const std::string& driver) {
 
 int main(int argc, char** argv) {
   CLI::App app{"devplug DRA benchmark"};
-  int claims = 300, changes = 50;
+  int claims = 300, changes = 50, reloads = 5, exits = 5;
   app.add_option("--claims", claims, "claims prepared and unprepared");
   app.add_option("--changes", changes, "device nodes made and removed");
+  app.add_option("--reloads", reloads, "reloads with a prepare in flight");
+  app.add_option("--exits", exits, "exits with an API server that does not answer");
   CLI11_PARSE(app, argc, argv);
 
   devplug::testing::TempDir tmp;
@@ -224,6 +242,121 @@ int main(int argc, char** argv) {
   PrintRow("device node made or removed (inotify) -> ResourceSlice updated",
            Summarize(slice_ms, timeouts), "p50 <= 100 ms", 100.0, /*by_p50=*/true);
   devplug::testing::StopProcess(agent, SIGTERM);
+
+  // 4. A reload while a prepare waits in a slow allocate() (fake_release,
+  //    allocate_delay_ms 1500): how long the main loop goes without
+  //    answering the control socket, asked back to back from SIGHUP until
+  //    the kubelet's call has its answer and a second more.
+  std::vector<double> stall_ms, answered_ms;
+  {
+    const std::string control = dir + "/reload-control.sock";
+    auto slow = [&](int count) {
+      return "[[resource]]\nname = \"bench.example/slow\"\nmodule = \"" +
+             std::string(DEVPLUG_BENCH_FAKE_MODULE_DIR) + "/fake_release.so\"\napi = \"dra\"\n" +
+             "count = " + std::to_string(count) + "\nallocate_delay_ms = 1500\n";
+    };
+    const std::string keys = "control_socket = \"" + control + "\"\n";
+    std::ofstream(dir + "/reload.toml") << agent_keys << keys << slow(2);
+    const pid_t a = devplug::testing::SpawnProcess(
+        {DEVPLUG_BENCH_DEVPLUGD, "--config", dir + "/reload.toml"}, dir + "/reload.log");
+    if (!wait([&] { return SliceDevices(api, "slow.bench.example") == 2; }, 30s)) {
+      std::fprintf(stderr, "devplugd did not publish; see %s/reload.log\n", dir.c_str());
+      return 1;
+    }
+    for (int i = 0; i < reloads; ++i) {
+      Json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                    {"kind", "ResourceClaim"},
+                    {"metadata", {{"name", "slow" + std::to_string(i)}, {"namespace", "default"}}},
+                    {"status",
+                     {{"allocation",
+                       {{"devices",
+                         {{"results", Json::array({{{"request", "r"},
+                                                    {"driver", "slow.bench.example"},
+                                                    {"pool", "bench"},
+                                                    {"device", "fake-0"}}})}}}}}}}};
+      auto made = api.Create(kClaims, claim);
+      if (!made.ok()) return 1;
+      const std::array<std::string, 3> ref{"default", (*made)["metadata"]["uid"],
+                                           "slow" + std::to_string(i)};
+      std::atomic<bool> answered{false};
+      std::thread kubelet([&] {
+        devplug::sim::drav1::NodePrepareResourcesResponse r;
+        (void)sim.NodePrepareResources("slow.bench.example", {ref}, &r);
+        answered = true;
+      });
+      std::this_thread::sleep_for(300ms);  // the allocate() sleeps now
+      std::ofstream(dir + "/reload.toml") << agent_keys << keys << slow(i % 2 ? 2 : 3);
+      const auto t0 = Clock::now();
+      kill(a, SIGHUP);
+      double worst = 0;
+      std::optional<Clock::time_point> done;
+      while (!done || Clock::now() < *done + 1s) {
+        const auto t = Clock::now();
+        if (!devplug::ops::ControlRequest(control, "{\"status\": {}}", 5000ms).ok()) break;
+        worst = std::max(worst, Ms(Clock::now() - t));
+        if (!done && answered) {
+          done = Clock::now();
+          answered_ms.push_back(Ms(*done - t0));
+        }
+      }
+      kubelet.join();
+      stall_ms.push_back(worst);
+      std::this_thread::sleep_for(1500ms);  // the allocate() ends
+    }
+    devplug::testing::StopProcess(a, SIGTERM);
+  }
+  PrintRow("reload with a prepare in flight: the longest control-socket answer (main loop stall)",
+           Summarize(stall_ms), "<= 100 ms", 100.0);
+  PrintRow("reload with a prepare in flight: SIGHUP -> the kubelet's call answered (UNAVAILABLE)",
+           Summarize(answered_ms), "", 0);
+
+  // 5. Exit with three DRA resources and an API server that accepts
+  //    connections and never answers: SIGTERM -> the process reaped.
+  std::vector<double> exit_ms;
+  {
+    const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (silent < 0 || bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(silent, 64) != 0 ||
+        getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return 1;
+    std::string keys = agent_keys;
+    keys.replace(keys.find(server), server.size(),
+                 "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+    std::string three;
+    for (int k = 0; k < 3; ++k)
+      three += "[[resource]]\nname = \"bench.example/silent" + std::to_string(k) +
+               "\"\nmodule = \"kvm\"\nshares = 2\napi = \"dra\"\n";
+    std::ofstream(dir + "/silent.toml") << keys << "call_timeout = \"20s\"\n" << three;
+    for (int i = 0; i < exits; ++i) {
+      const pid_t a = devplug::testing::SpawnProcess(
+          {DEVPLUG_BENCH_DEVPLUGD, "--config", dir + "/silent.toml"}, dir + "/silent.log");
+      if (!wait(
+              [&] {
+                for (int k = 0; k < 3; ++k) {
+                  auto d = sim_ptr->dra_driver("silent" + std::to_string(k) + ".bench.example");
+                  if (!d || !d->registered || d->registrations < static_cast<uint64_t>(i + 1))
+                    return false;
+                }
+                return true;
+              },
+              30s)) {
+        std::fprintf(stderr, "devplugd did not register; see %s/silent.log\n", dir.c_str());
+        return 1;
+      }
+      const auto t = Clock::now();
+      kill(a, SIGTERM);
+      int status = 0;
+      waitpid(a, &status, 0);
+      exit_ms.push_back(Ms(Clock::now() - t));
+    }
+    close(silent);
+  }
+  PrintRow("exit, 3 DRA resources, API server not answering: SIGTERM -> reaped", Summarize(exit_ms),
+           "<= 1000 ms", 1000.0);
   devplug::testing::StopProcess(api_pid, SIGTERM);
 
   // RSS counts the library pages a first TLS client touches (libcurl's

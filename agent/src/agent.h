@@ -64,8 +64,9 @@ inline constexpr int kExitPluginDirLost = 75;  // EX_TEMPFAIL
 // the process exits: well inside a pod's 30 s grace period.
 inline constexpr std::chrono::milliseconds kStopTimeout{5000};
 // At exit, every DRA driver's last work (deleting this node's slices) ends
-// within this, counted from when the servers are down.
-inline constexpr std::chrono::milliseconds kDraStopTimeout{1000};
+// within this, counted from when the servers are down (the whole exit
+// then stays under a second with an API server that does not answer).
+inline constexpr std::chrono::milliseconds kDraStopTimeout{700};
 // The nice value every thread takes once a stop begins (util/exit_priority.h).
 inline constexpr int kExitNice = -10;
 

@@ -47,7 +47,7 @@ class Driver final : public modules::ListSink {
     std::shared_ptr<kube::Client> client;
     // See SlicePublisher::Options.
     std::chrono::milliseconds retry{500};
-    std::chrono::milliseconds stop_timeout{800};
+    std::chrono::milliseconds stop_timeout{500};
     std::chrono::milliseconds relist{300'000};
     // See ClaimPreparer::Options.
     bool module_releases = false;

@@ -49,7 +49,7 @@ class SlicePublisher final : public modules::ListSink {
     // After a failed sync, the next try waits this long, doubled up to 30 s.
     std::chrono::milliseconds retry{500};
     // The exit's delete of this node's slices waits no longer than this.
-    std::chrono::milliseconds stop_timeout{800};
+    std::chrono::milliseconds stop_timeout{500};
     // How often the slices are listed again after a good sync, so that one
     // deleted or changed behind devplugd's back is written again; shifted
     // by up to ±20% per node and driver, so that agents started together
