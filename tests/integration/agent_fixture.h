@@ -127,19 +127,20 @@ class AgentTest : public ::testing::Test {
     ASSERT_TRUE(sim_->Start().ok());
   }
 
-  // Eight lines of [agent] table (the eighth is `extra`, one agent key or
-  // nothing), then the resources from line 9 on.
+  // Nine lines of [agent] table (the eighth is `extra`, one agent key or
+  // nothing; the ninth this test's state folder), then the resources from
+  // line 10 on.
   std::string Config(const std::string& resources, const std::string& resync = "0s",
                      const std::string& extra = "") const {
     return "[agent]\nplugin_dir = \"" + plugin_dir() + "\"\nmodule_dir = \"" +
            testing::ModuleDir() + "\"\nhost_root = \"" + host_root() +
            "\"\nlog_level = \"debug\"\nresync_interval = \"" + resync + "\"\ncontrol_socket = \"" +
-           control_socket() + "\"\n" +
+           control_socket() + "\"\n" + extra + "\n" +
            // Each test's own state folder (and its one-devplugd lock).
            (extra.find("dra_state_dir") == std::string::npos
                 ? "dra_state_dir = \"" + std::string(dir_ / "state") + "\"\n"
                 : std::string()) +
-           extra + "\n" + resources;
+           resources;
   }
   std::string control_socket() const { return dir_ / "control.sock"; }
   // The running configuration, copied with a state folder of its own: a

@@ -347,18 +347,18 @@ TEST_P(ConfigErrorTest, ExitsWithStatus78AndNamesTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ConfigErrorTest,
     ::testing::Values(
-        ConfigErrorCase{"toml_syntax", "[[resource]\nname = 1\n", ":9: TOML syntax error"},
+        ConfigErrorCase{"toml_syntax", "[[resource]\nname = 1\n", ":10: TOML syntax error"},
         ConfigErrorCase{"bad_name", "[[resource]]\nname = \"gpu\"\nmodule = \"kvm\"\n",
-                        ":10: resource[0].name: \"gpu\" is not a valid extended resource name"},
+                        ":11: resource[0].name: \"gpu\" is not a valid extended resource name"},
         ConfigErrorCase{"module_key_unknown",
                         "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\nsharez = 3\n",
-                        ":12: resource[0].sharez: unknown key for module \"kvm\""},
+                        ":13: resource[0].sharez: unknown key for module \"kvm\""},
         ConfigErrorCase{"module_key_value",
                         "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\nshares = -1\n",
-                        ":12: resource[0].shares: must be between 1 and 100000"},
+                        ":13: resource[0].shares: must be between 1 and 100000"},
         ConfigErrorCase{"module_key_type",
                         "[[resource]]\nname = \"a.example/f\"\nmodule = \"@FAKE@\"\ncount = true\n",
-                        ":12: resource[0].count: must be an integer"},
+                        ":13: resource[0].count: must be an integer"},
         ConfigErrorCase{"no_resources", "", ": no [[resource]] table"},
         ConfigErrorCase{"duration_overflow",
                         "[[resource]]\nname = \"a.example/k\"\nmodule = \"kvm\"\n",
@@ -405,7 +405,7 @@ TEST_F(AgentTest, CommandLineOverridesAreCheckedLikeTheFile) {
       testing::RunDevplugd({"--config", config_path(), "--plugin-dir", "/" + std::string(89, 'p')});
   EXPECT_EQ(r.exit_code, 78) << r.output;
   EXPECT_NE(r.output.find(config_path() +
-                          ":9: resource[0].socket: "
+                          ":10: resource[0].socket: "
                           "\"devplug-devices.kubevirt.io_kvm.sock\": with plugin_dir the path is "
                           "127 bytes"),
             std::string::npos)

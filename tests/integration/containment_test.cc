@@ -137,7 +137,7 @@ TEST_F(ContainmentTest, ConfigErrorWithASuccessfulCreateIsAConfigError) {
             Config(Resource(kFull, FakeModule("fake_full"), "late_config_error = true")));
   testing::RunResult r = testing::RunDevplugd({"--config", config_path()});
   EXPECT_EQ(r.exit_code, 78) << r.output;
-  EXPECT_NE(r.output.find(config_path() + ":9: resource[0].count: is reported bad, yet create() "
+  EXPECT_NE(r.output.find(config_path() + ":10: resource[0].count: is reported bad, yet create() "
                                           "succeeds"),
             std::string::npos)
       << r.output;

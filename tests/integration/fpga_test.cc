@@ -141,7 +141,7 @@ TEST_F(FpgaAgentTest, PrestartTimeoutBoundsProgramming) {
              "0s", "prestart_timeout = \"15s\"");
   // A configuration error: devplugd exits with EX_CONFIG, naming file, line and key.
   EXPECT_EQ(agent_->Wait(kWait), std::optional<int>(78)) << agent_->Log();
-  EXPECT_NE(agent_->Log().find("devplug.toml:14: resource[0].program_timeout: \"20s\" must be "
+  EXPECT_NE(agent_->Log().find("devplug.toml:15: resource[0].program_timeout: \"20s\" must be "
                                "shorter than the agent's prestart_timeout (15s)"),
             std::string::npos)
       << agent_->Log();

@@ -99,7 +99,7 @@ TEST_F(GenericAgentTest, AGenericConfigMistakeNamesTheNestedLine) {
   // A module key mistake at start is fatal, like a TOML error.
   EXPECT_EQ(agent_->Wait(kWait), 78) << agent_->Log();
   const std::string log = agent_->Log();
-  EXPECT_NE(log.find(config_path() + ":14: resource[0].paths[1].type: must be \"device\" or "
+  EXPECT_NE(log.find(config_path() + ":15: resource[0].paths[1].type: must be \"device\" or "
                                      "\"mount\""),
             std::string::npos)
       << log;

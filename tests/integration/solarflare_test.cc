@@ -182,7 +182,7 @@ TEST_F(SolarflareAgentTest, AnAttachTimeoutLongerThanPrestartTimeoutIsAConfigErr
                "mode = \"nic\"\nattach_command = \"" + attach_ + "\"\nattach_timeout = \"20s\""),
       "0s", "prestart_timeout = \"15s\"");
   EXPECT_EQ(agent_->Wait(kWait), std::optional<int>(78)) << agent_->Log();
-  EXPECT_NE(agent_->Log().find("devplug.toml:14: resource[0].attach_timeout: \"20s\" must be "
+  EXPECT_NE(agent_->Log().find("devplug.toml:15: resource[0].attach_timeout: \"20s\" must be "
                                "shorter than the agent's prestart_timeout (15s)"),
             std::string::npos)
       << agent_->Log();

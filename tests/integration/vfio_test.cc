@@ -152,7 +152,7 @@ TEST_F(VfioAgentTest, BadVendorIsAConfigErrorWithFileLineAndKey) {
   auto r = testing::RunDevplugd({"--config", config_path(), "--check-config"});
   EXPECT_EQ(r.exit_code, 78) << r.output;
   EXPECT_NE(
-      r.output.find(config_path() + ":12: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
+      r.output.find(config_path() + ":13: resource[0].vendor: \"intel\" is not a 16-bit PCI ID"),
       std::string::npos)
       << r.output;
 }
