@@ -7,16 +7,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
 #include "dra/resource_slice.h"
-#include "kube/kubeconfig.h"
 #include "kubelet/list_publisher.h"
 #include "kubelet/pod_lookup.h"
 #include "kubelet/registration.h"
-#include "util/leak.h"
 #include "util/sanitizers.h"
 #include "util/unix_socket.h"
 
@@ -40,26 +37,6 @@ lifecycle::ReleaseTiming Timing(const config::AgentConfig& c) {
 }
 
 }  // namespace
-
-// A DRA resource's ListSink: the instance's lists go to the driver once the
-// resource serves (a reload's staged resource publishes no slice).
-class DraSink final : public modules::ListSink {
- public:
-  // Weak: only resources own the driver (a driver with no resource left is
-  // stopped), and a list published after that goes nowhere.
-  DraSink(const std::shared_ptr<dra::Driver>& driver, bool active)
-      : driver_(driver), active_(active) {}
-  std::string Accept(const DeviceList&) override { return ""; }
-  void Publish(const DeviceListPtr& list) override {
-    if (!active_.load()) return;
-    if (std::shared_ptr<dra::Driver> d = driver_.lock()) d->Publish(list);
-  }
-  void set_active(bool active) { active_ = active; }
-
- private:
-  const std::weak_ptr<dra::Driver> driver_;
-  std::atomic<bool> active_;
-};
 
 Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64_t id, size_t index,
                    std::shared_ptr<ops::ResourceMetrics> metrics, bool staged)
@@ -109,71 +86,14 @@ Status Resource::LoadModule(const Resource* predecessor) {
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
   if (Status st = (*module)->CheckKeys(cfg_, index_); !st.ok()) return st;
-  if (cfg_.api == ServingApi::kDra && predecessor && predecessor->dra_ &&
-      predecessor->cfg_.driver == cfg_.driver)
-    dra_ = predecessor->dra_;
   if (cfg_.api == ServingApi::kDra && !dra_) {
-    auto driver = MakeDriver((*module)->has_on_release());
-    if (!driver.ok()) return driver.status();
-    dra_ = *driver;
+    auto front = dra::FrontEnd::Make(services_.running(), cfg_, (*module)->has_on_release(),
+                                     metrics_, predecessor ? predecessor->dra_.get() : nullptr);
+    if (!front.ok()) return front.status();
+    dra_ = std::move(*front);
   }
   module_ = *module;
   return OkStatus();
-}
-
-StatusOr<std::shared_ptr<dra::Driver>> Resource::MakeDriver(bool module_releases) const {
-  const config::AgentConfig& cfg = services_.running();
-  kube::Credentials given;
-  given.server = cfg.api_server;
-  given.ca_file = cfg.api_ca_file;
-  given.token_file = cfg.api_token_file;
-  given.client_cert = cfg.api_client_cert;
-  given.client_key = cfg.api_client_key;
-  auto creds = kube::ChooseCredentials(cfg.api_kubeconfig, std::move(given));
-  if (!creds.ok())
-    return Status(
-        creds.status().code(),
-        StrCat("resource \"", cfg_.name, "\": DRA needs the API server: ", creds.status().message(),
-               cfg.api_kubeconfig.empty() && cfg.api_server.empty()
-                   ? " (outside a pod, set agent.api_kubeconfig, or agent.api_server "
-                     "and its credentials)"
-                   : ""));
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.dra_state_dir, ec);
-  if (ec)
-    return UnavailableError(
-        StrCat("resource \"", cfg_.name, "\": DRA: ", cfg.dra_state_dir, ": ", ec.message()));
-  kube::Client::Options client;
-  client.credentials = std::move(*creds);
-  client.timeout = cfg.call_timeout;
-  auto driver =
-      dra::Driver::Make({.resource = cfg_.name,
-                         .driver = cfg_.driver,
-                         .node = cfg.node_name,
-                         .cdi_dir = cfg_.cdi_dir,
-                         .host_root = cfg.host_root,
-                         .checkpoint = StrCat(cfg.dra_state_dir, "/", cfg_.driver, ".json"),
-                         .call_timeout = cfg.call_timeout,
-                         .prestart_timeout = cfg.prestart_timeout,
-                         .client = std::make_shared<kube::Client>(std::move(client)),
-                         .module_releases = module_releases,
-                         .observer = metrics_});
-  if (!driver.ok())
-    return Status(driver.status().code(),
-                  StrCat("resource \"", cfg_.name, "\": DRA: ", driver.status().message()));
-  spdlog::info("resource \"{}\": DRA driver {} on node {}", cfg_.name, cfg_.driver, cfg.node_name);
-  return std::shared_ptr<dra::Driver>(std::move(*driver));
-}
-
-void Resource::StopDriver() {
-  if (dra_sink_) dra_sink_->set_active(false);
-  if (!dra_ || dra_.use_count() > 1) return;  // a reload's successor took it over
-  // The instance stays the driver's until its threads have stopped: a call
-  // still queued there releases through it (review D2).
-  const bool stopped = dra_->Stop(/*delete_slices=*/true);
-  if (instance_) dra_->ClearInstance(instance_.get());
-  if (!stopped) LeakOnPurpose(dra_);  // a thread still runs in it
-  dra_.reset();
 }
 
 void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecessor) {
@@ -184,8 +104,7 @@ void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecesso
   opts.start_timeout = cfg.start_timeout;
   opts.prestart_timeout = cfg.prestart_timeout;
   if (dra_) {
-    dra_sink_ = std::make_shared<DraSink>(dra_, !staged_);
-    opts.lists = dra_sink_;
+    opts.lists = dra_->Sink(!staged_);
   } else {
     opts.lists = std::make_shared<kubelet::ListPublisher>(hub_.get(), cdi_);
   }
@@ -196,7 +115,7 @@ void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecesso
     // prepared claims and `namespaces` refused every prepare).
     opts.pods = std::make_shared<kubelet::DraPodLookup>(
         services_.pods(), cfg_.driver, cfg.node_name,
-        [holders = dra_->holders()](
+        [holders = dra_->driver()->holders()](
             const std::string& id) -> std::optional<kubelet::DraPodLookup::Claim> {
           std::optional<dra::ClaimRef> c = holders->Of(id);
           if (!c) return std::nullopt;
@@ -261,7 +180,7 @@ bool Resource::Created(uint64_t launch, Status st) {
   }
   instance_ = std::move(inst);
   if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
-  if (dra_) dra_->SetInstance(instance_.get());
+  if (dra_) dra_->Serve(instance_.get(), /*publish=*/false);
   const bool retried = !failure_.ok();
   failure_ = OkStatus();
   start_backoff_ = milliseconds(0);
@@ -327,11 +246,7 @@ void Resource::Commit() {
   // Its spec replaces the old resource's before the kubelet hears of it.
   if (cdi_) cdi_->Activate();
   if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
-  if (dra_) {
-    dra_->SetInstance(instance_.get());
-    dra_sink_->set_active(true);
-    dra_->Publish(instance_->devices());
-  }
+  if (dra_) dra_->Serve(instance_.get(), /*publish=*/true);
 }
 
 void Resource::Renumber(size_t index, const config::ResourceConfig& cfg) {
@@ -400,10 +315,7 @@ Status Resource::Serve() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
   if (dra_) {
-    dra_v1_ = std::make_unique<dra::DraServiceV1>(dra_.get());
-    dra_v1beta1_ = std::make_unique<dra::DraServiceV1beta1>(dra_.get());
-    builder.RegisterService(dra_v1_.get());
-    builder.RegisterService(dra_v1beta1_.get());
+    dra_->Register(builder);
   } else {
     service_ = std::make_unique<kubelet::DevicePluginService>(
         instance_.get(), hub_.get(), &services_.timers(), cfg.call_timeout, cfg.prestart_timeout,
@@ -423,14 +335,8 @@ Status Resource::Serve() {
       mailbox->Post({AgentEvent::kKubeletStatus, i, 0, std::move(st), nullptr});
     };
     if (dra_) {
-      // The kubelet dials the DRAPlugin service at this same socket.
-      pluginregistration::PluginInfo info;
-      info.set_type(dra::kDraPluginType);
-      info.set_name(cfg_.driver);
-      info.set_endpoint(socket_path_);
-      for (const char* v : dra::kDraVersions) info.add_supported_versions(v);
       registration_ =
-          std::make_unique<kubelet::RegistrationService>(std::move(info), std::move(cb));
+          std::make_unique<kubelet::RegistrationService>(dra_->Info(socket_path_), std::move(cb));
     } else {
       registration_ = std::make_unique<kubelet::RegistrationService>(cfg_.name, std::move(cb));
     }
@@ -440,8 +346,7 @@ Status Resource::Serve() {
   if (!server_) {
     service_.reset();
     registration_.reset();
-    dra_v1_.reset();
-    dra_v1beta1_.reset();
+    if (dra_) dra_->DropServices(false);
     (void)services_.PluginDirGone();  // then the agent exits
     return UnavailableError(
         StrCat("cannot serve on ", socket_path_, " (is the directory writable?)"));
@@ -501,27 +406,19 @@ void Resource::Withdraw(bool exiting) {
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
   if (bound) UnlinkIfSame(socket_path_, *bound);
+  if (!dra_) return;
   if (!exiting) {
-    StopDriver();
+    dra_->Stop(instance_.get());
     return;
   }
   // Exiting: every resource's driver stops at once; WaitDriverStopped
   // waits for them all under one deadline.
-  if (dra_sink_) dra_sink_->set_active(false);
-  if (dra_ && dra_.use_count() == 1) dra_->RequestStop(/*delete_slices=*/true);
+  dra_->RequestStop();
 }
 
 bool Resource::WaitDriverStopped(Clock::time_point deadline) {
-  if (!dra_ || dra_.use_count() > 1) return true;
+  if (!dra_) return true;
   const bool stopped = dra_->WaitStopped(deadline);
-#if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
-  // The DRA services outlive the exit (Withdraw released the server, not
-  // shut it down): a call still arriving finds a stopped driver, never a
-  // freed one.
-  LeakOnPurpose(dra_);
-#else
-  if (!stopped) LeakOnPurpose(dra_);  // a thread still runs in it
-#endif
   dra_.reset();
   return stopped;
 }
@@ -549,8 +446,7 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
     (void)server_.release();
     (void)service_.release();
     (void)registration_.release();
-    (void)dra_v1_.release();
-    (void)dra_v1beta1_.release();
+    if (dra_) dra_->DropServices(true);
     return;
   }
 #endif
@@ -558,17 +454,12 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
   // for calls in flight up to the deadline.
   hub_->CloseAll();
   if (service_) service_->AbortPending();
-  // DRA's calls still queued behind a slow module go on in the driver; the
-  // kubelet gets UNAVAILABLE now and asks again (review D9: the reload
-  // waited for them).
-  if (dra_v1_) dra_v1_->AbortPending();
-  if (dra_v1beta1_) dra_v1beta1_->AbortPending();
+  if (dra_) dra_->AbortPending();
   server_->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   server_.reset();
   service_.reset();
   registration_.reset();
-  dra_v1_.reset();
-  dra_v1beta1_.reset();
+  if (dra_) dra_->DropServices(false);
 }
 
 void Resource::RequestStop() {
@@ -580,7 +471,7 @@ bool Resource::StopModule(Clock::time_point deadline, [[maybe_unused]] bool keep
   bool stopped = true;
   for (auto* inst : {&instance_, &starting_}) {
     if (!*inst) continue;
-    if (dra_) dra_->ClearInstance(inst->get());
+    if (dra_) dra_->Clear(inst->get());
     if (!modules::StopOrAbandon(*inst, deadline)) stopped = false;
 #if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
     if (keep) {
@@ -653,22 +544,22 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
                           .named = cdi_->named(),
                           .allocations = cdi_->allocations(),
                           .problem = cdi_->problem()};
-  if (dra_) {
+  if (const dra::Driver* driver = dra_ ? dra_->driver() : nullptr) {
     ops::DraView v;
-    v.driver = dra_->options().driver;
-    v.pool = dra_->options().node;
-    v.generation = dra_->generation();
-    v.slice_syncs = dra_->syncs();
-    v.slice_error = dra_->sync_error();
-    v.cdi_dir = dra_->options().cdi_dir;
-    v.cdi_written_to = dra_->Dir();
-    for (const dra::PreparedClaim& c : dra_->prepared()) {
+    v.driver = driver->options().driver;
+    v.pool = driver->options().node;
+    v.generation = driver->generation();
+    v.slice_syncs = driver->syncs();
+    v.slice_error = driver->sync_error();
+    v.cdi_dir = driver->options().cdi_dir;
+    v.cdi_written_to = driver->Dir();
+    for (const dra::PreparedClaim& c : driver->prepared()) {
       ops::DraView::Claim claim{c.uid, c.ns, c.name, {}};
       for (const dra::PreparedDevice& d : c.devices)
         claim.devices.push_back({d.request, d.device, d.id, d.cdi_ids});
       v.prepared.push_back(std::move(claim));
     }
-    v.releasing = dra_->releasing();
+    v.releasing = driver->releasing();
     rv.dra = std::move(v);
   }
   return rv;

@@ -27,8 +27,7 @@
 
 #include "cdi/resource_cdi.h"
 #include "config/config.h"
-#include "dra/dra_service.h"
-#include "dra/driver.h"
+#include "dra/front_end.h"
 #include "kubelet/device_plugin_service.h"
 #include "kubelet/pod_resources.h"
 #include "kubelet/registrar.h"
@@ -49,8 +48,6 @@
 #include "util/timers.h"
 
 namespace devplug {
-
-class DraSink;
 
 class Resource final : private kubelet::Registrar::Env {
  public:
@@ -106,8 +103,9 @@ class Resource final : private kubelet::Registrar::Env {
   const kubelet::Registrar& registrar() const { return *registrar_; }
   const std::shared_ptr<ops::ResourceMetrics>& metrics() const { return metrics_; }
   cdi::ResourceCdi* cdi() const { return cdi_.get(); }
-  // DRA (api = "dra"): its driver, once loaded (null otherwise).
-  dra::Driver* dra() const { return dra_.get(); }
+  // DRA (api = "dra"): its driver, once loaded (null otherwise, and once
+  // stopped).
+  const dra::Driver* dra() const { return dra_ ? dra_->driver() : nullptr; }
   // Release tracking is on (a module with on_release; pod_resources_poll
   // is not "0s").
   bool tracking() const { return tracker_ && tracker_->enabled(); }
@@ -209,10 +207,6 @@ class Resource final : private kubelet::Registrar::Env {
 
   // Ends the streams and stops the server, if one runs.
   void StopServing(bool exiting = false);
-  // DRA: the driver for this resource, with its API server client.
-  StatusOr<std::shared_ptr<dra::Driver>> MakeDriver(bool module_releases) const;
-  // DRA: the driver ends with its last resource (deleting its slices).
-  void StopDriver();
 
   Services& services_;
   const uint64_t id_;
@@ -226,13 +220,9 @@ class Resource final : private kubelet::Registrar::Env {
   std::shared_ptr<ops::ResourceMetrics> metrics_;
   // Devices by CDI name (null while cdi is "off"): its spec file.
   std::shared_ptr<cdi::ResourceCdi> cdi_;
-  // DRA: the driver (made, or taken over from a reload's predecessor, by
-  // LoadModule), and what
-  // hands it the instance's lists (only once the resource serves).
-  std::shared_ptr<dra::Driver> dra_;
-  std::shared_ptr<DraSink> dra_sink_;
-  std::unique_ptr<dra::DraServiceV1> dra_v1_;
-  std::unique_ptr<dra::DraServiceV1beta1> dra_v1beta1_;
+  // DRA's front end (api = "dra"; made, its driver perhaps shared with a
+  // reload's predecessor, by LoadModule).
+  std::unique_ptr<dra::FrontEnd> dra_;
 
   // ---- the module instance ----
   std::unique_ptr<modules::ModuleInstance> instance_;  // running

@@ -39,10 +39,10 @@ void Parser::ParseAgent(const toml::table& t) {
       if (s == nullptr) continue;
       if (s->empty() || s->size() > 253 ||
           s->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-.") != std::string::npos)
-        Error(node, key,
-              StrCat(
-                  "\"", *s,
-                  "\" is not a node name (a DNS subdomain: a-z, 0-9, '-' and '.', at most 253)"));
+        Error(
+            node, key,
+            StrCat("\"", *s,
+                   "\" is not a node name (a DNS subdomain: a-z, 0-9, '-' and '.', at most 253)"));
       else
         cfg_.node_name = *s;
     } else if (name == "api_server") {

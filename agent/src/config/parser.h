@@ -100,7 +100,6 @@ class Parser {
     return it != socket_lines_.end() ? it->second : cfg_.resources[i].where.line;
   }
 
-
  private:
   void Error(const toml::node& node, std::string_view key, std::string_view problem);
   const std::string* String(const toml::node& node, std::string_view key);

@@ -77,8 +77,7 @@ void Parser::ParseResource(const toml::table& t) {
       }
     } else if (name == "cdi_dir") {
       if (const std::string* s = String(node, key_of(name))) {
-        if (std::string why = SetPath(*s, &r.cdi_dir); !why.empty())
-          Error(node, key_of(name), why);
+        if (std::string why = SetPath(*s, &r.cdi_dir); !why.empty()) Error(node, key_of(name), why);
       }
     } else {
       ModuleValue mv;
