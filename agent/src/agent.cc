@@ -1,6 +1,5 @@
 #include "agent.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -27,7 +26,6 @@
 #include "util/exit_priority.h"
 #include "util/sanitizers.h"
 #include "util/systemd.h"
-#include "util/unix_socket.h"
 
 namespace devplug {
 
@@ -36,10 +34,6 @@ namespace devplug {
 namespace {
 
 using std::chrono::milliseconds;
-
-// How long a start waits for the devplugd before it to let go of the
-// state folder (an exit takes about a second at most).
-constexpr milliseconds kInstanceLockWait{3000};
 
 kubelet::PodResourcesClient::Options PodOptions(const config::AgentConfig& c) {
   kubelet::PodResourcesClient::Options o;
@@ -64,17 +58,8 @@ Agent::~Agent() { Shutdown(); }
 Status Agent::Start() {
   const auto t0 = Clock::now();
   if (mailbox_->fd() < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
-  // One devplugd per node, before anything is bound or swept: the lock in
-  // the state folder (waited for a moment: the one before may be exiting).
-  if (auto lock = InstanceLock::Take(config_.dra_state_dir, kInstanceLockWait); lock.ok())
-    lock_ = std::move(*lock);
-  else if (lock.status().code() == StatusCode::kFailedPrecondition)
-    return lock.status();
-  else
-    spdlog::warn(
-        "cannot lock the state folder: {}; a second devplugd on this node would go "
-        "unnoticed",
-        lock.status().message());
+  // One devplugd per node, before anything is bound or swept.
+  if (Status st = TakeInstanceLock(); !st.ok()) return st;
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
   if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
@@ -498,51 +483,6 @@ void Agent::OnKubeletRestart() {
     said = true;
     r->registrar().OnKubeletRestart();
   }
-}
-
-void Agent::RemoveStaleSockets() {
-  std::set<std::string> ours;
-  for (const auto& r : resources_) ours.insert(r->socket_path());
-  // Both folders, whatever the resources use now: an earlier devplugd may
-  // have served through the plugin watcher (its dead socket there would be
-  // probed by the kubelet for ever).
-  const std::set<std::string> dirs{config_.plugin_dir, config_.plugins_registry_dir};
-  for (const std::string& dir : dirs) {
-    DIR* d = opendir(dir.c_str());
-    if (d == nullptr) continue;
-    while (dirent* e = readdir(d)) {
-      // Only names devplugd makes by default; a socket nobody answers on.
-      const std::string name = e->d_name;
-      const std::string path = StrCat(dir, "/", name);
-      struct stat st;
-      if (!kubelet::IsDefaultSocketName(name) || ours.count(path) ||
-          lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || UnixSocketIsLive(path))
-        continue;
-      if (unlink(path.c_str()) == 0)
-        spdlog::info(
-            "removed {}, a socket an earlier devplugd left for a resource not configured now",
-            path);
-    }
-    closedir(d);
-  }
-}
-
-void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
-  std::set<std::string> dirs;
-  std::vector<std::pair<std::string, cdi::Kind>> keep;
-  for (const config::AgentConfig* c : {static_cast<const config::AgentConfig*>(&config_), also}) {
-    if (c == nullptr) continue;
-    dirs.insert(c->cdi_dir);
-    for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
-  }
-  for (const auto& r : resources_) {
-    if (r->cdi()) keep.emplace_back(r->cdi()->dir(), r->cdi()->kind());
-    // A DRA resource's claim specs: its driver keeps them with the claims.
-    if (r->cfg().api == ServingApi::kDra)
-      if (auto kind = cdi::KindOf(r->cfg().name); kind.ok())
-        keep.emplace_back(r->cfg().cdi_dir, *kind);
-  }
-  cdi::RemoveStale(config_.host_root, dirs, keep);
 }
 
 // ---- PodResources Lists and the release trackers ----------------------------------------------

@@ -140,6 +140,10 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   std::shared_ptr<udev::PathWatch> path_watch() const override { return hotplug_.path_watch(); }
   InFlight& registers() override { return registers_; }
 
+  // ---- the node (agent_node.cc) ----
+  // Locks the state folder: FAILED_PRECONDITION while another devplugd
+  // holds it; a folder that cannot be written only costs a warning.
+  Status TakeInstanceLock();
   // ---- serving and registering ----
   void OnKubeletRestart();
   // Sockets an earlier devplugd left behind (killed, or its pod deleted

@@ -40,30 +40,6 @@ std::string Seconds(Clock::duration d) {
 
 }  // namespace
 
-// ---- Pending -------------------------------------------------------------------------------
-
-void ClaimPreparer::Pending::Finish(int rc, std::string why) {
-  MutexLock lock(mu_);
-  done_ = true;
-  rc_ = rc;
-  why_ = std::move(why);
-  cv_.notify_all();
-}
-
-bool ClaimPreparer::Pending::done() const {
-  MutexLock lock(mu_);
-  return done_;
-}
-
-bool ClaimPreparer::Pending::Wait(Clock::time_point until, int* rc, std::string* why) const {
-  MutexLock lock(mu_);
-  while (!done_ && Clock::now() < until) cv_.wait_until(mu_, until);
-  if (!done_) return false;
-  *rc = rc_;
-  *why = why_;
-  return true;
-}
-
 // ---- making and stopping -------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
@@ -239,7 +215,7 @@ ClaimPreparer::Read ClaimPreparer::ReadClaim(const ClaimRef& c, bool unless_prep
 std::string ClaimPreparer::AwaitPending(const ClaimRef& c, Clock::time_point until,
                                         bool* released) {
   *released = false;
-  std::shared_ptr<Pending> pending;
+  std::shared_ptr<PendingRelease> pending;
   {
     MutexLock lock(mu_);
     auto it = pending_.find(c.uid);
@@ -367,11 +343,11 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
     // An allocate() still running at its deadline may yet set the group
     // up: its answer (or word that it never ran) releases what it and the
     // earlier requests set up, remembered as this claim's pending release.
-    std::shared_ptr<Pending> late;
+    std::shared_ptr<PendingRelease> late;
     if (releases) {
       std::vector<std::string> both = set_up;
       both.insert(both.end(), group.begin(), group.end());
-      late = std::make_shared<Pending>(
+      late = std::make_shared<PendingRelease>(
           std::move(both),
           StrCat("the release of what a late allocate(", StrJoin(group, ","), ") set up"));
     }
@@ -466,7 +442,8 @@ void ClaimPreparer::ReleaseSetUp(modules::DeviceSource* src, const ClaimRef& c,
   if (ids.empty()) return;
   // Not waited for here: the claim's next call (a retried prepare, or the
   // unprepare the kubelet sends) waits for it and answers from it.
-  auto pending = std::make_shared<Pending>(ids, StrCat("on_release(", StrJoin(ids, ","), ")"));
+  auto pending =
+      std::make_shared<PendingRelease>(ids, StrCat("on_release(", StrJoin(ids, ","), ")"));
   {
     MutexLock lock(mu_);
     pending_[c.uid] = pending;
@@ -529,7 +506,8 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
       // While on_release() runs, this claim is not the devices' holder (the
       // module asks pod_of() whether anyone else still is); a retry while it
       // runs waits for this one.
-      auto pending = std::make_shared<Pending>(ids, StrCat("on_release(", StrJoin(ids, ","), ")"));
+      auto pending =
+          std::make_shared<PendingRelease>(ids, StrCat("on_release(", StrJoin(ids, ","), ")"));
       {
         MutexLock lock(mu_);
         pending_[c.uid] = pending;

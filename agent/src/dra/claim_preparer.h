@@ -39,6 +39,7 @@
 
 #include "dra/checkpoint.h"
 #include "dra/claim_results.h"
+#include "dra/pending_release.h"
 #include "kube/client.h"
 #include "model/cdi_names.h"
 #include "model/rpc.h"
@@ -132,33 +133,6 @@ class ClaimPreparer {
   std::vector<std::string> releasing() const;
 
  private:
-  // Module work a call gave up waiting for (its deadline came): the
-  // release of what a failed prepare set up, or an unprepare's
-  // on_release(). Finished from the module's thread.
-  class Pending {
-   public:
-    // `what`: the work, for messages ("on_release(a,b)").
-    Pending(std::vector<std::string> ids, std::string what)
-        : ids_(std::move(ids)), what_(std::move(what)) {}
-    const std::vector<std::string>& ids() const { return ids_; }
-    const std::string& what() const { return what_; }
-    void Finish(int rc, std::string why);
-    bool done() const;
-    // Whether it finished by `until`; then *rc and *why say how.
-    bool Wait(Clock::time_point until, int* rc, std::string* why) const;
-    Clock::time_point since() const { return since_; }
-
-   private:
-    const std::vector<std::string> ids_;
-    const std::string what_;
-    const Clock::time_point since_ = Clock::now();
-    mutable Mutex mu_;
-    mutable std::condition_variable_any cv_;
-    bool done_ DEVPLUG_GUARDED_BY(mu_) = false;
-    int rc_ DEVPLUG_GUARDED_BY(mu_) = 0;
-    std::string why_ DEVPLUG_GUARDED_BY(mu_);
-  };
-
   // What "dra:claims" read for a prepare: the claim's results, or why not.
   using Read = StatusOr<std::vector<std::pair<std::string, std::string>>>;
 
@@ -205,7 +179,7 @@ class ClaimPreparer {
   // Claim UID -> a release a call gave up waiting for; not a holder of
   // those devices meanwhile (a module's release asks pod_of() whether
   // anyone still holds a device: macvtap keeps a held link).
-  std::map<std::string, std::shared_ptr<Pending>> pending_ DEVPLUG_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<PendingRelease>> pending_ DEVPLUG_GUARDED_BY(mu_);
   // Claims released whose checkpoint could not be saved: the retry
   // forgets them without a second on_release().
   std::set<std::string> released_ DEVPLUG_GUARDED_BY(mu_);

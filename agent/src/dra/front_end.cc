@@ -17,7 +17,8 @@ namespace devplug::dra {
 // published after that goes nowhere.
 class FrontEnd::GatedSink final : public modules::ListSink {
  public:
-  GatedSink(const std::shared_ptr<Driver>& driver, bool active) : driver_(driver), active_(active) {}
+  GatedSink(const std::shared_ptr<Driver>& driver, bool active)
+      : driver_(driver), active_(active) {}
   std::string Accept(const DeviceList&) override { return ""; }
   void Publish(const DeviceListPtr& list) override {
     if (!active_.load()) return;
