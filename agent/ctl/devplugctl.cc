@@ -31,6 +31,7 @@
 #include "kubelet_sim.h"
 #include "ops/log.h"
 #include "status.h"
+#include "status_cli.h"
 
 extern char** environ;
 
@@ -323,37 +324,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   inspect->add_flag("--all", io.all_devices, "List every device (default: the first 20)");
 
-  devplug::ctl::StatusOptions so;
-  auto* status = app.add_subcommand(
-      "status",
-      "Ask the running devplugd what it serves. Exit status 0: every resource shown "
-      "is registered and has a healthy device; 1: not so; 2: devplugd not reached");
-  auto* metrics = app.add_subcommand(
-      "metrics", "Print the running devplugd's metrics (Prometheus text format)");
-  for (auto* sub : {status, metrics}) {
-    auto* sock = sub->add_option("--socket", so.socket,
-                                 "devplugd's control socket (default: agent.control_socket of "
-                                 "the configuration)");
-    sub->add_option("--config", so.config,
-                    "Read agent.control_socket from this file (default: "
-                    "/etc/devplug/devplug.toml when it exists)")
-        ->excludes(sock);
-  }
-  status->add_option("resource", so.resource, "Only this resource, with one row per device");
-  status->add_flag("--json", so.json, "Print devplugd's answer as JSON");
-  status->add_flag("--devices", so.devices, "One row per device for every resource");
-  status->add_flag("--ready", so.ready,
-                   "Readiness probe: exit 0 once devplugd answers and every resource's first "
-                   "start attempt has ended (created, failed or given up), 1 before that or "
-                   "when devplugd cannot be reached; device health and registrations do not "
-                   "count");
+  devplug::ctl::StatusCommands status;
+  devplug::ctl::AddStatusCommands(app, &status);
 
   CLI11_PARSE(app, argc, argv);
-  if (*status || *metrics) {
-    devplug::SetupLogging("devplugctl");
-    devplug::SetLogLevel(devplug::LogLevel::kWarn);
-    return *status ? devplug::ctl::PrintStatus(so) : devplug::ctl::PrintMetrics(so);
-  }
+  if (int rc = devplug::ctl::RunStatusCommands(status); rc >= 0) return rc;
   devplug::SetupLogging("devplugctl");  // module and agent-library logs go to stderr
   if (*inspect) return devplug::ctl::InspectModule(io);
   signal(SIGINT, OnSignal);

@@ -30,9 +30,10 @@ Status Agent::TakeInstanceLock() {
     return OkStatus();
   }
   if (lock.status().code() == StatusCode::kFailedPrecondition) return lock.status();
-  spdlog::warn("cannot lock the state folder: {}; a second devplugd on this node would go "
-               "unnoticed",
-               lock.status().message());
+  spdlog::warn(
+      "cannot lock the state folder: {}; a second devplugd on this node would go "
+      "unnoticed",
+      lock.status().message());
   return OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
 #include "ops/log.h"
+#include "status_cli.h"
 #include "util/sanitizers.h"
 
 namespace {
@@ -117,6 +118,10 @@ int CheckConfig(const devplug::config::AgentConfig& cfg) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Linked as devplugctl (the container image has no devplugctl of its
+  // own): its status and metrics commands.
+  if (argc > 0 && std::string_view(argv[0]).ends_with("devplugctl"))
+    return devplug::ctl::StatusOnlyMain(argc, argv, DEVPLUG_VERSION);
   CLI::App app{"devplugd: serves node hardware to the kubelet as device plugin resources"};
   Flags f;
   app.add_option("-c,--config", f.config_path,

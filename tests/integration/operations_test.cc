@@ -190,6 +190,41 @@ testing::RunResult Ctl(const std::vector<std::string>& args) {
   return testing::RunProcess(argv);
 }
 
+// devplugd linked as devplugctl (the container image's devplugctl): status,
+// the readiness probe and metrics answer as devplugctl's do; the rest of
+// devplugctl is not there, and says so.
+TEST_F(OperationsTest, DevplugdLinkedAsDevplugctlAnswersStatusAndMetrics) {
+  StartSim();
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 2"));
+  ASSERT_TRUE(Registered(kFull));
+  const std::string link = dir_ / "devplugctl";
+  ASSERT_EQ(symlink(testing::DevplugdPath().c_str(), link.c_str()), 0);
+  auto as_link = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{link};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::RunProcess(argv);
+  };
+  const std::string sock = control_socket();
+  testing::RunResult ready = as_link({"status", "--ready", "--socket", sock});
+  EXPECT_EQ(ready.exit_code, 0) << ready.output;
+  testing::RunResult mine, theirs;
+  for (int i = 0; i < 200; ++i) {  // the registration's answer may lag the kubelet's side
+    mine = as_link({"status", "--socket", sock});
+    if (mine.exit_code == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  theirs = Ctl({"status", "--socket", sock});
+  EXPECT_EQ(mine.exit_code, 0) << mine.output;
+  EXPECT_EQ(mine.output, theirs.output);
+  testing::RunResult m = as_link({"metrics", "--socket", sock});
+  EXPECT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_NE(m.output.find("devplug_devices{"), std::string::npos) << m.output;
+  testing::RunResult sim = as_link({"simulate-kubelet", "--dir", std::string(dir_ / "x")});
+  EXPECT_NE(sim.exit_code, 0) << sim.output;
+  testing::RunResult down = as_link({"status", "--ready", "--socket", std::string(dir_ / "no")});
+  EXPECT_EQ(down.exit_code, 1) << down.output;
+}
+
 // devplugctl status: the JSON the contract names, a text table that fits 100
 // columns, per-device rows, and exit codes a health check can use.
 TEST_F(OperationsTest, StatusSaysWhatIsServedAndWhatIsNot) {
