@@ -122,6 +122,19 @@ Status KubeletSim::Start() {
     }
     closedir(d);
   }
+  // PodResources first, as on a real node: a plugin that registers and
+  // asks who holds a device finds it answering.
+  if (!options_.pod_resources_socket.empty()) {
+    std::filesystem::create_directories(
+        std::filesystem::path(options_.pod_resources_socket).parent_path(), ec);
+    pod_service_ = MakePodResourcesService();
+    grpc::ServerBuilder pb;
+    pb.AddListeningPort("unix:" + options_.pod_resources_socket, grpc::InsecureServerCredentials());
+    pb.RegisterService(pod_service_.get());
+    pod_server_ = pb.BuildAndStart();
+    if (!pod_server_)
+      return UnavailableError(StrCat("cannot listen on ", options_.pod_resources_socket));
+  }
   service_ = std::make_unique<RegistrationService>(this);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + options_.dir + "/" + kKubeletSocket,
@@ -133,17 +146,6 @@ Status KubeletSim::Start() {
   {
     std::lock_guard lock(mu_);
     serving_ = true;
-  }
-  if (!options_.pod_resources_socket.empty()) {
-    std::filesystem::create_directories(
-        std::filesystem::path(options_.pod_resources_socket).parent_path(), ec);
-    pod_service_ = MakePodResourcesService();
-    grpc::ServerBuilder pb;
-    pb.AddListeningPort("unix:" + options_.pod_resources_socket, grpc::InsecureServerCredentials());
-    pb.RegisterService(pod_service_.get());
-    pod_server_ = pb.BuildAndStart();
-    if (!pod_server_)
-      return UnavailableError(StrCat("cannot listen on ", options_.pod_resources_socket));
   }
   Event(StrCat("kubelet: started, ",
                options_.owns_dir ? StrCat("removed ", removed, " socket(s), ") : std::string(),
