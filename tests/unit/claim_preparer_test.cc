@@ -58,7 +58,12 @@ class FakeSource final : public modules::DeviceSource {
  public:
   FakeSource() : thread_([this] { Loop(); }) {
     auto list = std::make_shared<DeviceList>();
-    for (const char* id : {"fake-0", "fake-1"}) list->push_back({id, true});
+    for (const char* id : {"fake-0", "fake-1"}) {
+      Device d;
+      d.id = id;
+      d.healthy = true;
+      list->push_back(d);
+    }
     list_ = list;
   }
   ~FakeSource() override {
