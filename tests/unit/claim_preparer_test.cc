@@ -239,6 +239,15 @@ class ClaimPreparerTest : public ::testing::Test {
     return p.get_future().get()[c.uid];
   }
 
+  // Whether every pending release ended within `t`.
+  bool ReleasesEnd(std::chrono::milliseconds t) {
+    for (const auto end = Clock::now() + t; Clock::now() < end;) {
+      if (preparer_->releasing().empty()) return true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return preparer_->releasing().empty();
+  }
+
   TempDir dir_;
   pid_t pid_ = -1;
   std::shared_ptr<kube::Client> client_;
@@ -269,6 +278,10 @@ TEST_F(ClaimPreparerTest, AnAllocateQueuedPastItsDeadlineNeverRuns) {
             std::string::npos)
       << r.error;
   gate->Open();
+  // busy's late answer posts its release from the module's thread, behind
+  // anything the test would post now: wait for both claims' pending
+  // releases to end instead.
+  ASSERT_TRUE(ReleasesEnd(10s)) << StrJoin(preparer_->releasing(), ",");
   source_.Drain();
   // fake-1's allocate() was never run; busy's ran late and was released.
   EXPECT_EQ(source_.Count("allocate fake-1"), 0);
