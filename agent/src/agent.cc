@@ -367,7 +367,7 @@ void Agent::Shutdown() {
   // kDraStopTimeout in all, not a call timeout per resource.
   const auto dra_deadline = t_servers + kDraStopTimeout;
   for (auto& r : resources_)
-    if (!r->WaitDriverStopped(dra_deadline))
+    if (!r->WaitFrontEndStopped(dra_deadline))
       spdlog::warn("resource \"{}\": DRA: its driver did not stop within {} ms; left to the exit",
                    r->cfg().name, kDraStopTimeout.count());
   // Cancelled above; their answers still come.

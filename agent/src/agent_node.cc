@@ -72,13 +72,9 @@ void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
     dirs.insert(c->cdi_dir);
     for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
   }
-  for (const auto& r : resources_) {
-    if (r->cdi()) keep.emplace_back(r->cdi()->dir(), r->cdi()->kind());
-    // A DRA resource's claim specs: its driver keeps them with the claims.
-    if (r->cfg().api == ServingApi::kDra)
-      if (auto kind = cdi::KindOf(r->cfg().name); kind.ok())
-        keep.emplace_back(r->cfg().cdi_dir, *kind);
-  }
+  // A DRA resource's claim specs too: its driver keeps them with the claims.
+  for (const auto& r : resources_)
+    for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
   cdi::RemoveStale(config_.host_root, dirs, keep);
 }
 

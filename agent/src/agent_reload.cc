@@ -104,9 +104,7 @@ void Agent::BeginReload(const char* why) {
 std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
   std::vector<std::string> errors;
   for (const auto& r : resources_) {
-    const dra::Driver* driver = r->dra();
-    if (driver == nullptr) continue;
-    const std::vector<dra::PreparedClaim> claims = driver->prepared();
+    const std::vector<std::string> claims = r->front_end().Holders();
     if (claims.empty()) continue;
     const auto after = std::find_if(next.resources.begin(), next.resources.end(),
                                     [&](const auto& n) { return n.name == r->cfg().name; });
@@ -121,12 +119,9 @@ std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
     // Its checkpoint would be read by nobody: the claims' devices would be
     // published as free and prepared for another claim, and unprepare
     // would never reach a driver that knows them.
-    std::vector<std::string> names;
-    for (const dra::PreparedClaim& c : claims)
-      names.push_back(StrCat(c.ns, "/", c.name, " (", c.uid, ")"));
     errors.push_back(StrCat("resource \"", r->cfg().name, "\": the new configuration ", change,
                             ", while DRA driver \"", r->cfg().driver, "\" has ", claims.size(),
-                            " prepared claim(s): ", StrJoin(names, ", "),
+                            " prepared claim(s): ", StrJoin(claims, ", "),
                             "; apply it once their pods are gone"));
   }
   return StrJoin(errors, "\n");

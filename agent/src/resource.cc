@@ -10,9 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "dra/resource_slice.h"
-#include "kubelet/list_publisher.h"
-#include "kubelet/pod_lookup.h"
+#include "front_end/make.h"
 #include "kubelet/registration.h"
 #include "util/sanitizers.h"
 #include "util/unix_socket.h"
@@ -28,18 +26,11 @@ constexpr milliseconds kMaxStartBackoff{60'000};
 // How long a server may take to end its calls when it is stopped.
 constexpr milliseconds kServerStopGrace{2000};
 
-lifecycle::ReleaseTiming Timing(const config::AgentConfig& c) {
-  lifecycle::ReleaseTiming timing;
-  timing.grace = c.release_grace;
-  timing.settle = c.kubelet_settle;
-  timing.unseen = c.unseen_timeout;
-  return timing;
-}
-
 }  // namespace
 
 Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64_t id, size_t index,
-                   std::shared_ptr<ops::ResourceMetrics> metrics, bool staged)
+                   std::shared_ptr<ops::ResourceMetrics> metrics, bool staged,
+                   const FrontEndFactory& make_front_end)
     : services_(services),
       id_(id),
       index_(index),
@@ -49,20 +40,21 @@ Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64
                               : services.running().plugin_dir,
                           "/", cfg.socket)),
       staged_(staged),
-      hub_(std::make_unique<kubelet::StreamHub>([mailbox = services.mailbox(), id](uint64_t reg) {
-        mailbox->Post({AgentEvent::kStreamEnded, id, reg, OkStatus(), nullptr});
-      })),
       metrics_(std::move(metrics)) {
-  if (cfg.cdi != CdiMode::kOff) {
-    // The configuration refused names without a CDI kind.
-    auto c = cdi::ResourceCdi::Make({.resource = cfg.name,
-                                     .mode = cfg.cdi,
-                                     .dir = cfg.cdi_dir,
-                                     .host_root = services.running().host_root,
-                                     .only = cfg.cdi_only,
-                                     .active = !staged});
-    if (c.ok()) cdi_ = *c;
-  }
+  front_end::Context context;
+  context.cfg = cfg;
+  context.staged = staged;
+  context.pods = services.pods();
+  context.timers = &services.timers();
+  context.observer = metrics_;
+  context.stream_ended = [mailbox = services.mailbox(), id](uint64_t reg) {
+    mailbox->Post({AgentEvent::kStreamEnded, id, reg, OkStatus(), nullptr});
+  };
+  context.tracker_changed = [mailbox = services.mailbox(), id] {
+    mailbox->Post({AgentEvent::kTrackerChanged, id, 0, OkStatus(), nullptr});
+  };
+  front_ = make_front_end ? make_front_end(std::move(context))
+                          : front_end::Make(services.running(), std::move(context));
   kubelet::Registrar::Env* env = this;
   registrar_ = std::make_unique<kubelet::Registrar>(
       kubelet::Registrar::Names{cfg_.name, cfg_.socket, socket_path_, services.KubeletSocketPath()},
@@ -86,69 +78,26 @@ Status Resource::LoadModule(const Resource* predecessor) {
   auto module = modules::LoadedModule::Load(path);
   if (!module.ok()) return module.status();
   if (Status st = (*module)->CheckKeys(cfg_, index_); !st.ok()) return st;
-  if (cfg_.api == ServingApi::kDra && !dra_) {
-    auto front = dra::FrontEnd::Make(services_.running(), cfg_, (*module)->has_on_release(),
-                                     metrics_, predecessor ? predecessor->dra_.get() : nullptr);
-    if (!front.ok()) return front.status();
-    dra_ = std::move(*front);
-  }
+  if (Status st = front_->ModuleLoaded(services_.running(), **module,
+                                       predecessor ? predecessor->front_.get() : nullptr);
+      !st.ok())
+    return st;
   module_ = *module;
   return OkStatus();
 }
 
 void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecessor) {
-  if (predecessor) handed_out_ = predecessor->handed_out_;
   modules::ModuleInstance::Options opts;
   opts.host_root = cfg.host_root;
   opts.index = index_;
   opts.start_timeout = cfg.start_timeout;
   opts.prestart_timeout = cfg.prestart_timeout;
-  if (dra_) {
-    opts.lists = dra_->Sink(!staged_);
-  } else {
-    opts.lists = std::make_shared<kubelet::ListPublisher>(hub_.get(), cdi_);
-  }
+  front_end::InstanceHooks hooks =
+      front_->Launch(cfg, *module_, predecessor ? predecessor->front_.get() : nullptr);
+  opts.lists = std::move(hooks.lists);
+  opts.pods = std::move(hooks.pods);
+  opts.releases = std::move(hooks.releases);
   opts.observer = metrics_;
-  if (dra_) {
-    // Under DRA the claims say who holds a device (review D6: PodResources'
-    // `devices` never lists a claim's, so cex's sweep destroyed the nodes of
-    // prepared claims and `namespaces` refused every prepare).
-    opts.pods = std::make_shared<kubelet::DraPodLookup>(
-        services_.pods(), cfg_.driver, cfg.node_name,
-        [holders = dra_->driver()->holders()](
-            const std::string& id) -> std::optional<kubelet::DraPodLookup::Claim> {
-          std::optional<dra::ClaimRef> c = holders->Of(id);
-          if (!c) return std::nullopt;
-          return kubelet::DraPodLookup::Claim{c->ns, c->name, dra::DeviceName(id)};
-        });
-  } else {
-    opts.pods = std::make_shared<kubelet::PodLookup>(services_.pods(), handed_out_, cfg_.name);
-  }
-  tracker_.reset();
-  // A DRA resource's devices are released by NodeUnprepareResources, not
-  // by what PodResources lists.
-  if (module_->has_on_release() && !dra_) {
-    // Every module with on_release has a tracker, switched off while
-    // pod_resources_poll is "0s", so a reload can switch tracking on and
-    // off for instances that keep running. A resource a reload re-creates
-    // takes over its predecessor's: no release state is lost, and releases
-    // still running in the old instance report to it.
-    //
-    // A carried tracker belongs to the running resource until the reload
-    // commits: staging only reads it (the first scan's held-back devices).
-    // Its timing and on/off change in ApplyAgentKeys, which runs on serving
-    // resources only, so a refused reload leaves it exactly as it was.
-    if (predecessor && predecessor->tracker_)
-      tracker_ = predecessor->tracker_;
-    else
-      tracker_ = std::make_shared<lifecycle::ReleaseTracker>(Timing(cfg),
-                                                             cfg.pod_resources_poll.count() > 0);
-  }
-  releases_ = std::make_shared<lifecycle::ResourceReleases>(
-      handed_out_, tracker_, [mailbox = services_.mailbox(), i = id_] {
-        mailbox->Post({AgentEvent::kTrackerChanged, i, 0, OkStatus(), nullptr});
-      });
-  if (tracker_) opts.releases = releases_;
   if (services_.path_watch())
     opts.watches = std::make_shared<udev::PathWatchSet>(services_.path_watch(), id_);
   const uint64_t launch = ++launch_;
@@ -179,8 +128,7 @@ bool Resource::Created(uint64_t launch, Status st) {
     return true;
   }
   instance_ = std::move(inst);
-  if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
-  if (dra_) dra_->Serve(instance_.get(), /*publish=*/false);
+  front_->Serve(instance_.get(), /*commit=*/false);
   const bool retried = !failure_.ok();
   failure_ = OkStatus();
   start_backoff_ = milliseconds(0);
@@ -243,10 +191,7 @@ bool Resource::OnTimer(Clock::time_point now) {
 void Resource::Commit() {
   staged_ = false;
   failure_ = OkStatus();
-  // Its spec replaces the old resource's before the kubelet hears of it.
-  if (cdi_) cdi_->Activate();
-  if (tracker_ && !instance_->tracks_releases()) tracker_.reset();  // opted out
-  if (dra_) dra_->Serve(instance_.get(), /*publish=*/true);
+  front_->Serve(instance_.get(), /*commit=*/true);
 }
 
 void Resource::Renumber(size_t index, const config::ResourceConfig& cfg) {
@@ -254,39 +199,11 @@ void Resource::Renumber(size_t index, const config::ResourceConfig& cfg) {
   cfg_ = cfg;  // the same, written elsewhere perhaps
 }
 
-void Resource::HandOver(const Resource& successor) {
-  if (!tracker_ || tracker_ == successor.tracker_) return;
-  const std::vector<std::string> dropped = tracker_->SetEnabled(false);
-  if (!dropped.empty())
-    spdlog::warn(
-        "resource \"{}\": the new module instance does not release devices; {} will not be "
-        "released",
-        cfg_.name, StrJoin(dropped, ","));
-}
+void Resource::HandOver(const Resource& successor) { front_->HandOver(*successor.front_); }
 
 bool Resource::ApplyAgentKeys(const config::AgentConfig& cfg,
                               lifecycle::ReleaseCoordinator& releases) {
-  if (service_) {
-    service_->set_call_timeout(cfg.call_timeout);
-    service_->set_prestart_timeout(cfg.prestart_timeout);
-  }
-  // The one place a tracker's settings change, and only for a resource that
-  // serves: a staged one may share its running predecessor's tracker.
-  if (!tracker_ || !instance_ || staged_) return false;
-  tracker_->set_timing(Timing(cfg));
-  const bool on = cfg.pod_resources_poll.count() > 0;
-  if (on == tracker_->enabled()) return false;
-  const std::vector<std::string> dropped = tracker_->SetEnabled(on);
-  if (on)
-    spdlog::info("resource \"{}\": tracking device releases through {}", cfg_.name,
-                 services_.pods()->socket());
-  else
-    spdlog::warn(
-        "resource \"{}\": release tracking is off (pod_resources_poll = \"0s\"){}", cfg_.name,
-        dropped.empty() ? std::string() : StrCat("; not released: ", StrJoin(dropped, ",")));
-  // Devices held back are offered again, or the reverse.
-  TrackerChanged(releases, Clock::now());
-  return on;  // the first List is the truth about what is held
+  return front_->ApplyAgentKeys(cfg, releases, staged_ ? nullptr : instance_.get());
 }
 
 // ---- serving ------------------------------------------------------------------------------
@@ -314,39 +231,27 @@ Status Resource::Serve() {
   unlink(bind_path.c_str());  // one a killed devplugd left
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
-  if (dra_) {
-    dra_->Register(builder);
-  } else {
-    service_ = std::make_unique<kubelet::DevicePluginService>(
-        instance_.get(), hub_.get(), &services_.timers(), cfg.call_timeout, cfg.prestart_timeout,
-        releases_, metrics_, cdi_);
-    builder.RegisterService(service_.get());
-  }
+  front_->Register(builder, instance_.get(), cfg);
   if (watched) {
     kubelet::RegistrationService::Callbacks cb;
-    cb.probed = [probes = probes_, hub = hub_.get(), mailbox = services_.mailbox(), i = id_] {
+    cb.probed = [probes = probes_, front = front_.get(), mailbox = services_.mailbox(), i = id_] {
       // Armed here, on gRPC's thread: the kubelet opens ListAndWatch right
       // after GetInfo, before the main loop could hear of the probe.
       const uint64_t n = probes->fetch_add(1) + 1;
-      hub->ExpectKubeletStream(n);
+      front->ExpectStream(n);
       mailbox->Post({AgentEvent::kProbed, i, n, OkStatus(), nullptr});
     };
     cb.status = [mailbox = services_.mailbox(), i = id_](Status st) {
       mailbox->Post({AgentEvent::kKubeletStatus, i, 0, std::move(st), nullptr});
     };
-    if (dra_) {
-      registration_ =
-          std::make_unique<kubelet::RegistrationService>(dra_->Info(socket_path_), std::move(cb));
-    } else {
-      registration_ = std::make_unique<kubelet::RegistrationService>(cfg_.name, std::move(cb));
-    }
+    registration_ =
+        std::make_unique<kubelet::RegistrationService>(front_->Info(socket_path_), std::move(cb));
     builder.RegisterService(registration_.get());
   }
   server_ = builder.BuildAndStart();
   if (!server_) {
-    service_.reset();
     registration_.reset();
-    if (dra_) dra_->DropServices(false);
+    front_->DropServices(false);
     (void)services_.PluginDirGone();  // then the agent exits
     return UnavailableError(
         StrCat("cannot serve on ", socket_path_, " (is the directory writable?)"));
@@ -371,14 +276,14 @@ bool Resource::SocketIsOurs() const {
 
 bool Resource::KubeletAnswers() const { return UnixSocketIsLive(services_.KubeletSocketPath()); }
 
-void Resource::ExpectStream(uint64_t n) { hub_->ExpectKubeletStream(n); }
+void Resource::ExpectStream(uint64_t n) { front_->ExpectStream(n); }
 
 std::function<void()> Resource::Register(uint64_t n) {
   v1beta1::RegisterRequest req;
   req.set_version("v1beta1");
   req.set_endpoint(cfg_.socket);
   req.set_resource_name(cfg_.name);
-  *req.mutable_options() = kubelet::OptionsFor(*instance_);
+  *req.mutable_options() = front_->RegisterOptions(*instance_);
   InFlight& in_flight = services_.registers();
   in_flight.Add();
   std::shared_ptr<kubelet::PendingRegister> pending = kubelet::StartRegister(
@@ -406,21 +311,13 @@ void Resource::Withdraw(bool exiting) {
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
   if (bound) UnlinkIfSame(socket_path_, *bound);
-  if (!dra_) return;
-  if (!exiting) {
-    dra_->Stop(instance_.get());
-    return;
-  }
-  // Exiting: every resource's driver stops at once; WaitDriverStopped
-  // waits for them all under one deadline.
-  dra_->RequestStop();
+  // Exiting, every resource's front end stops at once, and
+  // WaitFrontEndStopped waits for them all under one deadline.
+  front_->Withdraw(instance_.get(), exiting);
 }
 
-bool Resource::WaitDriverStopped(Clock::time_point deadline) {
-  if (!dra_) return true;
-  const bool stopped = dra_->WaitStopped(deadline);
-  dra_.reset();
-  return stopped;
+bool Resource::WaitFrontEndStopped(Clock::time_point deadline) {
+  return front_->WaitStopped(deadline);
 }
 
 void Resource::StopServer(bool exiting) {
@@ -429,7 +326,7 @@ void Resource::StopServer(bool exiting) {
 }
 
 void Resource::StopServing([[maybe_unused]] bool exiting) {
-  hub_->ExpectKubeletStream(0);
+  front_->ExpectStream(0);
   socket_file_.reset();
   if (!server_) return;
 #if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
@@ -444,22 +341,18 @@ void Resource::StopServing([[maybe_unused]] bool exiting) {
     // server and its service stay alive until the exit. Sanitizer builds
     // stop and destroy both, so that leaks and errors at exit still show.
     (void)server_.release();
-    (void)service_.release();
     (void)registration_.release();
-    if (dra_) dra_->DropServices(true);
+    front_->DropServices(true);
     return;
   }
 #endif
   // End our streams first so the kubelet sees a clean end; Shutdown waits
   // for calls in flight up to the deadline.
-  hub_->CloseAll();
-  if (service_) service_->AbortPending();
-  if (dra_) dra_->AbortPending();
+  front_->EndCalls();
   server_->Shutdown(std::chrono::system_clock::now() + kServerStopGrace);
   server_.reset();
-  service_.reset();
   registration_.reset();
-  if (dra_) dra_->DropServices(false);
+  front_->DropServices(false);
 }
 
 void Resource::RequestStop() {
@@ -471,7 +364,7 @@ bool Resource::StopModule(Clock::time_point deadline, [[maybe_unused]] bool keep
   bool stopped = true;
   for (auto* inst : {&instance_, &starting_}) {
     if (!*inst) continue;
-    if (dra_) dra_->Clear(inst->get());
+    front_->Clear(inst->get());
     if (!modules::StopOrAbandon(*inst, deadline)) stopped = false;
 #if !defined(DEVPLUG_ASAN) && !defined(DEVPLUG_TSAN)
     if (keep) {
@@ -487,27 +380,15 @@ bool Resource::StopModule(Clock::time_point deadline, [[maybe_unused]] bool keep
 // ---- releases -----------------------------------------------------------------------------
 
 lifecycle::ReleaseTracker* Resource::TrackerForList(bool list_ok) const {
-  if (!tracker_) return nullptr;
-  // Every tracker hears of a failed List (it says whether it needs one);
-  // only running, tracking resources take an answer.
-  if (list_ok && (!tracking() || !instance_)) return nullptr;
-  return tracker_.get();
-}
-
-void Resource::RegistrationConfirmed() {
-  if (dra_) dra_->Resync();
+  return front_->TrackerForList(list_ok, instance_ != nullptr);
 }
 
 void Resource::TrackerChanged(lifecycle::ReleaseCoordinator& releases, Clock::time_point now) {
-  if (!tracker_ || !instance_) return;
-  if (releases.OnTrackerChanged(*tracker_, tracker_generation_, now)) instance_->Republish();
+  front_->TrackerChanged(releases, now, instance_.get());
 }
 
 void Resource::Release(const std::vector<std::string>& ids, const PodSnapshot& pods) {
-  if (ids.empty() || !instance_) return;
-  spdlog::info("resource \"{}\": {} no longer held; releasing", cfg_.name, StrJoin(ids, ","));
-  instance_->Release(ids);
-  if (cdi_) cdi_->Released(ids, pods.asked);
+  front_->Release(ids, pods, instance_.get());
 }
 
 // ---- status -------------------------------------------------------------------------------
@@ -531,37 +412,9 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   rv.registered_since = reg.registered_since();
   rv.kubelet_status = reg.kubelet_status();
   rv.last_error = reg.last_error();
-  rv.kubelet_connected =
-      rv.registered && reg.registration() != 0 && hub_->kubelet_stream() == reg.registration();
+  rv.kubelet_connected = rv.registered && front_->Connected(reg.registration());
   if (instance_) rv.devices = instance_->devices();
-  rv.release_tracking = tracking();
-  rv.tracker = tracker_.get();
-  if (cdi_)
-    rv.cdi = ops::CdiView{.mode = std::string(config::CdiModeName(cdi_->mode())),
-                          .spec = cdi_->dir() + "/" + cdi_->file_name(),
-                          .written_to = cdi_->Dir() + "/" + cdi_->file_name(),
-                          .kind = cdi_->kind().str(),
-                          .named = cdi_->named(),
-                          .allocations = cdi_->allocations(),
-                          .problem = cdi_->problem()};
-  if (const dra::Driver* driver = dra_ ? dra_->driver() : nullptr) {
-    ops::DraView v;
-    v.driver = driver->options().driver;
-    v.pool = driver->options().node;
-    v.generation = driver->generation();
-    v.slice_syncs = driver->syncs();
-    v.slice_error = driver->sync_error();
-    v.cdi_dir = driver->options().cdi_dir;
-    v.cdi_written_to = driver->Dir();
-    for (const dra::PreparedClaim& c : driver->prepared()) {
-      ops::DraView::Claim claim{c.uid, c.ns, c.name, {}};
-      for (const dra::PreparedDevice& d : c.devices)
-        claim.devices.push_back({d.request, d.device, d.id, d.cdi_ids});
-      v.prepared.push_back(std::move(claim));
-    }
-    v.releasing = driver->releasing();
-    rv.dra = std::move(v);
-  }
+  front_->View(rv);
   return rv;
 }
 

@@ -1,8 +1,10 @@
 // One [[resource]]: its module, its module instance (create() under
 // start_timeout, retries with backoff, giving up on a module stuck in
 // create()), its gRPC server and its registration with the kubelet (it is
-// its kubelet::Registrar's Env), and what its release tracker does with a
-// PodResources List. It reaches the agent only through Resource::Services.
+// its kubelet::Registrar's Env). What it serves, and how, is its front
+// end's (front_end/front_end.h): the device plugin API or DRA, chosen once
+// by front_end::Make; Resource itself never asks which. It reaches the
+// agent only through Resource::Services.
 //
 // A reload's new resource is "staged": created and scanned beside the
 // running one, not serving, until the reload commits it (Commit).
@@ -25,18 +27,13 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "cdi/resource_cdi.h"
 #include "config/config.h"
-#include "dra/front_end.h"
-#include "kubelet/device_plugin_service.h"
+#include "front_end/front_end.h"
 #include "kubelet/pod_resources.h"
 #include "kubelet/registrar.h"
 #include "kubelet/registration_service.h"
-#include "kubelet/stream_hub.h"
-#include "lifecycle/handed_out.h"
 #include "lifecycle/release_coordinator.h"
 #include "lifecycle/release_tracker.h"
-#include "lifecycle/resource_releases.h"
 #include "mailbox.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
@@ -80,10 +77,16 @@ class Resource final : private kubelet::Registrar::Env {
     virtual InFlight& registers() = 0;
   };
 
+  // Makes a resource's front end from what the resource gives it.
+  using FrontEndFactory =
+      std::function<std::unique_ptr<front_end::FrontEnd>(front_end::Context context)>;
+
   // `metrics`: its series (the agent's registry says whether they are
   // exported yet). `staged`: a reload's, not serving until Commit.
+  // `make_front_end`: front_end::Make when not given (a test's fake).
   Resource(Services& services, const config::ResourceConfig& cfg, uint64_t id, size_t index,
-           std::shared_ptr<ops::ResourceMetrics> metrics, bool staged = false);
+           std::shared_ptr<ops::ResourceMetrics> metrics, bool staged = false,
+           const FrontEndFactory& make_front_end = {});
   ~Resource() override;
   Resource(const Resource&) = delete;
   Resource& operator=(const Resource&) = delete;
@@ -102,22 +105,17 @@ class Resource final : private kubelet::Registrar::Env {
   kubelet::Registrar& registrar() { return *registrar_; }
   const kubelet::Registrar& registrar() const { return *registrar_; }
   const std::shared_ptr<ops::ResourceMetrics>& metrics() const { return metrics_; }
-  cdi::ResourceCdi* cdi() const { return cdi_.get(); }
-  // DRA (api = "dra"): its driver, once loaded (null otherwise, and once
-  // stopped).
-  const dra::Driver* dra() const { return dra_ ? dra_->driver() : nullptr; }
+  const front_end::FrontEnd& front_end() const { return *front_; }
   // Release tracking is on (a module with on_release; pod_resources_poll
   // is not "0s").
-  bool tracking() const { return tracker_ && tracker_->enabled(); }
+  bool tracking() const { return front_->tracking(); }
   // The module's udev subsystems (none before it is loaded).
   std::vector<std::string> Subsystems() const;
 
   // ---- starting ----
-  // dlopen()s its module and checks the resource's keys against it. A DRA
-  // resource gets its driver here: `predecessor`'s, when a reload re-creates
-  // a resource of the same driver (one driver owns its checkpoint: a second
-  // one would read it, and write specs again, while the first still
-  // prepares and unprepares), else a new one.
+  // dlopen()s its module and checks the resource's keys against it; the
+  // front end hears of it (`predecessor`: the running resource a reload
+  // re-creates).
   Status LoadModule(const Resource* predecessor = nullptr);
   // Creates the module instance under `cfg` (the running configuration, or
   // a reload's) on its own worker; kCreated tells the main loop how it
@@ -162,10 +160,11 @@ class Resource final : private kubelet::Registrar::Env {
   // StopServer, then removes the socket file if it is still the one this
   // server bound (never another process's socket at the same name).
   void Withdraw(bool exiting = false);
-  // At exit, after Withdraw(true): waits for the DRA driver's threads
-  // (their last task deletes this node's slices) until `deadline`; false
-  // when one still ran then (it is left to the process's end).
-  bool WaitDriverStopped(Clock::time_point deadline);
+  // At exit, after Withdraw(true): waits for what its front end runs beside
+  // the server (DRA's driver, whose last task deletes this node's slices)
+  // until `deadline`; false when something still ran then (it is left to
+  // the process's end).
+  bool WaitFrontEndStopped(Clock::time_point deadline);
   // Asks its instances (running and starting) to stop; StopModule waits.
   void RequestStop();
   // Waits until `deadline` for its instances to stop; one still stuck in a
@@ -180,12 +179,12 @@ class Resource final : private kubelet::Registrar::Env {
   // A PodResources List reaches this tracker (null: none, or it does not
   // take Lists now).
   lifecycle::ReleaseTracker* TrackerForList(bool list_ok) const;
-  // What the kubelet is told about releases may have changed: publishes
-  // again when it did. Asks for a List when the tracker needs one.
   // The kubelet confirmed a registration (NotifyRegistrationStatus): a DRA
   // resource lists its slices again and writes back what the kubelet
   // wiped at its start.
-  void RegistrationConfirmed();
+  void RegistrationConfirmed() { front_->RegistrationConfirmed(); }
+  // What the kubelet is told about releases may have changed: publishes
+  // again when it did.
   void TrackerChanged(lifecycle::ReleaseCoordinator& releases, Clock::time_point now);
   // `ids` are held by no pod any more: on_release runs for them.
   void Release(const std::vector<std::string>& ids, const PodSnapshot& pods);
@@ -215,14 +214,9 @@ class Resource final : private kubelet::Registrar::Env {
   const std::string socket_path_;
   bool staged_;
   std::shared_ptr<const modules::LoadedModule> module_;  // null: not loaded (yet)
-  // The hub outlives every instance that publishes into it.
-  std::unique_ptr<kubelet::StreamHub> hub_;
   std::shared_ptr<ops::ResourceMetrics> metrics_;
-  // Devices by CDI name (null while cdi is "off"): its spec file.
-  std::shared_ptr<cdi::ResourceCdi> cdi_;
-  // DRA's front end (api = "dra"; made, its driver perhaps shared with a
-  // reload's predecessor, by LoadModule).
-  std::unique_ptr<dra::FrontEnd> dra_;
+  // The API it serves. It outlives every instance that publishes into it.
+  std::unique_ptr<front_end::FrontEnd> front_;
 
   // ---- the module instance ----
   std::unique_ptr<modules::ModuleInstance> instance_;  // running
@@ -235,24 +229,12 @@ class Resource final : private kubelet::Registrar::Env {
   uint64_t attempts_ = 0;
 
   // ---- serving ----
-  std::unique_ptr<kubelet::DevicePluginService> service_;
   // Plugin watcher: Registration, on the same server.
   std::unique_ptr<kubelet::RegistrationService> registration_;
   // Plugin watcher: numbers the kubelet's probes (its gRPC threads count).
   std::shared_ptr<std::atomic<uint64_t>> probes_ = std::make_shared<std::atomic<uint64_t>>(0);
   std::unique_ptr<grpc::Server> server_;
   std::optional<std::pair<dev_t, ino_t>> socket_file_;  // the file our server bound
-
-  // ---- release tracking (a module with on_release; off while
-  // pod_resources_poll is "0s") ----
-  std::shared_ptr<lifecycle::ReleaseTracker> tracker_;
-  uint64_t tracker_generation_ = 0;  // of the last published list
-  // When each device was last handed out (pod_of); a reload's new
-  // instance takes over its predecessor's.
-  std::shared_ptr<lifecycle::HandedOut> handed_out_ = std::make_shared<lifecycle::HandedOut>();
-  // Both, as the instance (ReleaseHooks) and the device plugin service
-  // (each Allocate) see them; made at each launch.
-  std::shared_ptr<lifecycle::ResourceReleases> releases_;
 
   // Last: it cancels a Register in flight through this resource.
   std::unique_ptr<kubelet::Registrar> registrar_;

@@ -19,8 +19,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "config/config.h"
-#include "kubelet/device_plugin_service.h"
-#include "kubelet/stream_hub.h"
+#include "device_plugin/device_plugin_service.h"
+#include "device_plugin/stream_hub.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
 #include "util/timers.h"
@@ -29,9 +29,9 @@ namespace {
 
 struct World {
   std::unique_ptr<devplug::modules::ModuleInstance> instance;
-  std::unique_ptr<devplug::kubelet::StreamHub> hub;
+  std::unique_ptr<devplug::device_plugin::StreamHub> hub;
   std::unique_ptr<devplug::Timers> timers;
-  std::unique_ptr<devplug::kubelet::DevicePluginService> service;
+  std::unique_ptr<devplug::device_plugin::DevicePluginService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
 };
@@ -48,9 +48,9 @@ World* Setup() {
   auto inst = devplug::modules::ModuleInstance::Create(*module, cfg->resources[0], {});
   if (!inst.ok()) std::abort();
   w->instance = std::move(*inst);
-  w->hub = std::make_unique<devplug::kubelet::StreamHub>(nullptr);
+  w->hub = std::make_unique<devplug::device_plugin::StreamHub>(nullptr);
   w->timers = std::make_unique<devplug::Timers>();
-  w->service = std::make_unique<devplug::kubelet::DevicePluginService>(
+  w->service = std::make_unique<devplug::device_plugin::DevicePluginService>(
       w->instance.get(), w->hub.get(), w->timers.get(), std::chrono::seconds(10),
       std::chrono::seconds(28));
   const std::string socket = "/tmp/devplug-fuzz-" + std::to_string(getpid()) + ".sock";

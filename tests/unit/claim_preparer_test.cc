@@ -137,6 +137,7 @@ class FakeSource final : public modules::DeviceSource {
       if (done) done(0, "");
     });
   }
+  void Republish() override {}
 
  private:
   void Post(std::function<void()> task) {

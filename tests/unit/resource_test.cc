@@ -9,7 +9,10 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <mutex>
+#include <utility>
 
+#include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "test_util.h"
 
 namespace devplug {
@@ -59,11 +62,102 @@ class FakeAgent : public Resource::Services {
   InFlight registers_;
 };
 
+// A front end that says what its resource asked of it, in order, and
+// whose hooks record what the instance published.
+class FakeFrontEnd final : public front_end::FrontEnd {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::vector<std::string> log;
+    size_t published = 0;  // devices in the last list the instance published
+    Status load = OkStatus();
+    void Add(std::string s) {
+      std::lock_guard lock(mu);
+      log.push_back(std::move(s));
+    }
+  };
+  explicit FakeFrontEnd(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  Status ModuleLoaded(const config::AgentConfig&, const modules::LoadedModule& m,
+                      const front_end::FrontEnd*) override {
+    shared_->Add(StrCat("loaded ", m.name()));
+    return shared_->load;
+  }
+  front_end::InstanceHooks Launch(const config::AgentConfig&, const modules::LoadedModule&,
+                                  const front_end::FrontEnd*) override {
+    shared_->Add("launch");
+    return {.lists = std::make_shared<Sink>(shared_), .pods = nullptr, .releases = nullptr};
+  }
+  void Serve(modules::DeviceSource* instance, bool commit) override {
+    shared_->Add(StrCat("serve ", instance->resource_name(), commit ? " commit" : ""));
+  }
+  void Clear(const modules::DeviceSource*) override { shared_->Add("clear"); }
+  void Register(grpc::ServerBuilder& builder, modules::DeviceSource*,
+                const config::AgentConfig&) override {
+    shared_->Add("register");
+    builder.RegisterService(&service_);  // a server needs one: each call UNIMPLEMENTED
+  }
+  v1beta1::DevicePluginOptions RegisterOptions(const modules::DeviceSource&) const override {
+    return {};
+  }
+  pluginregistration::PluginInfo Info(const std::string& socket_path) const override {
+    shared_->Add("info");
+    pluginregistration::PluginInfo info;
+    info.set_endpoint(socket_path);
+    return info;
+  }
+  void ExpectStream(uint64_t) override {}
+  bool Connected(uint64_t) const override { return false; }
+  void EndCalls() override { shared_->Add("end calls"); }
+  void DropServices(bool exiting) override {
+    shared_->Add(exiting ? "drop services exiting" : "drop services");
+  }
+  void Withdraw(const modules::DeviceSource*, bool exiting) override {
+    shared_->Add(exiting ? "withdraw exiting" : "withdraw");
+  }
+  bool WaitStopped(Clock::time_point) override { return true; }
+  void RegistrationConfirmed() override { shared_->Add("confirmed"); }
+  void HandOver(const front_end::FrontEnd&) override { shared_->Add("hand over"); }
+  bool ApplyAgentKeys(const config::AgentConfig&, lifecycle::ReleaseCoordinator&,
+                      modules::DeviceSource* serving) override {
+    shared_->Add(serving ? "agent keys serving" : "agent keys");
+    return false;
+  }
+  std::vector<std::string> Holders() const override { return {}; }
+  std::vector<std::pair<std::string, cdi::Kind>> Specs() const override { return {}; }
+  bool tracking() const override { return false; }
+  lifecycle::ReleaseTracker* TrackerForList(bool, bool) const override { return nullptr; }
+  void TrackerChanged(lifecycle::ReleaseCoordinator&, Clock::time_point,
+                      modules::DeviceSource*) override {}
+  void Release(const std::vector<std::string>& ids, const PodSnapshot&,
+               modules::DeviceSource*) override {
+    shared_->Add("release " + StrJoin(ids, ","));
+  }
+  void View(ops::ResourceView& rv) const override { rv.last_error = "the fake's view"; }
+
+ private:
+  class Sink final : public modules::ListSink {
+   public:
+    explicit Sink(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+    std::string Accept(const DeviceList&) override { return ""; }
+    void Publish(const DeviceListPtr& list) override {
+      std::lock_guard lock(shared_->mu);
+      shared_->published = list->size();
+    }
+
+   private:
+    const std::shared_ptr<Shared> shared_;
+  };
+  const std::shared_ptr<Shared> shared_;
+  v1beta1::DevicePlugin::Service service_;
+};
+
 class ResourceTest : public ::testing::Test {
  protected:
   // One [[resource]] of `module` (a fake module variant) with `keys`.
   std::unique_ptr<Resource> Make(const std::string& module, const std::string& keys = "",
-                                 bool staged = false, const std::string& agent_keys = "") {
+                                 bool staged = false, const std::string& agent_keys = "",
+                                 const Resource::FrontEndFactory& front_end = {}) {
     config::LoadOptions o;
     o.default_module_dir = FakeModuleDir();
     auto cfg = config::LoadString("[agent]\nplugin_dir = \"" + dir_.path() + "\"\n" + agent_keys +
@@ -74,7 +168,17 @@ class ResourceTest : public ::testing::Test {
     agent_ = std::make_unique<FakeAgent>(*cfg);
     return std::make_unique<Resource>(*agent_, cfg->resources[0], 1, 0,
                                       std::make_shared<ops::ResourceMetrics>("fake.example/dev"),
-                                      staged);
+                                      staged, front_end);
+  }
+  // The same over a fake front end, which says what it was asked.
+  std::unique_ptr<Resource> MakeWithFake(const std::string& module, bool staged = false,
+                                         const std::string& keys = "") {
+    return Make(module, keys, staged, "",
+                [this](front_end::Context) { return std::make_unique<FakeFrontEnd>(fake_); });
+  }
+  std::vector<std::string> Asked() {
+    std::lock_guard lock(fake_->mu);
+    return std::exchange(fake_->log, {});
   }
   // Launches it and plays the main loop until create() has answered.
   void Start(Resource& r) {
@@ -94,6 +198,7 @@ class ResourceTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<FakeAgent> agent_;
+  std::shared_ptr<FakeFrontEnd::Shared> fake_ = std::make_shared<FakeFrontEnd::Shared>();
 };
 
 TEST_F(ResourceTest, ACreatedInstanceServesItsDevicesAtItsSocketUntilWithdrawn) {
@@ -203,6 +308,52 @@ TEST_F(ResourceTest, APluginWatcherResourceWatchesItsFolderWhenServed) {
   EXPECT_TRUE(IsSocket(r->socket_path()));
   r->Withdraw();
   EXPECT_FALSE(IsSocket(r->socket_path()));
+}
+
+// Resource on its own, over a fake front end: the front end is asked at each
+// step of the resource's life, in order, and what it returns is used: the
+// instance publishes into its sink, the view is its view.
+TEST_F(ResourceTest, ItsFrontEndIsAskedAtEachStepOfItsLife) {
+  auto r = MakeWithFake("fake_full", false, "count = 2");
+  Start(*r);
+  EXPECT_EQ(Asked(), (std::vector<std::string>{"loaded fake", "launch", "serve fake.example/dev"}));
+  {
+    std::lock_guard lock(fake_->mu);
+    EXPECT_EQ(fake_->published, 2U) << "the instance publishes into the front end's sink";
+  }
+  r->registrar().Start();
+  EXPECT_TRUE(IsSocket(r->socket_path()));
+  EXPECT_EQ(Asked(), std::vector<std::string>{"register"});
+  EXPECT_EQ(r->View("/unused").last_error, "the fake's view");
+  r->Release({"fake-0"}, PodSnapshot{});
+  EXPECT_EQ(Asked(), std::vector<std::string>{"release fake-0"});
+  r->Withdraw();
+  EXPECT_EQ(Asked(), (std::vector<std::string>{"end calls", "drop services", "withdraw"}));
+  r->RequestStop();
+  EXPECT_TRUE(r->StopModule(std::chrono::steady_clock::now() + 10s));
+  EXPECT_EQ(Asked(), std::vector<std::string>{"clear"});
+}
+
+// A staged resource is served by its front end only once the reload
+// commits it; a plugin-watcher registration announces the front end's
+// PluginInfo.
+TEST_F(ResourceTest, AStagedResourcesFrontEndServesOnlyOnceCommitted) {
+  auto r = MakeWithFake("fake_full", /*staged=*/true);
+  Start(*r);
+  EXPECT_EQ(Asked(), (std::vector<std::string>{"loaded fake", "launch"}));
+  r->Commit();
+  EXPECT_EQ(Asked(), std::vector<std::string>{"serve fake.example/dev commit"});
+}
+
+// A front end that cannot serve the module (DRA without an API server)
+// fails the load, and the resource keeps no module.
+TEST_F(ResourceTest, AFrontEndThatRefusesTheModuleFailsItsLoad) {
+  fake_->load = FailedPreconditionError("no API server");
+  auto r = MakeWithFake("fake_full");
+  const Status st = r->LoadModule();
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(st.message(), "no API server");
+  EXPECT_EQ(r->module(), nullptr);
 }
 
 }  // namespace

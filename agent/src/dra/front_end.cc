@@ -5,7 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "dra/resource_slice.h"
 #include "kube/kubeconfig.h"
+#include "kubelet/pod_lookup.h"
 #include "util/leak.h"
 #include "util/sanitizers.h"
 
@@ -31,13 +33,20 @@ class FrontEnd::GatedSink final : public modules::ListSink {
   std::atomic<bool> active_;
 };
 
-StatusOr<std::unique_ptr<FrontEnd>> FrontEnd::Make(const config::AgentConfig& cfg,
-                                                   const config::ResourceConfig& r,
-                                                   bool module_releases,
-                                                   std::shared_ptr<RpcObserver> observer,
-                                                   const FrontEnd* predecessor) {
-  if (predecessor && predecessor->driver_ && predecessor->driver_->options().driver == r.driver)
-    return std::unique_ptr<FrontEnd>(new FrontEnd(predecessor->driver_));
+FrontEnd::FrontEnd(front_end::Context context)
+    : context_(std::move(context)), staged_(context_.staged) {}
+
+FrontEnd::~FrontEnd() = default;
+
+Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::LoadedModule& module,
+                              const front_end::FrontEnd* predecessor) {
+  if (driver_) return OkStatus();  // a retry loads the module again
+  const config::ResourceConfig& r = context_.cfg;
+  const auto* before = dynamic_cast<const FrontEnd*>(predecessor);
+  if (before && before->driver_ && before->driver_->options().driver == r.driver) {
+    driver_ = before->driver_;
+    return OkStatus();
+  }
   kube::Credentials given;
   given.server = cfg.api_server;
   given.ca_file = cfg.api_ca_file;
@@ -70,34 +79,50 @@ StatusOr<std::unique_ptr<FrontEnd>> FrontEnd::Make(const config::AgentConfig& cf
                               .call_timeout = cfg.call_timeout,
                               .prestart_timeout = cfg.prestart_timeout,
                               .client = std::make_shared<kube::Client>(std::move(client)),
-                              .module_releases = module_releases,
-                              .observer = std::move(observer)});
+                              .module_releases = module.has_on_release(),
+                              .observer = context_.observer});
   if (!driver.ok())
     return Status(driver.status().code(),
                   StrCat("resource \"", r.name, "\": DRA: ", driver.status().message()));
   spdlog::info("resource \"{}\": DRA driver {} on node {}", r.name, r.driver, cfg.node_name);
-  return std::unique_ptr<FrontEnd>(new FrontEnd(std::shared_ptr<Driver>(std::move(*driver))));
+  driver_ = std::shared_ptr<Driver>(std::move(*driver));
+  return OkStatus();
 }
 
-FrontEnd::~FrontEnd() = default;
-
-std::shared_ptr<modules::ListSink> FrontEnd::Sink(bool serving) {
-  sink_ = std::make_shared<GatedSink>(driver_, serving);
-  return sink_;
+front_end::InstanceHooks FrontEnd::Launch(const config::AgentConfig& cfg,
+                                          const modules::LoadedModule&,
+                                          const front_end::FrontEnd*) {
+  front_end::InstanceHooks hooks;
+  sink_ = std::make_shared<GatedSink>(driver_, !staged_);
+  hooks.lists = sink_;
+  // The claims say who holds a device (review D6: PodResources' `devices`
+  // never lists a claim's, so cex's sweep destroyed the nodes of prepared
+  // claims and `namespaces` refused every prepare).
+  hooks.pods = std::make_shared<kubelet::DraPodLookup>(
+      context_.pods, context_.cfg.driver, cfg.node_name,
+      [holders = driver_->holders()](
+          const std::string& id) -> std::optional<kubelet::DraPodLookup::Claim> {
+        std::optional<ClaimRef> c = holders->Of(id);
+        if (!c) return std::nullopt;
+        return kubelet::DraPodLookup::Claim{c->ns, c->name, DeviceName(id)};
+      });
+  return hooks;
 }
 
-void FrontEnd::Serve(modules::DeviceSource* source, bool publish) {
-  driver_->SetInstance(source);
-  if (!publish) return;
+void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
+  driver_->SetInstance(instance);
+  if (!commit) return;
+  staged_ = false;
   if (sink_) sink_->set_active(true);
-  driver_->Publish(source->devices());
+  driver_->Publish(instance->devices());
 }
 
 void FrontEnd::Clear(const modules::DeviceSource* source) {
   if (driver_) driver_->ClearInstance(source);
 }
 
-void FrontEnd::Register(grpc::ServerBuilder& builder) {
+void FrontEnd::Register(grpc::ServerBuilder& builder, modules::DeviceSource*,
+                        const config::AgentConfig&) {
   v1_ = std::make_unique<DraServiceV1>(driver_.get());
   v1beta1_ = std::make_unique<DraServiceV1beta1>(driver_.get());
   builder.RegisterService(v1_.get());
@@ -113,7 +138,7 @@ pluginregistration::PluginInfo FrontEnd::Info(const std::string& socket_path) co
   return info;
 }
 
-void FrontEnd::AbortPending() {
+void FrontEnd::EndCalls() {
   // Calls still queued behind a slow module go on in the driver; the
   // kubelet gets UNAVAILABLE now and asks again (review D9: a reload
   // waited for them).
@@ -135,21 +160,21 @@ void FrontEnd::DropServices([[maybe_unused]] bool exiting) {
   v1beta1_.reset();
 }
 
-void FrontEnd::Stop(const modules::DeviceSource* instance) {
+void FrontEnd::Withdraw(const modules::DeviceSource* instance, bool exiting) {
   if (sink_) sink_->set_active(false);
   if (!Alone()) return;  // none, or a reload's successor took it over
+  if (exiting) {
+    // Every resource's driver stops at once; WaitStopped waits for them
+    // all under one deadline.
+    driver_->RequestStop(/*delete_slices=*/true);
+    return;
+  }
   // The instance stays the driver's until its threads have stopped: a call
   // still queued there releases through it (review D2).
   const bool stopped = driver_->Stop(/*delete_slices=*/true);
   if (instance) driver_->ClearInstance(instance);
   if (!stopped) LeakOnPurpose(driver_);  // a thread still runs in it
   driver_.reset();
-}
-
-void FrontEnd::RequestStop() {
-  if (sink_) sink_->set_active(false);
-  if (!driver_) return;
-  if (Alone()) driver_->RequestStop(/*delete_slices=*/true);
 }
 
 bool FrontEnd::WaitStopped(Clock::time_point deadline) {
@@ -164,6 +189,40 @@ bool FrontEnd::WaitStopped(Clock::time_point deadline) {
 #endif
   driver_.reset();
   return stopped;
+}
+
+std::vector<std::string> FrontEnd::Holders() const {
+  std::vector<std::string> out;
+  if (!driver_) return out;
+  for (const PreparedClaim& c : driver_->prepared())
+    out.push_back(StrCat(c.ns, "/", c.name, " (", c.uid, ")"));
+  return out;
+}
+
+std::vector<std::pair<std::string, cdi::Kind>> FrontEnd::Specs() const {
+  auto kind = cdi::KindOf(context_.cfg.name);
+  if (!kind.ok()) return {};
+  return {{context_.cfg.cdi_dir, *kind}};
+}
+
+void FrontEnd::View(ops::ResourceView& rv) const {
+  if (!driver_) return;
+  ops::DraView v;
+  v.driver = driver_->options().driver;
+  v.pool = driver_->options().node;
+  v.generation = driver_->generation();
+  v.slice_syncs = driver_->syncs();
+  v.slice_error = driver_->sync_error();
+  v.cdi_dir = driver_->options().cdi_dir;
+  v.cdi_written_to = driver_->Dir();
+  for (const PreparedClaim& c : driver_->prepared()) {
+    ops::DraView::Claim claim{c.uid, c.ns, c.name, {}};
+    for (const PreparedDevice& d : c.devices)
+      claim.devices.push_back({d.request, d.device, d.id, d.cdi_ids});
+    v.prepared.push_back(std::move(claim));
+  }
+  v.releasing = driver_->releasing();
+  rv.dra = std::move(v);
 }
 
 }  // namespace devplug::dra

@@ -1,13 +1,13 @@
-// DRA's front end of one resource (api = "dra"): what a Resource holds in
-// place of the device plugin service. It owns, or shares with a reload's
-// successor, the resource's dra::Driver; hands the module instance its
-// ListSink (the slices, active only while the resource serves); serves the
-// DRAPlugin services on the resource's socket and says what the plugin
-// watcher's Registration announces; and stops the driver when no resource
-// serves it any more.
+// DRA's front end of one resource (api = "dra"). It owns, or shares with a
+// reload's successor, the resource's dra::Driver; hands the module instance
+// its ListSink (the slices, active only while the resource serves) and its
+// pod lookup (the claims say who holds a device); serves the DRAPlugin
+// services on the resource's socket and says what the plugin watcher's
+// Registration announces; and stops the driver when no resource serves it
+// any more.
 //
-// Thread safety: not thread-safe; the agent's main thread owns it, as it
-// owns its Resource. The driver and the services it makes are thread-safe.
+// Thread safety: as front_end::FrontEnd. The driver and the services it
+// makes are thread-safe.
 #pragma once
 
 #include <chrono>
@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "dra/dra_service.h"
 #include "dra/driver.h"
+#include "front_end/front_end.h"
 #include "model/rpc.h"
 #include "modules/device_source.h"
 #include "modules/hooks.h"
@@ -27,69 +28,82 @@
 
 namespace devplug::dra {
 
-class FrontEnd {
+class FrontEnd final : public front_end::FrontEnd {
  public:
-  using Clock = std::chrono::steady_clock;
+  explicit FrontEnd(front_end::Context context);
+  ~FrontEnd() override;
 
-  // The front end of resource `r` under the running configuration `cfg`:
-  // `predecessor`'s driver when a reload re-creates a resource of the same
-  // driver (one driver owns its checkpoint: a second one would read it, and
-  // write specs again, while the first still prepares and unprepares), else
-  // a new driver with its API server client.
-  static StatusOr<std::unique_ptr<FrontEnd>> Make(const config::AgentConfig& cfg,
-                                                  const config::ResourceConfig& r,
-                                                  bool module_releases,
-                                                  std::shared_ptr<RpcObserver> observer,
-                                                  const FrontEnd* predecessor);
-  ~FrontEnd();
-  FrontEnd(const FrontEnd&) = delete;
-  FrontEnd& operator=(const FrontEnd&) = delete;
+  // Its driver, made with its API server client, or `predecessor`'s when a
+  // reload re-creates a resource of the same driver (one driver owns its
+  // checkpoint: a second one would read it, and write specs again, while
+  // the first still prepares and unprepares).
+  Status ModuleLoaded(const config::AgentConfig& cfg, const modules::LoadedModule& module,
+                      const front_end::FrontEnd* predecessor) override;
+  // The instance's ListSink: its lists reach the driver once the resource
+  // serves. Who holds a device: the claim that has it prepared.
+  front_end::InstanceHooks Launch(const config::AgentConfig& cfg,
+                                  const modules::LoadedModule& module,
+                                  const front_end::FrontEnd* predecessor) override;
+  // The driver's calls go to `instance`; with `commit`, its current list
+  // becomes the slices at once.
+  void Serve(modules::DeviceSource* instance, bool commit) override;
+  void Clear(const modules::DeviceSource* instance) override;
 
-  // A new instance's ListSink (made at each launch): its lists reach the
-  // driver once `serving`.
-  std::shared_ptr<modules::ListSink> Sink(bool serving);
-  // The instance the kubelet's calls go to (it runs and the resource
-  // serves); with `publish`, its current list becomes the slices at once (a
-  // reload's commit).
-  void Serve(modules::DeviceSource* source, bool publish);
-  // `source` stops: calls no longer reach it once this returns.
-  void Clear(const modules::DeviceSource* source);
-
-  // The DRAPlugin services, on `builder`'s server.
-  void Register(grpc::ServerBuilder& builder);
-  // What the Registration service announces: the kubelet dials the
-  // DRAPlugin service at this same socket.
-  pluginregistration::PluginInfo Info(const std::string& socket_path) const;
-  // The server stops: calls still waiting for the driver are answered
-  // UNAVAILABLE; then the services go (`exiting`: they are kept until the
-  // process ends, as the server is).
-  void AbortPending();
-  void DropServices(bool exiting);
-
-  // The kubelet confirmed a registration: the slices it wiped are written
+  // The DRAPlugin services, v1 and v1beta1.
+  void Register(grpc::ServerBuilder& builder, modules::DeviceSource* instance,
+                const config::AgentConfig& cfg) override;
+  v1beta1::DevicePluginOptions RegisterOptions(const modules::DeviceSource&) const override {
+    return {};
+  }
+  // The kubelet dials the DRAPlugin service at this same socket.
+  pluginregistration::PluginInfo Info(const std::string& socket_path) const override;
+  // The kubelet opens no stream: it calls the driver when a pod needs it.
+  void ExpectStream(uint64_t) override {}
+  bool Connected(uint64_t n) const override { return n != 0; }
+  void EndCalls() override;
+  void DropServices(bool exiting) override;
+  // Stops the driver unless a reload's successor shares it (its last task
+  // deletes this node's slices); `instance` is cleared once the driver's
+  // threads have stopped (a call still queued releases through it).
+  void Withdraw(const modules::DeviceSource* instance, bool exiting) override;
+  bool WaitStopped(Clock::time_point deadline) override;
+  // The kubelet wipes its node's slices at its start: they are written
   // again.
-  void Resync() {
+  void RegistrationConfirmed() override {
     if (driver_) driver_->Resync();
   }
 
-  // Stops the driver unless a reload's successor shares it (its last task
-  // deletes this node's slices); `instance` is cleared once its threads
-  // have stopped (a call still queued releases through it). The front end
-  // then has no driver, unless the successor shares it.
-  void Stop(const modules::DeviceSource* instance);
-  // At exit, in two steps under one deadline for every resource.
-  void RequestStop();
-  bool WaitStopped(Clock::time_point deadline);
+  void HandOver(const front_end::FrontEnd&) override {}
+  bool ApplyAgentKeys(const config::AgentConfig&, lifecycle::ReleaseCoordinator&,
+                      modules::DeviceSource*) override {
+    return false;
+  }
+  // The prepared claims.
+  std::vector<std::string> Holders() const override;
+  // The claims' specs, kept with the claims.
+  std::vector<std::pair<std::string, cdi::Kind>> Specs() const override;
 
-  // Null once stopped.
+  // Its devices are released by NodeUnprepareResources, not by what
+  // PodResources lists.
+  bool tracking() const override { return false; }
+  lifecycle::ReleaseTracker* TrackerForList(bool, bool) const override { return nullptr; }
+  void TrackerChanged(lifecycle::ReleaseCoordinator&, Clock::time_point,
+                      modules::DeviceSource*) override {}
+  void Release(const std::vector<std::string>&, const PodSnapshot&,
+               modules::DeviceSource*) override {}
+
+  void View(ops::ResourceView& rv) const override;
+
+  // Null before the module is loaded, and once stopped.
   const Driver* driver() const { return driver_.get(); }
 
  private:
   class GatedSink;
-  explicit FrontEnd(std::shared_ptr<Driver> driver) : driver_(std::move(driver)) {}
   // No other front end shares the driver.
   bool Alone() const { return driver_ && driver_.use_count() == 1; }
 
+  const front_end::Context context_;
+  bool staged_;  // a reload's, not serving yet: its lists make no slice
   std::shared_ptr<Driver> driver_;
   std::shared_ptr<GatedSink> sink_;
   std::unique_ptr<DraServiceV1> v1_;

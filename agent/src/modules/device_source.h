@@ -1,6 +1,6 @@
 // The front end's seam: everything an API that serves a resource's devices
 // to the kubelet asks of that resource's module runtime. The device plugin
-// service (kubelet/device_plugin_service.h) holds one, and so does DRA's
+// service (device_plugin/device_plugin_service.h) holds one, and so does DRA's
 // claim preparer (dra/claim_preparer.h); the runtime does not know which
 // front end asks. Both wrap each call in a deadline the same way
 // (modules/module_call.h).
@@ -70,6 +70,9 @@ class DeviceSource {
   // -errno with a reason). A release is never skipped: it has no `wanted`.
   virtual void Release(std::vector<std::string> ids,
                        std::function<void(int rc, const std::string& why)> done = {}) = 0;
+  // What the front end holds back changed (ReleaseHooks): the last list is
+  // published again, on the calling thread, without calling the module.
+  virtual void Republish() = 0;
 };
 
 }  // namespace devplug::modules

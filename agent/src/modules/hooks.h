@@ -5,7 +5,7 @@
 // launched, so the order a list goes through them is the instance's own
 // (modules/publisher.cc) and each has one implementation to read:
 //
-//   ListSink          kubelet::ListPublisher   (the device plugin stream, the CDI spec)
+//   ListSink          device_plugin::ListPublisher   (the device plugin stream, the CDI spec)
 //   ReleaseHooks      lifecycle::ResourceReleases
 //   PodLookup         kubelet::PodLookup       (host->pod_of())
 //   InstanceObserver  ops::ResourceMetrics

@@ -172,7 +172,7 @@ class ModuleInstance final : public DeviceSource {
   // Publishes the last scan again through options.releases (when what
   // the agent holds back changed), on the calling thread, without calling
   // the module and without waiting for its queue.
-  void Republish();
+  void Republish() override;
   // pre_start() and on_release() run on lanes of their own (ABI 1.7), up
   // to slow_lanes() at once on disjoint devices (ABI 1.8; 1 before).
   bool slow_lane() const { return module_->slow_call_lanes() > 0; }

@@ -66,8 +66,10 @@ struct ResourceView {
   std::optional<std::chrono::system_clock::time_point> registered_since;
   std::optional<Status> kubelet_status;  // the plugin watcher's
   std::string last_error;
-  bool kubelet_connected = false;  // the registration's ListAndWatch stream is open
-  DeviceListPtr devices;           // null: none
+  // The registration's ListAndWatch stream is open (DRA: the registration
+  // was confirmed; the kubelet dials the driver when a pod needs it).
+  bool kubelet_connected = false;
+  DeviceListPtr devices;  // null: none
   // Release tracking is on: `tracker` says each device's state and holder.
   bool release_tracking = false;
   const lifecycle::ReleaseTracker* tracker = nullptr;

@@ -14,10 +14,10 @@
 #include <string>
 
 #include "cdi/resource_cdi.h"
-#include "kubelet/stream_hub.h"
+#include "device_plugin/stream_hub.h"
 #include "modules/hooks.h"
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 class ListPublisher final : public modules::ListSink {
  public:
@@ -35,4 +35,4 @@ class ListPublisher final : public modules::ListSink {
   SnapshotPtr accepted_;  // the message Accept built for the list it passed
 };
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin

@@ -25,7 +25,7 @@
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "model/device.h"
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 using SnapshotPtr = std::shared_ptr<const v1beta1::ListAndWatchResponse>;
 
@@ -71,4 +71,4 @@ class StreamHub {
   uint64_t open_owner_ = 0;    // guarded by mu_: registration of the open owned stream
 };
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin

@@ -1,13 +1,13 @@
-#include "kubelet/list_publisher.h"
+#include "device_plugin/list_publisher.h"
 
 #include "model/kubelet_limits.h"
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 std::string ListPublisher::Accept(const DeviceList& list) {
   accepted_ = MakeSnapshot(list);
   const size_t bytes = accepted_->ByteSizeLong();
-  if (bytes <= kKubeletMaxMessageBytes) return "";
+  if (bytes <= kubelet::kKubeletMaxMessageBytes) return "";
   accepted_.reset();
   return StrCat(list.size(), " devices make a ", bytes,
                 " byte device list, over the kubelet's 4 MiB message limit; not sending it");
@@ -19,4 +19,4 @@ void ListPublisher::Publish(const DeviceListPtr& list) {
   hub_->Publish(accepted_ ? std::move(accepted_) : MakeSnapshot(*list));
 }
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin

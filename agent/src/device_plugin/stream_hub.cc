@@ -1,10 +1,10 @@
-#include "kubelet/stream_hub.h"
+#include "device_plugin/stream_hub.h"
 
 #include <utility>
 
 #include <spdlog/spdlog.h>
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 SnapshotPtr MakeSnapshot(const DeviceList& devices) {
   auto msg = std::make_shared<v1beta1::ListAndWatchResponse>();
@@ -144,4 +144,4 @@ void StreamHub::Remove(Stream* s, bool by_agent, uint64_t registration) {
   if (on_end_ && !by_agent && registration != 0) on_end_(registration);
 }
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin

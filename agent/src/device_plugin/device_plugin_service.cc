@@ -1,4 +1,4 @@
-#include "kubelet/device_plugin_service.h"
+#include "device_plugin/device_plugin_service.h"
 
 #include <functional>
 #include <memory>
@@ -7,7 +7,7 @@
 
 #include "modules/module_call.h"
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 namespace {
 
@@ -56,7 +56,7 @@ void Record(const std::string& what, const std::string& ids, Rpc rpc,
 // with a reason, instead of on the kubelet's side.
 Status CheckSize(const google::protobuf::Message& m, const std::string& resource, const char* rpc) {
   const size_t bytes = m.ByteSizeLong();
-  if (bytes <= kKubeletMaxMessageBytes) return OkStatus();
+  if (bytes <= kubelet::kKubeletMaxMessageBytes) return OkStatus();
   return Status(StatusCode::kResourceExhausted,
                 StrCat(resource, ": ", rpc, " response of ", bytes,
                        " bytes exceeds the kubelet's 4 MiB message limit"));
@@ -420,8 +420,8 @@ grpc::ServerUnaryReactor* DevicePluginService::PreStartContainer(
   auto lane_wait = source_->PreStart(
       std::move(ids), [call](Status st) { call->Complete(ToGrpc(st)); },
       [call] { return call->waiting(); });
-  if (lane_wait) call->NotCounting(std::move(lane_wait), kKubeletPreStartWait);
+  if (lane_wait) call->NotCounting(std::move(lane_wait), kubelet::kKubeletPreStartWait);
   return r;
 }
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin

@@ -21,15 +21,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "cdi/resource_cdi.h"
+#include "device_plugin/stream_hub.h"
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
-#include "kubelet/stream_hub.h"
 #include "lifecycle/resource_releases.h"
 #include "model/kubelet_limits.h"
 #include "model/rpc.h"
 #include "modules/device_source.h"
 #include "util/timers.h"
 
-namespace devplug::kubelet {
+namespace devplug::device_plugin {
 
 // The options a resource advertises, derived from the module's hooks and
 // the instance's choices in create(); used identically in RegisterRequest
@@ -98,4 +98,4 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   uint64_t next_call_ = 0;                                  // guarded by mu_
 };
 
-}  // namespace devplug::kubelet
+}  // namespace devplug::device_plugin
