@@ -48,11 +48,9 @@ StatusOr<std::shared_ptr<ResourceCdi>> ResourceCdi::Make(Options options) {
   auto kind = KindOf(options.resource);
   if (!kind.ok()) return kind.status();
   std::shared_ptr<ResourceCdi> r(new ResourceCdi(std::move(options), std::move(*kind)));
+  MutexLock lock(r->mu_);
   r->active_ = r->options_.active;
-  if (r->active_ && r->options_.mode != CdiMode::kOff) {
-    std::lock_guard lock(r->mu_);
-    r->LoadAllocationsLocked();
-  }
+  if (r->active_ && r->options_.mode != CdiMode::kOff) r->LoadAllocationsLocked();
   return r;
 }
 
@@ -65,7 +63,7 @@ void ResourceCdi::Publish(const DeviceList& list) {
     if (fresh) it->second = LookUpNode(options_.host_root, p);
     return it->second;
   });
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [id, why] : next.skipped) {
     if (skip_told_.insert(id).second)
       spdlog::info(
@@ -89,7 +87,7 @@ void ResourceCdi::Publish(const DeviceList& list) {
 }
 
 void ResourceCdi::Activate() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   active_ = true;
   WriteLocked();
   if (options_.mode != CdiMode::kOff) LoadAllocationsLocked();
@@ -172,7 +170,7 @@ void ResourceCdi::Released(const std::vector<std::string>& ids,
                            std::chrono::steady_clock::time_point listed) {
   if (options_.mode == CdiMode::kOff) return;
   const std::set<std::string> gone(ids.begin(), ids.end());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!active_ || allocations_.empty()) return;
   DropAllocationsLocked(
       [&](const std::string&, const Allocation& a) {
@@ -182,7 +180,7 @@ void ResourceCdi::Released(const std::vector<std::string>& ids,
 }
 
 size_t ResourceCdi::allocations() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return allocations_.size();
 }
 
@@ -219,7 +217,7 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, const Recipe& reci
   std::vector<std::string> names;
   bool all = true;
   if (default_recipe) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const std::string& id : ids) {
       if (on_disk_.count(id))
         names.push_back(QualifiedName(kind_, id));
@@ -232,7 +230,7 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, const Recipe& reci
     if (EditsEmpty(edits)) return;
     const std::string name = AllocationName(ids);
     const std::string content = RenderOne(kind_, name, std::move(edits));
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!active_) return;
     const std::set<std::string> mine(ids.begin(), ids.end());
     // The kubelet hands a device out again only after its pod left.
@@ -265,12 +263,12 @@ void ResourceCdi::Answer(const std::vector<std::string>& ids, const Recipe& reci
 }
 
 size_t ResourceCdi::named() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return on_disk_.size();
 }
 
 std::string ResourceCdi::problem() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return problem_;
 }
 

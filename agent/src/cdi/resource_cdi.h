@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "deviceplugin/v1beta1/api.pb.h"
 #include "model/cdi_mode.h"
 #include "model/device.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::cdi {
@@ -85,28 +85,28 @@ class ResourceCdi {
     std::chrono::steady_clock::time_point written;  // min(): by an earlier devplugd
   };
   ResourceCdi(Options options, Kind kind) : options_(std::move(options)), kind_(std::move(kind)) {}
-  void WriteLocked();  // requires mu_
-  // Allocation specs (all require mu_): the index on disk read once, when
-  // the resource becomes active; entries dropped with their files.
-  void LoadAllocationsLocked();
+  void WriteLocked() DEVPLUG_REQUIRES(mu_);
+  // Allocation specs: the index on disk read once, when the resource
+  // becomes active; entries dropped with their files.
+  void LoadAllocationsLocked() DEVPLUG_REQUIRES(mu_);
   void DropAllocationsLocked(
       const std::function<bool(const std::string& name, const Allocation&)>& which,
-      const std::string& why);
-  Status WriteIndexLocked();
+      const std::string& why) DEVPLUG_REQUIRES(mu_);
+  Status WriteIndexLocked() DEVPLUG_REQUIRES(mu_);
 
   const Options options_;
   const Kind kind_;
-  mutable std::mutex mu_;
-  bool active_ = true;               // guarded by mu_
-  Rendered pending_;                 // guarded by mu_: the last Publish's
-  std::string written_;              // guarded by mu_: what the file on disk holds ("": none)
-  bool written_once_ = false;        // guarded by mu_
-  std::set<std::string> on_disk_;    // guarded by mu_: the IDs it names
-  std::string problem_;              // guarded by mu_
-  std::set<std::string> skip_told_;  // guarded by mu_: IDs already logged as left out
-  bool allocations_loaded_ = false;  // guarded by mu_
-  // guarded by mu_: allocation specs on disk, by device name.
-  std::map<std::string, Allocation> allocations_;
+  mutable Mutex mu_;
+  bool active_ DEVPLUG_GUARDED_BY(mu_) = true;
+  Rendered pending_ DEVPLUG_GUARDED_BY(mu_);     // the last Publish's
+  std::string written_ DEVPLUG_GUARDED_BY(mu_);  // what the file on disk holds ("": none)
+  bool written_once_ DEVPLUG_GUARDED_BY(mu_) = false;
+  std::set<std::string> on_disk_ DEVPLUG_GUARDED_BY(mu_);  // the IDs it names
+  std::string problem_ DEVPLUG_GUARDED_BY(mu_);
+  std::set<std::string> skip_told_ DEVPLUG_GUARDED_BY(mu_);  // IDs already logged as left out
+  bool allocations_loaded_ DEVPLUG_GUARDED_BY(mu_) = false;
+  // Allocation specs on disk, by device name.
+  std::map<std::string, Allocation> allocations_ DEVPLUG_GUARDED_BY(mu_);
 };
 
 // The host view of a device node: follows symlinks under host_root.

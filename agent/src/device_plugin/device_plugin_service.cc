@@ -86,7 +86,7 @@ class PendingCall {
   bool Complete(const grpc::Status& st, const std::function<void()>& fill = {}) {
     if (!deadline_.Decide()) return false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (timers_ != nullptr) timers_->Cancel(timer_id_);
     }
     if (st.ok() && fill) fill();
@@ -100,7 +100,7 @@ class PendingCall {
   bool waiting() const { return deadline_.wanted(); }
 
   void Arm(Timers* timers, const std::shared_ptr<PendingCall>& self) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     timers_ = timers;
     ScheduleLocked(deadline_.Due(Timers::Clock::now()), self);
   }
@@ -113,7 +113,8 @@ class PendingCall {
   }
 
  private:
-  void ScheduleLocked(Timers::Clock::time_point when, const std::shared_ptr<PendingCall>& self) {
+  void ScheduleLocked(Timers::Clock::time_point when, const std::shared_ptr<PendingCall>& self)
+      DEVPLUG_REQUIRES(mu_) {
     timer_id_ = timers_->Schedule(when, [weak = std::weak_ptr<PendingCall>(self)] {
       auto call = weak.lock();
       if (!call || call->deadline_.decided()) return;
@@ -121,7 +122,7 @@ class PendingCall {
       std::chrono::milliseconds waited{0};
       const auto due = call->deadline_.Due(now, &waited);
       if (due > now) {  // it waited behind other devices: not counted
-        std::lock_guard lock(call->mu_);
+        MutexLock lock(call->mu_);
         call->ScheduleLocked(due, call);
         return;
       }
@@ -137,9 +138,9 @@ class PendingCall {
   const Rpc rpc_;
   const std::shared_ptr<RpcObserver> metrics_;
   modules::CallDeadline deadline_;
-  std::mutex mu_;
-  Timers* timers_ = nullptr;  // guarded by mu_
-  uint64_t timer_id_ = 0;     // guarded by mu_
+  Mutex mu_;
+  Timers* timers_ DEVPLUG_GUARDED_BY(mu_) = nullptr;
+  uint64_t timer_id_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 v1beta1::DevicePluginOptions OptionsFor(const modules::DeviceSource& source) {
@@ -193,7 +194,7 @@ std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor
       std::make_shared<PendingCall>(reactor, StrCat(source_->resource_name(), ": ", RpcName(rpc)),
                                     std::move(ids), rpc, std::chrono::milliseconds(ms), metrics_);
   call->Arm(timers_, call);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (pending_.size() >= 64)
     std::erase_if(pending_, [](const auto& e) { return e.second.expired(); });
   pending_.emplace(next_call_++, call);
@@ -203,7 +204,7 @@ std::shared_ptr<PendingCall> DevicePluginService::Track(grpc::ServerUnaryReactor
 void DevicePluginService::AbortPending() {
   std::map<uint64_t, std::weak_ptr<PendingCall>> pending;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     pending.swap(pending_);
   }
   for (auto& [id, weak] : pending)

@@ -16,7 +16,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include <grpcpp/grpcpp.h>
 
@@ -27,6 +26,7 @@
 #include "model/kubelet_limits.h"
 #include "model/rpc.h"
 #include "modules/device_source.h"
+#include "util/mutex.h"
 #include "util/timers.h"
 
 namespace devplug::device_plugin {
@@ -93,9 +93,9 @@ class DevicePluginService final : public v1beta1::DevicePlugin::CallbackService 
   const std::shared_ptr<lifecycle::ResourceReleases> releases_;
   const std::shared_ptr<RpcObserver> metrics_;
   const std::shared_ptr<cdi::ResourceCdi> cdi_;  // null: cdi is "off"
-  std::mutex mu_;
-  std::map<uint64_t, std::weak_ptr<PendingCall>> pending_;  // guarded by mu_
-  uint64_t next_call_ = 0;                                  // guarded by mu_
+  Mutex mu_;
+  std::map<uint64_t, std::weak_ptr<PendingCall>> pending_ DEVPLUG_GUARDED_BY(mu_);
+  uint64_t next_call_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace devplug::device_plugin

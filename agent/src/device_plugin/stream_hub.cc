@@ -25,7 +25,7 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
 
   // Hub lock held.
   void Offer(SnapshotPtr snapshot) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (finishing_) return;
     if (writing_) {
       pending_ = std::move(snapshot);
@@ -36,13 +36,13 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
 
   // Hub lock held.
   void Close() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     by_agent_ = true;
     FinishLocked(grpc::Status::OK);
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     writing_ = false;
     current_.reset();
     if (!ok) {
@@ -58,14 +58,14 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
   }
 
   void OnCancel() override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     FinishLocked(grpc::Status::CANCELLED);
   }
 
   void OnDone() override {
     bool by_agent;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       by_agent = by_agent_;
     }
     hub_->Remove(this, by_agent, registration_);
@@ -94,7 +94,7 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
 
   StreamHub* const hub_;
   const uint64_t registration_;
-  std::mutex mu_;
+  Mutex mu_;
   SnapshotPtr current_;  // the message being written; kept alive until done
   SnapshotPtr pending_;  // newest snapshot not yet written
   bool writing_ = false;
@@ -105,13 +105,13 @@ class StreamHub::Stream final : public grpc::ServerWriteReactor<v1beta1::ListAnd
 };
 
 void StreamHub::Publish(SnapshotPtr snapshot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   latest_ = snapshot;
   for (Stream* s : streams_) s->Offer(snapshot);
 }
 
 grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t registration = std::exchange(expected_, 0);
   auto* s = new Stream(this, registration);
   if (registration != 0) open_owner_ = registration;
@@ -121,23 +121,23 @@ grpc::ServerWriteReactor<v1beta1::ListAndWatchResponse>* StreamHub::OpenStream()
 }
 
 uint64_t StreamHub::kubelet_stream() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return open_owner_;
 }
 
 void StreamHub::ExpectKubeletStream(uint64_t registration) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   expected_ = registration;
 }
 
 void StreamHub::CloseAll() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Stream* s : streams_) s->Close();
 }
 
 void StreamHub::Remove(Stream* s, bool by_agent, uint64_t registration) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     streams_.erase(s);
     if (registration != 0 && registration == open_owner_) open_owner_ = 0;
   }

@@ -17,13 +17,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 
 #include <grpcpp/grpcpp.h>
 
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "model/device.h"
+#include "util/mutex.h"
 
 namespace devplug::device_plugin {
 
@@ -64,11 +64,11 @@ class StreamHub {
   void Remove(Stream* s, bool by_agent, uint64_t registration);
 
   const KubeletStreamEnded on_end_;
-  mutable std::mutex mu_;
-  SnapshotPtr latest_;         // guarded by mu_
-  std::set<Stream*> streams_;  // guarded by mu_
-  uint64_t expected_ = 0;      // guarded by mu_: registration of the next stream
-  uint64_t open_owner_ = 0;    // guarded by mu_: registration of the open owned stream
+  mutable Mutex mu_;
+  SnapshotPtr latest_ DEVPLUG_GUARDED_BY(mu_);
+  std::set<Stream*> streams_ DEVPLUG_GUARDED_BY(mu_);
+  uint64_t expected_ DEVPLUG_GUARDED_BY(mu_) = 0;    // registration of the next stream
+  uint64_t open_owner_ DEVPLUG_GUARDED_BY(mu_) = 0;  // registration of the open owned stream
 };
 
 }  // namespace devplug::device_plugin

@@ -16,13 +16,13 @@ std::chrono::steady_clock::time_point AnswerBy(const grpc::ServerContextBase& ct
 }
 
 bool PendingAnswers::Call::Take() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return !std::exchange(taken_, true);
 }
 
 std::shared_ptr<PendingAnswers::Call> PendingAnswers::Add(grpc::ServerUnaryReactor* reactor) {
   auto call = std::make_shared<Call>(reactor);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (calls_.size() >= 64) std::erase_if(calls_, [](const auto& e) { return e.second.expired(); });
   calls_.emplace(next_++, call);
   return call;
@@ -31,7 +31,7 @@ std::shared_ptr<PendingAnswers::Call> PendingAnswers::Add(grpc::ServerUnaryReact
 void PendingAnswers::AbortAll() {
   std::map<uint64_t, std::weak_ptr<Call>> calls;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     calls.swap(calls_);
   }
   for (auto& [n, weak] : calls)

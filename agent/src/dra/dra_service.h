@@ -12,13 +12,13 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include <grpcpp/grpcpp.h>
 
 #include "dra/driver.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "dra/v1beta1/api.grpc.pb.h"
+#include "util/mutex.h"
 
 namespace devplug::dra {
 
@@ -52,17 +52,17 @@ class PendingAnswers {
 
    private:
     grpc::ServerUnaryReactor* const reactor_;
-    std::mutex mu_;
-    bool taken_ = false;  // guarded by mu_
+    Mutex mu_;
+    bool taken_ DEVPLUG_GUARDED_BY(mu_) = false;
   };
   std::shared_ptr<Call> Add(grpc::ServerUnaryReactor* reactor);
   // Answers every call not answered yet with UNAVAILABLE.
   void AbortAll();
 
  private:
-  std::mutex mu_;
-  std::map<uint64_t, std::weak_ptr<Call>> calls_;  // guarded by mu_
-  uint64_t next_ = 0;                              // guarded by mu_
+  Mutex mu_;
+  std::map<uint64_t, std::weak_ptr<Call>> calls_ DEVPLUG_GUARDED_BY(mu_);
+  uint64_t next_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 // Both versions' services: their messages have the same fields (v1 adds

@@ -57,17 +57,17 @@ struct ListCall {
 PodResourcesClient::PodResourcesClient(Options options) : options_(std::move(options)) {}
 
 PodResourcesClient::~PodResourcesClient() {
-  std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return !in_flight_; });
+  MutexLock lock(mu_);
+  while (in_flight_) idle_cv_.wait(mu_);
 }
 
 std::string PodResourcesClient::socket() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return options_.socket;
 }
 
 void PodResourcesClient::set_socket(const std::string& socket) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (socket == options_.socket) return;
   options_.socket = socket;
   channel_.reset();  // a List in flight keeps its own reference
@@ -77,16 +77,16 @@ void PodResourcesClient::set_socket(const std::string& socket) {
 }
 
 uint64_t PodResourcesClient::lists() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return lists_;
 }
 
 void PodResourcesClient::Fetch(std::chrono::milliseconds fresh, Done done) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const auto now = Clock::now();
   if (latest_ && now - latest_->taken <= fresh) {
     PodSnapshotPtr s = latest_;
-    lock.unlock();
+    lock.Unlock();
     done(std::move(s));
     return;
   }
@@ -96,16 +96,15 @@ void PodResourcesClient::Fetch(std::chrono::milliseconds fresh, Done done) {
   }
   if (!failure_.ok() && now < retry_at_) {
     const Status f = failure_;
-    lock.unlock();
-    done(Status(f.code(),
-                StrCat(f.message(), " (asking again in ",
-                       std::chrono::ceil<std::chrono::seconds>(retry_at_ - now).count(), " s)")));
+    const auto again = std::chrono::ceil<std::chrono::seconds>(retry_at_ - now);
+    lock.Unlock();
+    done(Status(f.code(), StrCat(f.message(), " (asking again in ", again.count(), " s)")));
     return;
   }
   if (access(options_.socket.c_str(), F_OK) != 0) {
-    lock.unlock();
-    done(NotFoundError(
-        StrCat("no PodResources socket at ", options_.socket, " (is the kubelet running?)")));
+    const std::string socket = options_.socket;
+    lock.Unlock();
+    done(NotFoundError(StrCat("no PodResources socket at ", socket, " (is the kubelet running?)")));
     return;
   }
   waiting_.push_back(std::move(done));
@@ -154,7 +153,7 @@ void PodResourcesClient::OnListDone(const grpc::Status& st,
   std::vector<Done> waiters;
   StatusOr<PodSnapshotPtr> result = Status(StatusCode::kInternal, "unset");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto now = Clock::now();
     waiters.swap(waiting_);
     if (st.ok()) {

@@ -19,7 +19,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,6 +27,7 @@
 
 #include "model/pod_snapshot.h"
 #include "podresources/v1/api.grpc.pb.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::kubelet {
@@ -70,22 +70,22 @@ class PodResourcesClient {
   uint64_t lists() const;  // List calls sent so far
 
  private:
-  void StartListLocked();
+  void StartListLocked() DEVPLUG_REQUIRES(mu_);
   void OnListDone(const grpc::Status& st, const v1::ListPodResourcesResponse& resp,
                   Clock::time_point asked);
 
-  Options options_;  // socket guarded by mu_
-  mutable std::mutex mu_;
-  std::condition_variable idle_cv_;
-  std::shared_ptr<grpc::Channel> channel_;              // guarded by mu_; made on first use
-  std::unique_ptr<v1::PodResourcesLister::Stub> stub_;  // guarded by mu_
-  PodSnapshotPtr latest_;                               // guarded by mu_
-  std::vector<Done> waiting_;                           // guarded by mu_
-  bool in_flight_ = false;                              // guarded by mu_
-  Status failure_;                                      // guarded by mu_: the last List's
-  Clock::time_point retry_at_{};                        // guarded by mu_
-  std::chrono::milliseconds backoff_{0};                // guarded by mu_
-  uint64_t lists_ = 0;                                  // guarded by mu_
+  Options options_ DEVPLUG_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  std::condition_variable_any idle_cv_;
+  std::shared_ptr<grpc::Channel> channel_ DEVPLUG_GUARDED_BY(mu_);  // made on first use
+  std::unique_ptr<v1::PodResourcesLister::Stub> stub_ DEVPLUG_GUARDED_BY(mu_);
+  PodSnapshotPtr latest_ DEVPLUG_GUARDED_BY(mu_);
+  std::vector<Done> waiting_ DEVPLUG_GUARDED_BY(mu_);
+  bool in_flight_ DEVPLUG_GUARDED_BY(mu_) = false;
+  Status failure_ DEVPLUG_GUARDED_BY(mu_);  // the last List's
+  Clock::time_point retry_at_ DEVPLUG_GUARDED_BY(mu_){};
+  std::chrono::milliseconds backoff_ DEVPLUG_GUARDED_BY(mu_){0};
+  uint64_t lists_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace devplug::kubelet

@@ -7,10 +7,11 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace devplug::lifecycle {
 
@@ -19,7 +20,7 @@ class HandedOut {
   using Clock = std::chrono::steady_clock;
 
   void Record(const std::vector<std::string>& ids, Clock::time_point now) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const std::string& id : ids) at_[id] = now;
     // IDs come and go with hotplug (MIG devices, VFs): forget old ones.
     if (at_.size() > kMaxIds)
@@ -27,7 +28,7 @@ class HandedOut {
   }
 
   std::optional<Clock::time_point> Last(const std::string& id) const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = at_.find(id);
     if (it == at_.end()) return std::nullopt;
     return it->second;
@@ -38,8 +39,8 @@ class HandedOut {
   // Longer than any List may take to see an Allocate.
   static constexpr std::chrono::minutes kForget{10};
 
-  mutable std::mutex mu_;
-  std::map<std::string, Clock::time_point, std::less<>> at_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Clock::time_point, std::less<>> at_ DEVPLUG_GUARDED_BY(mu_);
 };
 
 }  // namespace devplug::lifecycle

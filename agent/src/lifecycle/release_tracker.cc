@@ -44,12 +44,12 @@ bool ReleaseTracker::Settled(Clock::time_point now,
 }
 
 void ReleaseTracker::set_timing(const ReleaseTiming& timing) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   timing_ = timing;
 }
 
 std::vector<std::string> ReleaseTracker::SetEnabled(bool on) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> dropped;
   if (on == enabled_) return dropped;
   enabled_ = on;
@@ -64,12 +64,12 @@ std::vector<std::string> ReleaseTracker::SetEnabled(bool on) {
 }
 
 bool ReleaseTracker::enabled() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return enabled_;
 }
 
 void ReleaseTracker::OnAllocated(const std::vector<std::string>& ids, Clock::time_point now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!enabled_) return;
   for (const std::string& id : ids) {
     auto [it, fresh] = devices_.try_emplace(id);
@@ -87,7 +87,7 @@ void ReleaseTracker::OnAllocated(const std::vector<std::string>& ids, Clock::tim
 
 std::vector<std::string> ReleaseTracker::ReleasesBeforeStart(const std::vector<std::string>& ids,
                                                              bool* wait) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> due;
   if (wait) *wait = false;
   for (const std::string& id : ids) {
@@ -107,7 +107,7 @@ std::vector<std::string> ReleaseTracker::ReleasesBeforeStart(const std::vector<s
 void ReleaseTracker::OnReleasedBeforeStart(const std::vector<std::string>& ids, bool released,
                                            Clock::time_point now) {
   if (!released) return;  // the start fails; the kubelet tries it again
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const std::string& id : ids) {
     auto it = devices_.find(id);
     if (it == devices_.end()) continue;
@@ -124,7 +124,7 @@ void ReleaseTracker::OnReleasedBeforeStart(const std::vector<std::string>& ids, 
 std::vector<std::string> ReleaseTracker::OnList(
     const std::map<std::string, Holder, std::less<>>& listed, Clock::time_point now,
     std::optional<Clock::time_point> kubelet_restart) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> due;
   if (!enabled_) return due;
   // Devices in use that we have no record of: allocated while we were not
@@ -192,7 +192,7 @@ std::vector<std::string> ReleaseTracker::OnList(
 
 void ReleaseTracker::OnReleased(const std::vector<std::string>& ids, int result,
                                 const std::string& why, Clock::time_point now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (const std::string& id : ids) {
     auto it = devices_.find(id);
     if (it == devices_.end()) continue;
@@ -220,17 +220,17 @@ void ReleaseTracker::OnReleased(const std::vector<std::string>& ids, int result,
 }
 
 bool ReleaseTracker::NeedsList() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return enabled_ && (!synced_ || !devices_.empty());
 }
 
 bool ReleaseTracker::synced() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return synced_;
 }
 
 bool ReleaseTracker::Apply(DeviceList& list) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   bool changed = false;
   for (Device& d : list) {
     auto it = devices_.find(d.id);
@@ -245,7 +245,7 @@ bool ReleaseTracker::Apply(DeviceList& list) const {
 }
 
 std::optional<ReleaseTracker::DeviceView> ReleaseTracker::View(std::string_view id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!enabled_) return std::nullopt;
   auto it = devices_.find(id);
   if (it == devices_.end()) return synced_ ? std::optional<DeviceView>(DeviceView{}) : std::nullopt;
@@ -253,7 +253,7 @@ std::optional<ReleaseTracker::DeviceView> ReleaseTracker::View(std::string_view 
 }
 
 uint64_t ReleaseTracker::generation() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return generation_;
 }
 

@@ -32,13 +32,13 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/device.h"
 #include "model/pod_snapshot.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::lifecycle {
@@ -132,15 +132,16 @@ class ReleaseTracker {
     Clock::time_point retry_at;  // FAILED: not before
     std::string error;
   };
-  void Enter(Entry& e, State s, Clock::time_point now);
-  bool Settled(Clock::time_point now, std::optional<Clock::time_point> restart) const;
+  void Enter(Entry& e, State s, Clock::time_point now) DEVPLUG_REQUIRES(mu_);
+  bool Settled(Clock::time_point now, std::optional<Clock::time_point> restart) const
+      DEVPLUG_REQUIRES(mu_);
 
-  ReleaseTiming timing_;  // guarded by mu_
-  bool enabled_;          // guarded by mu_
-  mutable std::mutex mu_;
-  std::map<std::string, Entry, std::less<>> devices_;  // guarded by mu_; FREE ones dropped
-  bool synced_ = false;                                // guarded by mu_
-  uint64_t generation_ = 0;                            // guarded by mu_
+  ReleaseTiming timing_ DEVPLUG_GUARDED_BY(mu_);
+  bool enabled_ DEVPLUG_GUARDED_BY(mu_);
+  mutable Mutex mu_;
+  std::map<std::string, Entry, std::less<>> devices_ DEVPLUG_GUARDED_BY(mu_);  // FREE ones dropped
+  bool synced_ DEVPLUG_GUARDED_BY(mu_) = false;
+  uint64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace devplug::lifecycle

@@ -10,8 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <vector>
+
+#include "util/mutex.h"
 
 namespace devplug::modules {
 namespace {
@@ -55,8 +56,8 @@ namespace {
 
 // Modules loaded now, by path: the same file is shared, a replaced one
 // loaded beside it.
-std::mutex g_loaded_mu;
-std::map<std::string, std::weak_ptr<const LoadedModule>> g_loaded;
+Mutex g_loaded_mu;
+std::map<std::string, std::weak_ptr<const LoadedModule>> g_loaded DEVPLUG_GUARDED_BY(g_loaded_mu);
 
 // dlopen() knows an object by the name it was opened with, so a module file
 // replaced on disk while the old one is loaded would come back as the old
@@ -103,7 +104,7 @@ LoadedModule::~LoadedModule() {
 }
 
 StatusOr<std::shared_ptr<const LoadedModule>> LoadedModule::Load(const std::string& path) {
-  std::lock_guard registry_lock(g_loaded_mu);
+  MutexLock registry_lock(g_loaded_mu);
   const std::optional<FileId> id = Identify(path);
   bool replaced = false;
   if (auto it = g_loaded.find(path); it != g_loaded.end()) {

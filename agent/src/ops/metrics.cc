@@ -73,20 +73,20 @@ Metrics::Metrics(std::string version, std::string abi)
 
 std::shared_ptr<ResourceMetrics> Metrics::Add(const std::string& resource) {
   auto m = std::make_shared<ResourceMetrics>(resource);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   resources_.push_back(m);
   return m;
 }
 
 void Metrics::Remove(const std::shared_ptr<ResourceMetrics>& resource) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::erase(resources_, resource);
 }
 
 void Metrics::Adopt(const std::shared_ptr<ResourceMetrics>& resource,
                     const std::shared_ptr<ResourceMetrics>& replacing) {
   if (replacing) resource->CarryCounters(*replacing);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it =
       replacing ? std::find(resources_.begin(), resources_.end(), replacing) : resources_.end();
   if (it != resources_.end())
@@ -114,7 +114,7 @@ void ResourceMetrics::CarryCounters(const ResourceMetrics& old) {
 }
 
 void Metrics::Uevent(std::string_view subsystem) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = uevents_.find(subsystem);
   if (it == uevents_.end()) it = uevents_.emplace(std::string(subsystem), 0).first;
   ++it->second;
@@ -124,7 +124,7 @@ std::vector<MetricFamily> Metrics::Collect() const {
   std::vector<std::shared_ptr<ResourceMetrics>> resources;
   std::map<std::string, uint64_t, std::less<>> uevents;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     resources = resources_;
     uevents = uevents_;
   }

@@ -15,7 +15,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "model/rpc.h"
 #include "model/scan_cause.h"
 #include "modules/hooks.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::ops {
@@ -126,9 +126,9 @@ class Metrics : public prometheus::Collectable {
 
  private:
   const std::string version_, abi_;
-  mutable std::mutex mu_;
-  std::vector<std::shared_ptr<ResourceMetrics>> resources_;  // guarded by mu_
-  std::map<std::string, uint64_t, std::less<>> uevents_;     // guarded by mu_
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<ResourceMetrics>> resources_ DEVPLUG_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t, std::less<>> uevents_ DEVPLUG_GUARDED_BY(mu_);
   std::atomic<uint64_t> kubelet_restarts_{0}, reloads_ok_{0}, reloads_failed_{0};
 };
 

@@ -51,7 +51,7 @@ StatusOr<std::unique_ptr<PathWatch>> PathWatch::Create() {
 PathWatch::~PathWatch() { close(fd_); }
 
 uint64_t PathWatch::NewOwner(uint64_t tag) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tags_[next_owner_] = tag;
   return next_owner_++;
 }
@@ -91,7 +91,7 @@ void PathWatch::Release(int wd) {
 int PathWatch::Add(uint64_t owner, const std::string& path) {
   const std::string clean = Clean(path);
   if (clean.empty() || clean[0] != '/' || clean == "/") return -EINVAL;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!tags_.contains(owner)) return -EINVAL;
   for (const Target& t : targets_)
     if (t.owner == owner && t.path == clean) return 0;
@@ -105,7 +105,7 @@ int PathWatch::Add(uint64_t owner, const std::string& path) {
 }
 
 void PathWatch::Remove(uint64_t owner) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   tags_.erase(owner);
   for (auto it = targets_.begin(); it != targets_.end();) {
     if (it->owner == owner) {
@@ -118,7 +118,7 @@ void PathWatch::Remove(uint64_t owner) {
 }
 
 size_t PathWatch::watched_dirs() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return refs_.size();
 }
 
@@ -132,7 +132,7 @@ std::set<uint64_t> PathWatch::Drain() {
     if (ev.len > 0) names[ev.wd].insert(ev.name);
   });
   std::set<uint64_t> owners;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (Target& t : targets_) {
     bool rearm = overflow || t.wd < 0 || gone.contains(t.wd);
     bool changed = rearm;

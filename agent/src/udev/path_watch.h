@@ -17,12 +17,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "modules/hooks.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::udev {
@@ -61,16 +61,16 @@ class PathWatch {
     std::string dir;   // that directory's path
     std::string name;  // the entry of `dir` on the way to `path`
   };
-  // Watches the deepest existing directory on the way to t.path. Lock held.
-  int Arm(Target& t);
-  void Release(int wd);  // one target less on wd. Lock held.
+  // Watches the deepest existing directory on the way to t.path.
+  int Arm(Target& t) DEVPLUG_REQUIRES(mu_);
+  void Release(int wd) DEVPLUG_REQUIRES(mu_);  // one target less on wd
 
   const int fd_;
-  mutable std::mutex mu_;
-  uint64_t next_owner_ = 1;            // guarded by mu_
-  std::map<uint64_t, uint64_t> tags_;  // owner -> tag; guarded by mu_
-  std::vector<Target> targets_;        // guarded by mu_
-  std::map<int, int> refs_;            // wd -> targets on it; guarded by mu_
+  mutable Mutex mu_;
+  uint64_t next_owner_ DEVPLUG_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, uint64_t> tags_ DEVPLUG_GUARDED_BY(mu_);  // owner -> tag
+  std::vector<Target> targets_ DEVPLUG_GUARDED_BY(mu_);
+  std::map<int, int> refs_ DEVPLUG_GUARDED_BY(mu_);  // wd -> targets on it
 };
 
 // One module instance's watches (its PathWatches): an owner of a shared

@@ -35,15 +35,29 @@ class DEVPLUG_CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
+// Holds a Mutex for a scope; Unlock and Lock let it go and take it again
+// inside the scope (to call out without the lock).
 class DEVPLUG_SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) DEVPLUG_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~MutexLock() DEVPLUG_RELEASE() { mu_.unlock(); }
+  ~MutexLock() DEVPLUG_RELEASE() {
+    if (held_) mu_.unlock();
+  }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
+  void Unlock() DEVPLUG_RELEASE() {
+    mu_.unlock();
+    held_ = false;
+  }
+  void Lock() DEVPLUG_ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
+
  private:
   Mutex& mu_;
+  bool held_ = true;
 };
 
 }  // namespace devplug

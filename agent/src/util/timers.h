@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include "util/mutex.h"
 
 namespace devplug {
 
@@ -31,12 +32,13 @@ class Timers {
 
  private:
   void Loop();
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::multimap<Clock::time_point, std::pair<uint64_t, std::function<void()>>> queue_;
-  std::unordered_map<uint64_t, decltype(queue_)::iterator> by_id_;
-  uint64_t next_id_ = 1;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  using Queue = std::multimap<Clock::time_point, std::pair<uint64_t, std::function<void()>>>;
+  Queue queue_ DEVPLUG_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Queue::iterator> by_id_ DEVPLUG_GUARDED_BY(mu_);
+  uint64_t next_id_ DEVPLUG_GUARDED_BY(mu_) = 1;
+  bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
