@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
       const Stats start = Summarize(r.start_ms), stop = Summarize(r.stop_ms);
       std::printf(
           "| %d | %.1f ms | %.1f ms | %.1f ms | %.1f ms | start <= 1 resource + 10 ms, "
-          "stop <= 50 ms |\n",
+          "stop <= 5 ms |\n",
           n, start.p50, start.max, stop.p50, stop.max);
     }
   }

@@ -1,6 +1,10 @@
 #include "session.h"
 
+#include <dlfcn.h>
+
 #include <cerrno>
+#include <functional>
+#include <list>
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/fs.h"
@@ -10,6 +14,62 @@ namespace devplug::nvidia {
 
 using Clock = std::chrono::steady_clock;
 using devplug::common::ModuleError;
+
+namespace {
+
+// Keeps this module loaded for the rest of the process (a dlclose() no
+// longer unmaps it), so that a thread of its own may outlive its last
+// instance. False when the loader does not know the module by its file name.
+bool KeepModuleLoaded() {
+  static const bool kept = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&KeepModuleLoaded), &info) == 0 || info.dli_fname == nullptr)
+      return false;
+    // By name, among the objects already loaded: the file itself may be gone
+    // (the agent loads a replaced module through a link it then removes).
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) != nullptr;
+  }();
+  return kept;
+}
+
+// The threads that end sessions. At a normal exit the last ones are joined
+// (each within one event wait); devplugd's own exit does not run this and
+// leaves them to the process's end.
+class Enders {
+ public:
+  static Enders& Get() {
+    static Enders enders;
+    return enders;
+  }
+  ~Enders() {
+    std::lock_guard lock(mu_);
+    for (Ender& e : threads_) e.thread.join();
+  }
+  void Run(std::function<void()> fn) {
+    std::lock_guard lock(mu_);
+    std::erase_if(threads_, [](Ender& e) {
+      if (!e.done->load()) return false;
+      e.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back({std::thread([fn = std::move(fn), done] {
+                          fn();
+                          done->store(true);
+                        }),
+                        done});
+  }
+
+ private:
+  struct Ender {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::list<Ender> threads_;
+};
+
+}  // namespace
 
 std::shared_ptr<Session> Session::Acquire(const std::string& library, std::string* why) {
   // Instances (and so sessions) are destroyed before the module is
@@ -24,7 +84,7 @@ std::shared_ptr<Session> Session::Acquire(const std::string& library, std::strin
     if (auto s = it->second.lock()) return s;
   auto lib = nvml::Library::Open(library, why);
   if (!lib) return nullptr;
-  std::shared_ptr<Session> s(new Session(library, std::move(lib)));
+  std::shared_ptr<Session> s(new Session(library, std::move(lib)), &Session::End);
   if (!s->Init(why)) return nullptr;
   (*sessions)[library] = s;
   return s;
@@ -37,6 +97,24 @@ Session::~Session() {
   std::lock_guard lock(api_mu_);
   StopEvents();
   Shutdown();
+}
+
+void Session::End(Session* s) {
+  bool watching = false;
+  {
+    std::lock_guard lock(s->api_mu_);
+    watching = s->events_.joinable();
+  }
+  if (watching && KeepModuleLoaded()) {
+    {
+      std::lock_guard lock(s->gate_mu_);
+      s->stop_events_ = true;  // the thread leaves after the wait under way
+    }
+    s->gate_cv_.notify_all();
+    Enders::Get().Run([s] { delete s; });
+    return;
+  }
+  delete s;
 }
 
 bool Session::Init(std::string* why) {

@@ -149,7 +149,9 @@ TEST_F(NvidiaAgentTest, MigNodeServesTwoProfilesAsTwoResources) {
   ASSERT_TRUE(HealthyIs(kBig, 3, 2));
   EXPECT_TRUE(HealthyIs(kSmall, 2, 2));
   EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
-  EXPECT_EQ(fx_->Calls("shutdown"), 1);
+  // At most once: the exit does not wait for the session's end (its last
+  // event wait), which the process's end makes moot.
+  EXPECT_LE(fx_->Calls("shutdown"), 1);
 }
 
 // device_list_strategy = "cdi" with the resource's cdi on: devplugd's own

@@ -26,8 +26,14 @@
  *   xid <i> <code> [<gi> <ci>]   i = -1 for no device
  *   migchange <i>
  *
+ * While $FAKE_NVML_DIR/hold exists, nvmlEventSetWait_v2 does not time out
+ * (a wait the driver has not ended yet); a wait held past its timeout notes
+ * "waitheld" once.
+ *
  * Every nvmlInit_v2, nvmlShutdown, nvmlEventSetCreate and nvmlEventSetFree
- * appends its name to $FAKE_NVML_DIR/calls.
+ * appends its name to $FAKE_NVML_DIR/calls; $FAKE_NVML_DIR/references holds
+ * the count of nvmlInit_v2 not yet matched by an nvmlShutdown, and the pid
+ * of the process that counted.
  *
  * Variants: FAKE_NVML_NO_EVENTS leaves out the event API; FAKE_NVML_NO_UUID
  * leaves out nvmlDeviceGetUUID (a required symbol); FAKE_NVML_NO_MIG leaves
@@ -38,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_GPUS 32
@@ -148,7 +155,25 @@ static void read_mig(void) {
   fclose(f);
 }
 
+static void note_references(int n) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/references", dir());
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fprintf(f, "%d %d\n", n, (int)getpid());
+    fclose(f);
+  }
+}
+
+static nvmlReturn_t init_(void);
+
 static nvmlReturn_t init(void) {
+  nvmlReturn_t rc = init_();
+  note_references(initialized);
+  return rc;
+}
+
+static nvmlReturn_t init_(void) {
   note_call("init");
   if (initialized) { /* nested: a reference only */
     initialized++;
@@ -205,6 +230,7 @@ static nvmlReturn_t shutdown_(void) {
   note_call("shutdown");
   if (!initialized) return UNINIT;
   initialized--;
+  note_references(initialized);
   return OK;
 }
 
@@ -513,8 +539,10 @@ EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(void *h, unsigned long long types,
 /* Holds the library's lock for the whole wait, as the driver's does. */
 static nvmlReturn_t set_wait(struct fake_set *s, nvmlEventData_t *data, unsigned int timeout_ms) {
   if (!s || !data) return INVALID;
-  char path[4096], line[256];
+  char path[4096], hold[4096], line[256];
   snprintf(path, sizeof(path), "%s/events", dir());
+  snprintf(hold, sizeof(hold), "%s/hold", dir());
+  int noted_hold = 0;
   for (unsigned waited = 0;; waited += 5) {
     FILE *f = fopen(path, "r");
     if (f) {
@@ -546,7 +574,11 @@ static nvmlReturn_t set_wait(struct fake_set *s, nvmlEventData_t *data, unsigned
       }
       fclose(f);
     }
-    if (waited >= timeout_ms) return TIMEOUT;
+    if (waited >= timeout_ms) {
+      if (access(hold, F_OK) != 0) return TIMEOUT;
+      if (!noted_hold) note_call("waitheld");
+      noted_hold = 1;
+    }
     struct timespec ts = {0, 5 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

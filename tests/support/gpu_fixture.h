@@ -4,13 +4,17 @@
 #pragma once
 
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
+
+#include <unistd.h>
 
 #include "sysfs_fixture.h"
 #include "test_util.h"
@@ -53,6 +57,20 @@ class GpuFixture {
     setenv("FAKE_NVML_DIR", nvml_dir_.c_str(), 1);
     WriteFile(nvml_dir_ + "/events", "");
   }
+  // The NVML sessions this process began here end on the module's own
+  // thread, after an event wait: waits (up to 20 s) until they did, so that
+  // none reaches the next fixture's folder or keeps its GPUs in the fake.
+  ~GpuFixture() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::ifstream in(nvml_dir_ + "/references");
+      int n = 0, pid = 0;
+      if (!(in >> n >> pid) || n == 0 || pid != getpid()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  GpuFixture(const GpuFixture&) = delete;
+  GpuFixture& operator=(const GpuFixture&) = delete;
 
   // Adds the GPUs everywhere: PCI function, /dev/nvidia<minor>, procfs
   // entry, and the NVML script; plus the control nodes. `extra` lines go to
@@ -172,6 +190,24 @@ class GpuFixture {
     int n = 0;
     for (std::string line; std::getline(in, line);) n += line == call;
     return n;
+  }
+
+  // Polls until the fake NVML saw `call` at least `n` times (within 20 s).
+  bool WaitCalls(const std::string& call, int n) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Calls(call) < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
+
+  // While held, the fake NVML's event waits do not time out.
+  void HoldEventWaits(bool hold) {
+    if (hold)
+      std::ofstream(nvml_dir_ + "/hold") << "held\n";
+    else
+      std::filesystem::remove(nvml_dir_ + "/hold");
   }
 
   const std::string& nvml_dir() const { return nvml_dir_; }
