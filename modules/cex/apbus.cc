@@ -109,6 +109,13 @@ ApBus ScanApBus(const HostRoot& root) {
   bus.present = true;
   auto entries = ap->List("card");
   if (!entries) return bus;
+  // The queues cex4queue holds, from the driver's folder (the driver core
+  // links each bound device there by its name): one directory read, where
+  // a queue's own `driver` link costs a path walk each. A queue not named
+  // there (bound elsewhere, or since the listing) reads its link.
+  std::vector<std::string> held;
+  if (auto drv = common::Dir::Open(root.Path("/sys/bus/ap/drivers/cex4queue")))
+    held = drv->List().value_or(std::vector<std::string>{});
   for (const std::string& name : *entries) {
     if (name.size() != 6) continue;
     auto adapter = Hex(name.substr(4));
@@ -125,7 +132,10 @@ ApBus ScanApBus(const HostRoot& root) {
         GenerationOf(hwtype ? std::optional<int64_t>(*hwtype) : std::nullopt, card.type);
     card.mode = ModeOf(functions ? std::optional<uint32_t>(*functions) : std::nullopt, card.type);
     card.online = Flag(*dir, "online").value_or(false);
-    card.config = Flag(*dir, "config").value_or(true);
+    // zcrypt's card and queue `online` read as config && online: an online
+    // one is configured, and a rescan skips one read per queue (not so for
+    // chkstop, which `online` does not include).
+    card.config = card.online || Flag(*dir, "config").value_or(true);
     card.chkstop = Flag(*dir, "chkstop").value_or(false);
     bus.cards.push_back(card);
     if (!card.bound) {
@@ -142,7 +152,9 @@ ApBus ScanApBus(const HostRoot& root) {
       if (!apqn) continue;
       Queue q;
       q.apqn = *apqn;
-      q.driver = dir->LinkName((qname + "/driver").c_str()).value_or("");
+      q.driver = std::binary_search(held.begin(), held.end(), qname)
+                     ? "cex4queue"
+                     : dir->LinkName((qname + "/driver").c_str()).value_or("");
       if (q.driver != "cex4queue") {
         bus.skipped.push_back(qname + ": " +
                               (q.driver.empty() ? "bound to no driver" : "bound to " + q.driver));
@@ -156,7 +168,7 @@ ApBus ScanApBus(const HostRoot& root) {
         continue;
       }
       q.online = *online;
-      q.config = Flag(*dir, qname + "/config").value_or(true);
+      q.config = q.online || Flag(*dir, qname + "/config").value_or(true);
       q.chkstop = Flag(*dir, qname + "/chkstop").value_or(false);
       bus.queues.push_back(q);
     }

@@ -89,9 +89,25 @@ class CexFixture {
     Attr(dir, "request_count", "0");
     Attr(dir, "interrupt", "Interrupts enabled.");
     if (q.driver == "cex4queue") Attr(dir, "online", q.online);
-    if (!q.driver.empty())
-      fs::create_symlink("../../../../bus/ap/drivers/" + q.driver, dir + "/driver");
+    Bind(adapter, q.domain, q.driver);
     fs::create_symlink("../../../../bus/ap", dir + "/subsystem");
+  }
+  // Binds a queue to `driver` ("" unbinds it), as the driver core does: the
+  // queue's `driver` link, and the driver's link named after the queue.
+  void Bind(int adapter, int domain, const std::string& driver) {
+    namespace fs = std::filesystem;
+    const std::string dir = QueueDir(adapter, domain);
+    const std::string name = Hex(adapter, 2) + "." + Hex(domain, 4);
+    std::error_code ec;
+    const fs::path old = fs::read_symlink(dir + "/driver", ec);
+    if (!ec) {
+      fs::remove(root_ + "/sys/bus/ap/drivers/" + old.filename().string() + "/" + name);
+      fs::remove(dir + "/driver");
+    }
+    if (driver.empty()) return;
+    fs::create_symlink("../../../../bus/ap/drivers/" + driver, dir + "/driver");
+    fs::create_symlink("../../../../devices/ap/card" + Hex(adapter, 2) + "/" + name,
+                       root_ + "/sys/bus/ap/drivers/" + driver + "/" + name);
   }
   // Changes one attribute of a card ("online") or queue, as the kernel does
   // (no uevent here: the test sends one or not).

@@ -203,9 +203,9 @@ TEST_F(CexModuleTest, AVfioApQueueOrMissingAttributesNeverBreakTheScan) {
   EXPECT_TRUE(Find(*(*inst)->devices(), "03.0006")->healthy);
   // The queue leaves for vfio_ap: it leaves the list, the others stay.
   fx_.AddCard({.adapter = 7, .queues = {{.domain = 6}}});
-  std::filesystem::remove(fx_.QueueDir(3, 6) + "/driver");
-  std::filesystem::create_symlink("../../../../bus/ap/drivers/vfio_ap",
-                                  fx_.QueueDir(3, 6) + "/driver");
+  fx_.Bind(3, 6, "vfio_ap");
+  // A queue bound after the driver's folder was listed: its own link counts.
+  std::filesystem::remove(dir_.path() + "/sys/bus/ap/drivers/cex4queue/07.0006");
   fx_.SetQueue(3, 6, "online", "");
   Event(**inst, "unbind", "03.0006");
   EXPECT_EQ(Ids(*(*inst)->devices()), Strings{"07.0006"});
@@ -218,6 +218,7 @@ TEST_F(CexModuleTest, EveryHealthReason) {
   fx_.SetCard(3, "config", "0");
   fx_.SetCard(3, "online", "0");  // the kernel's card online includes config
   fx_.SetQueue(4, 6, "config", "0");
+  fx_.SetQueue(4, 6, "online", "0");  // so does the queue's
   fx_.SetCard(5, "chkstop", "1");
   auto inst = Open("");
   ASSERT_TRUE(inst.ok()) << inst.status().message();

@@ -51,6 +51,31 @@ Result<std::string> ReadFd(int fd, const std::string& dir, const char* name) {
   return out;
 }
 
+// A number's attribute: one read() where ReadFd needs two. A read shorter
+// than asked is the whole value (sysfs makes an attribute in one show(), and
+// a regular file's read is short only at its end); a longer text goes on
+// through ReadFd.
+Result<std::string> ReadNumberFd(int fd, const std::string& dir, const char* name) {
+  char buf[64];
+  ssize_t n;
+  do n = read(fd, buf, sizeof(buf));
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    int e = errno;
+    close(fd);
+    return Err(e, name ? Join(dir, name) : dir);
+  }
+  std::string out(buf, static_cast<size_t>(n));
+  if (static_cast<size_t>(n) == sizeof(buf)) {
+    auto rest = ReadFd(fd, dir, name);
+    if (!rest.ok()) return rest;
+    return out + *rest;
+  }
+  close(fd);
+  out.resize(TrimRight(out).size());
+  return out;
+}
+
 Result<int64_t> ToInt(Result<std::string> r, const std::string& path) {
   if (!r.ok()) return r.error();
   if (auto v = ParseInt(*r)) return *v;
@@ -279,14 +304,18 @@ Result<std::string> Dir::Read(const char* name) const {
 }
 
 Result<int64_t> Dir::ReadInt(const char* name) const {
-  auto r = Read(name);
+  int fd = openat(fd_, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Err(errno, Join(path_, name));
+  auto r = ReadNumberFd(fd, path_, name);
   if (!r.ok()) return r.error();
   if (auto v = ParseInt(*r)) return *v;
   return Err(EINVAL, Join(path_, name), "not a decimal integer: \"" + r.value() + "\"");
 }
 
 Result<uint32_t> Dir::ReadHex(const char* name) const {
-  auto r = Read(name);
+  int fd = openat(fd_, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Err(errno, Join(path_, name));
+  auto r = ReadNumberFd(fd, path_, name);
   if (!r.ok()) return r.error();
   if (auto v = ParseHex(*r)) return *v;
   return Err(EINVAL, Join(path_, name), "not a hex number: \"" + r.value() + "\"");
