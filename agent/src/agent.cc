@@ -62,7 +62,8 @@ Status Agent::Start() {
   if (Status st = TakeInstanceLock(); !st.ok()) return st;
   // Watch before the first registration so a kubelet that starts meanwhile
   // is not missed.
-  if (Status st = watch_.Start(config_.plugin_dir); !st.ok()) return st;
+  if (Status st = kubelet_.Start(config_.plugin_dir, config_.plugins_registry_dir); !st.ok())
+    return st;
   // A change during our own start is a change too.
   UpdateConfigWatch();
   hotplug_.OpenPathWatch();
@@ -85,7 +86,7 @@ Status Agent::Start() {
   }
 
   for (size_t i = 0; i < config_.resources.size(); ++i)
-    resources_.push_back(NewResource(config_.resources[i], i));
+    resources_.Add(NewResource(config_.resources[i], i));
   RemoveStaleSockets();
   RemoveStaleSpecs();
   // Load every module first: their subsystems make up the udev filter, and
@@ -251,9 +252,9 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[7] = {{signal_fd, POLLIN, 0},          {watch_.fd(), POLLIN, 0},
+    pollfd fds[7] = {{signal_fd, POLLIN, 0},          {kubelet_.plugin_dir_fd(), POLLIN, 0},
                      {mailbox_->fd(), POLLIN, 0},     {hotplug_.udev_fd(), POLLIN, 0},
-                     {hotplug_.path_fd(), POLLIN, 0}, {registry_watch_.fd(), POLLIN, 0},
+                     {hotplug_.path_fd(), POLLIN, 0}, {kubelet_.registry_fd(), POLLIN, 0},
                      {config_watch_.fd(), POLLIN, 0}};
     const int n = poll(fds, 7, timeout_ms);
     if (n < 0 && errno != EINTR) {
@@ -270,37 +271,17 @@ int Agent::Run(int signal_fd) {
         if (si.ssi_signo == SIGHUP) BeginReload();
       }
     }
-    if (fds[1].revents & POLLIN) {
-      kubelet::PluginDirWatch::Events ev = watch_.Drain();
-      if (ev.dir_gone) plugin_dir_lost_ = true;
-      if (!plugin_dir_lost_) {
-        if (ev.kubelet_socket_created) OnKubeletRestart();
-        for (const std::string& name : ev.removed)
-          for (auto& r : resources_)
-            if (r->cfg().registration == RegistrationMode::kKubelet && name == r->cfg().socket)
-              r->registrar().OnSocketRemoved();
-      }
-    }
-    if (fds[5].revents & POLLIN) {
-      // Our sockets in plugins_registry; the kubelet never removes them.
-      // The folder itself gone: every socket in it is, and each is served
-      // again (the next serve watches the folder anew, making it if needed).
-      const kubelet::PluginDirWatch::Events ev = registry_watch_.Drain();
-      for (auto& r : resources_) {
-        if (r->cfg().registration != RegistrationMode::kPluginWatcher) continue;
-        if (ev.dir_gone || std::count(ev.removed.begin(), ev.removed.end(), r->cfg().socket) > 0)
-          r->registrar().OnSocketRemoved();
-      }
-    }
+    if (fds[1].revents & POLLIN) kubelet_.DrainPluginDir();
+    if (fds[5].revents & POLLIN) kubelet_.DrainRegistry();
     if (fds[6].revents & POLLIN) config_watch_.Drain(Clock::now());
     if (config_watch_.Changed(Clock::now())) BeginReload("configuration files changed");
     if (fds[3].revents & POLLIN) hotplug_.DrainUdev();
     if (fds[4].revents & POLLIN) hotplug_.DrainPaths();
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
-    if (!plugin_dir_lost_) FireTimers();
+    if (!kubelet_.lost()) FireTimers();
     if (!reload_ && reload_again_) BeginReload(*std::exchange(reload_again_, std::nullopt));
-    if (plugin_dir_lost_) {
+    if (kubelet_.lost()) {
       // A directory created anew (kubeadm reset, an operator) is a
       // different directory: under systemd's ProtectSystem= our view of it
       // is read-only, and a hostPath mount would still show the old one.
@@ -325,8 +306,7 @@ void Agent::Shutdown() {
   // Ahead of any load on the node: each thread must run once more to end.
   RaiseExitPriority(kExitNice);
   sd::Notify("STOPPING=1");
-  watch_.StopWatching();
-  registry_watch_.StopWatching();
+  kubelet_.StopWatching();
   config_watch_.Stop();
   // Nothing reaches the main loop any more: a status request still waiting
   // learns that devplugd stops.
@@ -341,7 +321,7 @@ void Agent::Shutdown() {
   exposer_.reset();
   // A reload under way is dropped; its new resources stop with the rest.
   if (reload_) {
-    for (auto& r : reload_->staged()) resources_.push_back(std::move(r));
+    for (auto& r : reload_->staged()) resources_.Add(std::move(r));
     reload_.reset();
   }
   for (auto& r : resources_) r->Withdraw(/*exiting=*/true);
@@ -374,14 +354,7 @@ void Agent::Shutdown() {
   registers_.WaitNone();
   // Resources a reload retired: their threads end within their own
   // deadline, or are left to run out with the process at ours.
-  for (Retiring& t : retiring_) {
-    while (!t.done->load() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
-    if (t.done->load())
-      t.thread.join();
-    else
-      t.thread.detach();
-  }
-  retiring_.clear();
+  resources_.WaitRetired(deadline);
   mailbox_->Close();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::info("stopped in {:.1f} ms (servers {:.1f} ms, modules {:.1f} ms)", ms(Clock::now() - t0),
@@ -401,8 +374,7 @@ std::unique_ptr<Resource> Agent::NewResource(const config::ResourceConfig& cfg, 
 }
 
 Resource* Agent::ById(uint64_t id) {
-  for (auto& r : resources_)
-    if (r->id() == id) return r.get();
+  if (Resource* r = resources_.ById(id)) return r;
   return reload_ ? reload_->Find(id) : nullptr;
 }
 
@@ -435,54 +407,22 @@ void Agent::TryStart(Resource& r) {
 
 // ---- the kubelet ----------------------------------------------------------------------------
 
-std::string Agent::KubeletSocketPath() const {
-  return StrCat(config_.plugin_dir, "/", kubelet::kKubeletSocketName);
+std::vector<kubelet::KubeletWatch::Registration> Agent::Registrations() {
+  std::vector<kubelet::KubeletWatch::Registration> out;
+  for (const auto& r : resources_)
+    out.push_back(
+        {r->cfg().registration, r->cfg().socket, &r->registrar(), r->instance() != nullptr});
+  return out;
 }
 
-std::optional<Agent::KubeletId> Agent::KubeletSocketIdentity() const {
-  struct stat st;
-  if (stat(KubeletSocketPath().c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return std::nullopt;
-  return std::make_pair(
-      static_cast<uint64_t>(st.st_ino),
-      static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec);
-}
-
-bool Agent::PluginDirGone() {
-  if (watch_.Gone()) plugin_dir_lost_ = true;
-  return plugin_dir_lost_;
-}
-
-Status Agent::WatchRegistry() {
-  // The folder is the kubelet's, which never removes it; watch it for
-  // our sockets removed behind our back (made when missing). Removed and
-  // made again by someone, it is another folder: watched anew, or later
-  // removals of our socket would go unnoticed.
-  if (registry_watch_.fd() >= 0 && !registry_watch_.Gone()) return OkStatus();
-  return registry_watch_.Start(config_.plugins_registry_dir);
-}
-
-void Agent::OnKubeletRestart() {
-  const auto kubelet = KubeletSocketIdentity();
-  if (!kubelet) return;  // already gone again; its successor will tell us
-  bool said = false;
-  for (auto& r : resources_) {
-    if (!r->instance()) continue;
-    // Already registered, or registering, with this very kubelet: a
-    // kubelet.sock that appeared during our own start, or a retry that got
-    // there first. Once per kubelet.sock identity.
-    if (r->registrar().WithKubelet(kubelet)) continue;
-    if (!said) {
-      spdlog::info("kubelet.sock created: the kubelet (re)started{}",
-                   r->cfg().registration == RegistrationMode::kKubelet
-                       ? "; serving and registering again"
-                       : "; its plugin watcher finds our sockets by itself");
-      // Its pod list may be incomplete for a while: no release meanwhile.
-      releases_.OnKubeletRestart(Clock::now());
-      metrics_->KubeletRestart();
-    }
-    said = true;
-    r->registrar().OnKubeletRestart();
-  }
+void Agent::KubeletRestarted(const kubelet::KubeletWatch::Registration& first) {
+  spdlog::info("kubelet.sock created: the kubelet (re)started{}",
+               first.mode == RegistrationMode::kKubelet
+                   ? "; serving and registering again"
+                   : "; its plugin watcher finds our sockets by itself");
+  // Its pod list may be incomplete for a while: no release meanwhile.
+  releases_.OnKubeletRestart(Clock::now());
+  metrics_->KubeletRestart();
 }
 
 // ---- PodResources Lists and the release trackers ----------------------------------------------

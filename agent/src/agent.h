@@ -10,12 +10,15 @@
 //                      its share of a List; over Resource::Services (the agent)
 //   hotplug.h          class Hotplug: the udev filter, which resource hears
 //                      which event; the Agent is its Targets
-//   reload.h           class Reload: what a new configuration changes, and the
-//                      reload under way; agent_reload.cc applies it
+//   reload.h           class Reload: what a new configuration changes, the
+//                      reload under way, its commit; agent_reload.cc asks
+//   resource_set.h     class ResourceSet: the resources served, and retired
 //   mailbox.h          how other threads reach the main loop
 //   agent_status.cc    the view ops/status_report.h makes STATUS= and the status
 //                      JSON of; control answers
-// The registration state machine is kubelet::Registrar (kubelet/registrar.h).
+// The registration state machine is kubelet::Registrar (kubelet/registrar.h);
+// what the kubelet's folders say reaches each registration through
+// kubelet::KubeletWatch (kubelet/kubelet_watch.h).
 //
 // Thread safety: Start(), Run() and the destructor are called from the main
 // thread. Other threads (gRPC, module workers) only reach the agent through
@@ -35,6 +38,7 @@
 #include "config/config.h"
 #include "config/config_watch.h"
 #include "hotplug.h"
+#include "kubelet/kubelet_watch.h"
 #include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_resources.h"
 #include "lifecycle/release_coordinator.h"
@@ -44,6 +48,7 @@
 #include "ops/status_report.h"
 #include "reload.h"
 #include "resource.h"
+#include "resource_set.h"
 #include "util/in_flight.h"
 #include "util/instance_lock.h"
 #include "util/status.h"
@@ -70,7 +75,9 @@ inline constexpr std::chrono::milliseconds kDraStopTimeout{700};
 // The nice value every thread takes once a stop begins (util/exit_priority.h).
 inline constexpr int kExitNice = -10;
 
-class Agent final : private Hotplug::Targets, private Resource::Services {
+class Agent final : private Hotplug::Targets,
+                    private Resource::Services,
+                    private kubelet::KubeletWatch::Targets {
  public:
   struct Options {
     std::string version = "unknown";
@@ -130,10 +137,10 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   void RescanAll() override;
   // Resource::Services
   const config::AgentConfig& running() const override { return config_; }
-  std::string KubeletSocketPath() const override;
-  std::optional<KubeletId> KubeletSocketIdentity() const override;
-  bool PluginDirGone() override;
-  Status WatchRegistry() override;
+  std::string KubeletSocketPath() const override { return kubelet_.SocketPath(); }
+  std::optional<KubeletId> KubeletSocketIdentity() const override { return kubelet_.Identity(); }
+  bool PluginDirGone() override { return kubelet_.Lost(); }
+  Status WatchRegistry() override { return kubelet_.WatchRegistry(); }
   const std::shared_ptr<Mailbox>& mailbox() const override { return mailbox_; }
   Timers& timers() override { return timers_; }
   const std::shared_ptr<kubelet::PodResourcesClient>& pods() const override { return pods_; }
@@ -145,7 +152,9 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   // holds it; a folder that cannot be written only costs a warning.
   Status TakeInstanceLock();
   // ---- serving and registering ----
-  void OnKubeletRestart();
+  // kubelet::KubeletWatch::Targets
+  std::vector<kubelet::KubeletWatch::Registration> Registrations() override;
+  void KubeletRestarted(const kubelet::KubeletWatch::Registration& first) override;
   // Sockets an earlier devplugd left behind (killed, or its pod deleted
   // without a clean exit) for resources this configuration does not have:
   // the kubelet's plugin watcher would keep probing them.
@@ -169,9 +178,6 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   // config_ is the new configuration: applies what changed since `previous`
   // to every resource.
   void ApplyAgentKeys(const config::AgentConfig& previous);
-  // Stops a resource for good without waiting for its module: a thread
-  // waits for it and then frees everything (or leaks it, if it hangs).
-  void Retire(std::unique_ptr<Resource> r);
 
   // ---- status and metrics ----
   void OnControl(const std::shared_ptr<ops::ControlCall>& call);
@@ -203,25 +209,18 @@ class Agent final : private Hotplug::Targets, private Resource::Services {
   // changed again): what asked, run as soon as that one ends.
   std::optional<const char*> reload_again_;
   std::string reload_error_;  // the last reload's first error ("" after one that worked)
-  // Retired resources' stop threads; joined (within start_timeout) at shutdown.
-  struct Retiring {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Retiring> retiring_;
   // One PodResources client for every resource; shared with module workers
   // (pod_of), which may outlive the agent when given up.
   const std::shared_ptr<kubelet::PodResourcesClient> pods_;
   lifecycle::ReleaseCoordinator releases_;
   // Call deadlines; declared before the resources so it outlives them.
   Timers timers_;
-  std::vector<std::unique_ptr<Resource>> resources_;
-  kubelet::PluginDirWatch watch_;
+  // Serving, and retired while their modules stop.
+  ResourceSet resources_;
+  // The kubelet's folders (its removed device-plugins folder ends Run with
+  // kExitPluginDirLost), routed to each resource's registration.
+  kubelet::KubeletWatch kubelet_{this};
   ConfigWatch config_watch_;
-  // plugins_registry, watched once a resource serves there.
-  kubelet::PluginDirWatch registry_watch_;
-  // The plugin directory was removed: Run ends with kExitPluginDirLost.
-  bool plugin_dir_lost_ = false;
   // Uevents and module path watches, routed to the resources (hotplug.h).
   Hotplug hotplug_{this, metrics_};
   uint64_t next_id_ = 1;

@@ -15,17 +15,6 @@
 #include "util/systemd.h"
 
 namespace devplug {
-namespace {
-
-using std::chrono::milliseconds;
-
-// A changed resource registers again this long after its old stream ended,
-// so that the kubelet has seen the end before the new registration: a
-// kubelet that handles the old stream's end late drops a registration that
-// came first (kubelet-contract §3.7). The same wait as after any stream end.
-constexpr milliseconds kReloadRegisterDelay{1000};
-
-}  // namespace
 
 void Agent::BeginReload(const char* why) {
   if (reload_) {
@@ -75,11 +64,7 @@ void Agent::BeginReload(const char* why) {
                    r->module()->path());
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<Resource>> staged;
-  auto running_of = [&](const std::string& name) -> const Resource* {
-    auto old = std::find_if(resources_.begin(), resources_.end(),
-                            [&](const auto& o) { return o->cfg().name == name; });
-    return old != resources_.end() ? old->get() : nullptr;
-  };
+  auto running_of = [&](const std::string& name) { return resources_.ByName(name); };
   for (size_t i : plan->stage) {
     auto r = NewResource(next->resources[i], i, /*staged=*/true);
     if (Status st = r->LoadModule(running_of(r->cfg().name)); !st.ok())
@@ -131,9 +116,8 @@ void Agent::FinishReload() {
   if (!reload_ || !reload_->Ready(Clock::now())) return;
   const std::vector<std::string> errors = reload_->Errors();
   if (!errors.empty()) {
-    std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged());
-    reload_.reset();
-    for (auto& r : staged) Retire(std::move(r));
+    std::unique_ptr<Reload> failed = std::move(reload_);
+    failed->Abandon(resources_, *metrics_, Clock::now() + config_.start_timeout);
     FailReload(StrJoin(errors, "\n"));
     return;
   }
@@ -168,69 +152,15 @@ void Agent::FailReload(const std::string& why) {
 }
 
 void Agent::CommitReload() {
-  std::vector<std::unique_ptr<Resource>> staged = std::move(reload_->staged());
+  std::unique_ptr<Reload> reload = std::move(reload_);
   // From here on config_ is the new configuration: the servers,
   // registrations and trackers of new resources take its values.
-  const config::AgentConfig previous = std::exchange(config_, reload_->TakeConfig());
-  reload_.reset();
-
-  std::vector<std::unique_ptr<Resource>> serving;
-  std::vector<std::string> added, changed, removed, unchanged;
-  bool list_now = false;
-  for (size_t i = 0; i < config_.resources.size(); ++i) {
-    const config::ResourceConfig& cfg = config_.resources[i];
-    auto take = [&](std::vector<std::unique_ptr<Resource>>& from) -> std::unique_ptr<Resource> {
-      auto it = std::find_if(from.begin(), from.end(),
-                             [&](const auto& r) { return r && r->cfg().name == cfg.name; });
-      if (it == from.end()) return nullptr;
-      std::unique_ptr<Resource> r = std::move(*it);
-      from.erase(it);
-      return r;
-    };
-    std::unique_ptr<Resource> fresh = take(staged), old = take(resources_);
-    if (!fresh) {  // unchanged: not touched at all
-      old->Renumber(i, cfg);
-      unchanged.push_back(cfg.name);
-      serving.push_back(std::move(old));
-      continue;
-    }
-    fresh->Commit();
-    // An added resource's first List is the truth about what is held (a
-    // carried tracker has seen one already; one more costs nothing).
-    if (fresh->tracking()) list_now = true;
-    if (old) old->HandOver(*fresh);
-    metrics_->Adopt(fresh->metrics(), old ? old->metrics() : nullptr);
-    if (old) {
-      changed.push_back(cfg.name);
-      // The old stream ends first; the new registration follows once the
-      // kubelet has seen that end.
-      // (At the same path the new server's socket replaces it.)
-      if (old->socket_path() != fresh->socket_path())
-        old->Withdraw();
-      else
-        old->StopServer();
-      Retire(std::move(old));
-      fresh->registrar().StartAfter(kReloadRegisterDelay);
-    } else {
-      added.push_back(cfg.name);
-      fresh->registrar().Start();
-    }
-    // Uevents reach it only from now on: one scan sees what changed since
-    // its first one.
-    fresh->instance()->RequestRescan(ops::ScanCause::kEvent);
-    spdlog::info("resource \"{}\": module \"{}\" {} from {}", cfg.name, fresh->module()->name(),
-                 fresh->module()->version(), fresh->module()->path());
-    serving.push_back(std::move(fresh));
-  }
-  for (auto& old : resources_) {
-    removed.push_back(old->cfg().name);
-    old->Withdraw();
-    Retire(std::move(old));
-  }
-  resources_ = std::move(serving);
+  const config::AgentConfig previous = std::exchange(config_, reload->TakeConfig());
+  const Reload::Outcome out =
+      reload->Commit(config_, resources_, *metrics_, Clock::now() + config_.start_timeout);
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
-  if (list_now) SchedulePodList(true);
+  if (out.list_now) SchedulePodList(true);
   UpdateHotplug();
   std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)
@@ -239,8 +169,8 @@ void Agent::CommitReload() {
   auto names = [](const std::vector<std::string>& v) {
     return v.empty() ? std::string("none") : StrJoin(v, ", ");
   };
-  spdlog::info("reloaded: {} unchanged; added: {}; changed: {}; removed: {}", unchanged.size(),
-               names(added), names(changed), names(removed));
+  spdlog::info("reloaded: {} unchanged; added: {}; changed: {}; removed: {}", out.unchanged.size(),
+               names(out.added), names(out.changed), names(out.removed));
   reload_error_.clear();
   UpdateConfigWatch();
   metrics_->Reload(true);
@@ -264,31 +194,6 @@ void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
   bool list_now = false;
   for (auto& r : resources_) list_now |= r->ApplyAgentKeys(config_, releases_);
   if (list_now) SchedulePodList(true);
-}
-
-void Agent::Retire(std::unique_ptr<Resource> r) {
-  metrics_->Remove(r->metrics());
-  r->RequestStop();
-  // A module may take a while to destroy(): a thread waits for it, so the
-  // main loop keeps serving. Stuck past the deadline, the instance and what
-  // it may still touch (the resource's hub) are left to it.
-  const auto deadline = Clock::now() + config_.start_timeout;
-  std::erase_if(retiring_, [](Retiring& t) {
-    if (!t.done->load()) return false;
-    t.thread.join();
-    return true;
-  });
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  retiring_.push_back({std::thread([r = std::move(r), deadline, done]() mutable {
-                         if (!r->StopModule(deadline)) {
-                           spdlog::error("resource \"{}\": module did not stop; abandoning it",
-                                         r->cfg().name);
-                           (void)r.release();
-                         }
-                         r.reset();
-                         done->store(true);
-                       }),
-                       done});
 }
 
 }  // namespace devplug

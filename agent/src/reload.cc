@@ -2,7 +2,18 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 namespace devplug {
+namespace {
+
+// A changed resource registers again this long after its old stream ended,
+// so that the kubelet has seen the end before the new registration: a
+// kubelet that handles the old stream's end late drops a registration that
+// came first (kubelet-contract §3.7). The same wait as after any stream end.
+constexpr std::chrono::milliseconds kReloadRegisterDelay{1000};
+
+}  // namespace
 
 bool Reload::SameResource(const config::ResourceConfig& a, const config::ResourceConfig& b) {
   if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
@@ -99,6 +110,76 @@ std::vector<std::string> Reload::Errors() {
     if (!r->failure().ok()) errors.push_back(r->failure().message());
   }
   return errors;
+}
+
+Reload::Outcome Reload::Commit(const config::AgentConfig& next, ResourceSet& running,
+                               ops::Metrics& metrics, Clock::time_point retire_by) {
+  std::vector<std::unique_ptr<Resource>> staged = std::move(staged_);
+  auto take_staged = [&](const std::string& name) -> std::unique_ptr<Resource> {
+    auto it = std::find_if(staged.begin(), staged.end(),
+                           [&](const auto& r) { return r && r->cfg().name == name; });
+    if (it == staged.end()) return nullptr;
+    std::unique_ptr<Resource> r = std::move(*it);
+    staged.erase(it);
+    return r;
+  };
+  auto retire = [&](std::unique_ptr<Resource> r) {
+    metrics.Remove(r->metrics());
+    running.Retire(std::move(r), retire_by);
+  };
+  Outcome out;
+  ResourceSet::List serving;
+  for (size_t i = 0; i < next.resources.size(); ++i) {
+    const config::ResourceConfig& cfg = next.resources[i];
+    std::unique_ptr<Resource> fresh = take_staged(cfg.name), old = running.Take(cfg.name);
+    if (!fresh) {  // unchanged: not touched at all
+      old->Renumber(i, cfg);
+      out.unchanged.push_back(cfg.name);
+      serving.push_back(std::move(old));
+      continue;
+    }
+    fresh->Commit();
+    // An added resource's first List is the truth about what is held (a
+    // carried tracker has seen one already; one more costs nothing).
+    if (fresh->tracking()) out.list_now = true;
+    if (old) old->HandOver(*fresh);
+    metrics.Adopt(fresh->metrics(), old ? old->metrics() : nullptr);
+    if (old) {
+      out.changed.push_back(cfg.name);
+      // The old stream ends first; the new registration follows once the
+      // kubelet has seen that end. (At the same path the new server's
+      // socket replaces it.)
+      if (old->socket_path() != fresh->socket_path())
+        old->Withdraw();
+      else
+        old->StopServer();
+      retire(std::move(old));
+      fresh->registrar().StartAfter(kReloadRegisterDelay);
+    } else {
+      out.added.push_back(cfg.name);
+      fresh->registrar().Start();
+    }
+    // Uevents reach it only from now on: one scan sees what changed since
+    // its first one.
+    fresh->instance()->RequestRescan(ops::ScanCause::kEvent);
+    spdlog::info("resource \"{}\": module \"{}\" {} from {}", cfg.name, fresh->module()->name(),
+                 fresh->module()->version(), fresh->module()->path());
+    serving.push_back(std::move(fresh));
+  }
+  for (auto& old : running.TakeAll()) {
+    out.removed.push_back(old->cfg().name);
+    old->Withdraw();
+    retire(std::move(old));
+  }
+  for (auto& r : serving) running.Add(std::move(r));
+  return out;
+}
+
+void Reload::Abandon(ResourceSet& running, ops::Metrics& metrics, Clock::time_point retire_by) {
+  for (auto& r : std::exchange(staged_, {})) {
+    metrics.Remove(r->metrics());
+    running.Retire(std::move(r), retire_by);
+  }
 }
 
 }  // namespace devplug

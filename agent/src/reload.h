@@ -5,10 +5,10 @@
 // whose table is the same (wherever it is written) and whose module file was
 // not replaced keeps running untouched; an added or changed one is staged:
 // created and scanned beside the running ones, under the new configuration.
-// Keys only a restart can change refuse the whole reload. The agent commits
-// once every staged resource is created (Ready), or keeps the old
-// configuration whole when one failed (Errors); docs/design.md, "Reload,
-// status, metrics".
+// Keys only a restart can change refuse the whole reload. Once every staged
+// resource is created (Ready), Commit puts them in the running set in place
+// of what they replace, or, when one failed (Errors), Abandon keeps the old
+// configuration whole; docs/design.md, "Reload, status, metrics".
 //
 // Thread safety: not thread-safe; the agent's main thread owns it.
 #pragma once
@@ -22,7 +22,9 @@
 
 #include "config/config.h"
 #include "modules/loaded_module.h"
+#include "ops/metrics.h"
 #include "resource.h"
+#include "resource_set.h"
 #include "util/status.h"
 
 namespace devplug {
@@ -75,6 +77,25 @@ class Reload {
   // Gives up the staged resources still starting; then the failures of
   // them all, one message each (none: the reload can commit).
   std::vector<std::string> Errors();
+
+  // What a commit changed, by resource name.
+  struct Outcome {
+    std::vector<std::string> added, changed, removed, unchanged;
+    // A resource that tracks releases came: a PodResources List is due now.
+    bool list_now = false;
+  };
+  // Serves the staged resources: `running` becomes `next`'s resources, in
+  // its order. An unchanged one is not touched. A changed one takes over
+  // its predecessor's release state, and registers once the kubelet has
+  // seen the old stream end. What was replaced or removed is retired
+  // (until `retire_by`). Call it with config() taken: the agent's running
+  // configuration is `next` by then, since new servers and registrations
+  // read their values from it.
+  Outcome Commit(const config::AgentConfig& next, ResourceSet& running, ops::Metrics& metrics,
+                 Clock::time_point retire_by);
+  // The reload failed: its staged resources are retired, nothing that
+  // runs is touched.
+  void Abandon(ResourceSet& running, ops::Metrics& metrics, Clock::time_point retire_by);
 
  private:
   config::AgentConfig config_;
