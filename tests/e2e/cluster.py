@@ -209,6 +209,11 @@ state = "{run}/containerd"
   address = "{run}/containerd.sock"
 [ttrpc]
   address = "{run}/containerd.sock.ttrpc"
+# The shims' sockets in the node's own state folder, which `down` removes
+# (by default they go to the host's /run/containerd/s, where a shim that
+# `down` kills leaves its socket). At most 42 characters.
+[plugins.'io.containerd.shim.v1.manager']
+  socket_dir = "{run}/s"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
@@ -460,6 +465,10 @@ class Cluster:
         for d in ["logs", "pids"]:
             os.makedirs(f"{WORK}/{d}")
         os.makedirs(RUN, exist_ok=True)
+        # The DaemonSet's hostPath makes /run/udev where no udevd runs; what
+        # lands in it then is this cluster's, and `down` removes it.
+        if not os.path.exists("/run/udev"):
+            open(f"{WORK}/run-udev-absent", "w").close()
         make_pki(len(self.nodes))
         run("ip", "link", "add", BRIDGE, "type", "bridge")
         run("ip", "addr", "add", f"{API_IP}/24", "dev", BRIDGE)
@@ -609,6 +618,8 @@ def down(quiet=False):
         time.sleep(0.1)
     # Host folders that exist only because a node's mount namespace made its
     # mount points: removed when empty (never one that was there before).
+    if os.path.exists(f"{WORK}/run-udev-absent"):
+        shutil.rmtree("/run/udev", ignore_errors=True)
     created = []
     if os.path.exists(f"{WORK}/host-dirs"):
         with open(f"{WORK}/host-dirs") as f:
