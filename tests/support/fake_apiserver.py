@@ -15,6 +15,9 @@ For the tests, under /_fake/:
   POST /_fake/conflicts?count=N   the next N PUTs answer 409 Conflict
   POST /_fake/continue?token=T    every list page from now on says
                                   "continue": T (a server that never ends)
+  POST /_fake/prune?key=K         a written object loses every field named
+                                  K, at any depth (a server that does not
+                                  know the field)
   GET  /_fake/requests            every request so far: method, path, query,
                                   authorization
 Usage: fake_apiserver.py --port-file F [--cert C --key K] [--token-file T]
@@ -55,6 +58,15 @@ def split(path):
     if len(rest) == 2:
         return "/" + "/".join(head + rest[:1]), rest[1]
     return None, None
+
+
+def prune(obj, keys):
+    """`obj` without the fields named in `keys`, at any depth."""
+    if isinstance(obj, dict):
+        return {k: prune(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [prune(v, keys) for v in obj]
+    return obj
 
 
 def field(obj, dotted):
@@ -123,6 +135,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/_fake/continue":
             STATE["continue"] = query["token"][0]
             return 200, {}
+        if path == "/_fake/prune":
+            STATE.setdefault("prune", set()).add(query["key"][0])
+            return 200, {}
         if path == "/_fake/requests":
             return 200, {"items": REQUESTS[:-1]}
         if self.token_file:
@@ -130,6 +145,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 want = "Bearer " + f.read().strip()
             if self.headers.get("Authorization") != want:
                 return status(401, "Unauthorized", "Unauthorized")
+        if body is not None and STATE.get("prune"):
+            body = prune(body, STATE["prune"])
         collection, name = split(path)
         if collection is None:
             return status(404, "NotFound", "the server could not find the requested resource")

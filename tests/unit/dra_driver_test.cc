@@ -152,13 +152,80 @@ TEST_F(DraDriverTest, SlicesFollowTheListsAndAnUnchangedListWritesNothing) {
   WriteFile(dir_ / "count", "3");
   inst_->RequestRescan();
   ASSERT_TRUE(Eventually([&] { return Devices() == 3; }));
-  EXPECT_GT(driver_->generation(), generation);
+  // A device added to the one slice: the pool's slices are the same set.
+  EXPECT_EQ(driver_->generation(), generation);
   ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 2; })) << driver_->syncs();
   // The same list again: no write.
   inst_->RequestRescan();
   modules::harness::Settle(*inst_);
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(driver_->syncs(), 2u);
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
+// The API server refuses a slice of more than 128 devices. The pool's
+// generation moves when its set of slices does, or a device changes slice
+// (the scheduler then waits for the whole new set), and only then.
+TEST_F(DraDriverTest, APoolPast128DevicesIsSplitAndItsGenerationMovesWithItsSlices) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const int64_t first = driver_->generation();
+  auto pool = [&] {
+    auto l =
+        client_->List(kSlices, {"spec.nodeName=node-1,spec.driver=" + std::string(kDriver), ""});
+    EXPECT_TRUE(l.ok()) << l.status().message();
+    std::map<std::string, Json> by_name;
+    if (l.ok())
+      for (const Json& s : (*l)["items"]) by_name[s["metadata"]["name"]] = s["spec"];
+    return by_name;
+  };
+  auto sizes = [&] {
+    std::vector<size_t> out;
+    for (const auto& [name, spec] : pool()) out.push_back(spec["devices"].size());
+    return out;
+  };
+  WriteFile(dir_ / "count", "130");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return sizes() == std::vector<size_t>{128, 2}; }));
+  const int64_t split = driver_->generation();
+  EXPECT_GT(split, first);
+  for (const auto& [name, spec] : pool()) {
+    EXPECT_EQ(spec["pool"]["generation"], split) << name;
+    EXPECT_EQ(spec["pool"]["resourceSliceCount"], 2) << name;
+  }
+  auto holders = [&] {
+    std::map<std::string, std::string> out;  // device -> slice
+    for (const auto& [name, spec] : pool())
+      for (const Json& d : spec["devices"]) out[d["name"]] = name;
+    return out;
+  };
+  const auto before = holders();
+  // A device goes (fake-129, in the first slice: IDs sort as text): the
+  // others keep their slices, and the generation stays.
+  WriteFile(dir_ / "count", "129");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] {
+    return sizes() == std::vector<size_t>{127, 2};
+  })) << ::testing::PrintToString(sizes());
+  EXPECT_EQ(driver_->generation(), split);
+  for (const auto& [device, slice] : holders()) EXPECT_EQ(before.at(device), slice) << device;
+  // One slice is enough again: the second one goes, the generation moves.
+  WriteFile(dir_ / "count", "128");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return sizes() == std::vector<size_t>{128}; }));
+  EXPECT_GT(driver_->generation(), split);
+  EXPECT_EQ(pool().begin()->second["pool"]["resourceSliceCount"], 1);
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
+// An API server that does not know a field drops it from what it stores
+// (an older Kubernetes, a feature gate off): said once, by path.
+TEST_F(DraDriverTest, AFieldTheApiServerDropsIsNamed) {
+  ASSERT_TRUE(client_->Create("/_fake/prune?key=attributes", Json::object()).ok());
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return !driver_->dropped_fields().empty(); }));
+  EXPECT_EQ(driver_->dropped_fields(), std::vector<std::string>{"spec.devices[].attributes"});
   EXPECT_EQ(driver_->sync_error(), "");
 }
 

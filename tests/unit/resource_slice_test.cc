@@ -60,6 +60,20 @@ TEST(DraDeviceNameTest, ObjectNamesAreSubdomains) {
   EXPECT_LE(ObjectName(std::string(400, 'n')).size(), 253u);
 }
 
+// "<node>-<driver>-<index>" named the slices of node "a-b" with driver
+// "c.example" and of node "a" with driver "b-c.example" alike: the second
+// agent's create failed (AlreadyExists), again at every retry.
+TEST(DraSlicesTest, SliceNamesOfPairsThatSpellAlikeDiffer) {
+  const Pool one{.driver = "c.example", .node = "a-b"}, other{.driver = "b-c.example", .node = "a"};
+  EXPECT_NE(SliceName(one, 0), SliceName(other, 0));
+  EXPECT_NE(SliceName(one, 0), SliceName(one, 1));
+  EXPECT_EQ(SliceName(one, 3), SliceName(one, 3));
+  const std::string long_node(250, 'n');
+  EXPECT_NE(SliceName({.driver = "d.example", .node = long_node}, 0),
+            SliceName({.driver = "d.example", .node = long_node}, 1))
+      << "a name cut to 253 characters keeps its index apart";
+}
+
 TEST(DraSlicesTest, HealthyDevicesArePublishedWithTheirIdAndNumaNode) {
   const Pool pool{.driver = "tun.example.com", .node = "node-1", .generation = 7};
   const auto slices = Slices(pool, {Dev("tun0", true, 1), Dev("tun1", false), Dev("tun2")});
@@ -67,7 +81,9 @@ TEST(DraSlicesTest, HealthyDevicesArePublishedWithTheirIdAndNumaNode) {
   const auto& s = slices[0];
   EXPECT_EQ(s["apiVersion"], "resource.k8s.io/v1");
   EXPECT_EQ(s["kind"], "ResourceSlice");
-  EXPECT_EQ(s["metadata"]["name"], "node-1-tun.example.com-0");
+  EXPECT_TRUE(std::regex_match(s["metadata"]["name"].get<std::string>(),
+                               std::regex("node-1-tun\\.example\\.com-[0-9a-f]{8}-0")))
+      << s["metadata"]["name"];
   EXPECT_EQ(s["spec"]["driver"], "tun.example.com");
   EXPECT_EQ(s["spec"]["nodeName"], "node-1");
   EXPECT_EQ(s["spec"]["pool"]["name"], "node-1");
@@ -133,7 +149,8 @@ TEST(DraSlicesTest, MoreThan128DevicesSpreadOverSlicesOfOnePool) {
   std::set<std::string> names;
   size_t total = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
-    EXPECT_EQ(slices[i]["metadata"]["name"], "n-d.example.com-" + std::to_string(i));
+    EXPECT_EQ(slices[i]["metadata"]["name"],
+              SliceName({.driver = "d.example.com", .node = "n"}, i));
     EXPECT_EQ(slices[i]["spec"]["pool"]["resourceSliceCount"], 3);
     EXPECT_EQ(slices[i]["spec"]["pool"]["generation"], 2);
     EXPECT_LE(slices[i]["spec"]["devices"].size(), kMaxDevicesPerSlice);

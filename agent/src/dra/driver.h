@@ -108,6 +108,7 @@ class Driver final : public modules::ListSink {
   uint64_t syncs() const { return slices_->syncs(); }
   std::string sync_error() const { return slices_->sync_error(); }
   int64_t generation() const { return slices_->generation(); }
+  std::vector<std::string> dropped_fields() const { return slices_->dropped_fields(); }
 
  private:
   Driver(Options options, std::unique_ptr<SlicePublisher> slices,

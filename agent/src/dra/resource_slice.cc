@@ -79,21 +79,27 @@ std::string DeviceName(std::string_view id) { return Sanitize(id, 63, /*dots=*/f
 std::string ObjectName(std::string_view text) { return Sanitize(text, 253, /*dots=*/true); }
 
 std::string SliceName(const Pool& pool, size_t index) {
-  return ObjectName(pool.node + "-" + pool.driver + "-" + std::to_string(index));
+  // '/' is in neither name: the pair is one text.
+  char pair[9];
+  std::snprintf(pair, sizeof(pair), "%08x", Fnv1a32(pool.node + "/" + pool.driver));
+  return ObjectName(pool.node + "-" + pool.driver + "-" + pair + "-" + std::to_string(index));
 }
 
-std::vector<Json> Slices(const Pool& pool, const DeviceList& devices) {
+std::vector<Json> PoolDevices(const DeviceList& devices) {
   std::vector<Json> listed;
   for (const Device& d : devices)
     if (d.healthy && !d.held_back) listed.push_back(DeviceJson(d));
-  const size_t count =
-      std::max<size_t>(1, (listed.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  return listed;
+}
+
+std::vector<Json> Slices(const Pool& pool, std::vector<Json> devices,
+                         const std::vector<size_t>& slice_of, size_t count) {
+  count = std::max<size_t>(count, 1);
+  std::vector<Json> lists(count, Json::array());
+  for (size_t i = 0; i < devices.size() && i < slice_of.size(); ++i)
+    if (slice_of[i] < count) lists[slice_of[i]].push_back(std::move(devices[i]));
   std::vector<Json> slices;
-  for (size_t i = 0; i < count; ++i) {
-    Json devs = Json::array();
-    for (size_t j = i * kMaxDevicesPerSlice;
-         j < std::min(listed.size(), (i + 1) * kMaxDevicesPerSlice); ++j)
-      devs.push_back(std::move(listed[j]));
+  for (size_t i = 0; i < count; ++i)
     slices.push_back({{"apiVersion", "resource.k8s.io/v1"},
                       {"kind", "ResourceSlice"},
                       {"metadata", {{"name", SliceName(pool, i)}}},
@@ -104,9 +110,16 @@ std::vector<Json> Slices(const Pool& pool, const DeviceList& devices) {
                          {{"name", pool.node},
                           {"generation", pool.generation},
                           {"resourceSliceCount", static_cast<int64_t>(count)}}},
-                        {"devices", std::move(devs)}}}});
-  }
+                        {"devices", std::move(lists[i])}}}});
   return slices;
+}
+
+std::vector<Json> Slices(const Pool& pool, const DeviceList& devices) {
+  std::vector<Json> listed = PoolDevices(devices);
+  std::vector<size_t> slice_of(listed.size());
+  for (size_t i = 0; i < listed.size(); ++i) slice_of[i] = i / kMaxDevicesPerSlice;
+  const size_t count = (listed.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice;
+  return Slices(pool, std::move(listed), slice_of, count);
 }
 
 }  // namespace devplug::dra

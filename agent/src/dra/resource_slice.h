@@ -37,17 +37,29 @@ std::string DeviceName(std::string_view id);
 std::string ObjectName(std::string_view text);
 
 struct Pool {
-  std::string driver;      // the DRA driver's name (a DNS subdomain)
-  std::string node;        // spec.nodeName, and the pool's name
-  int64_t generation = 1;  // bumped with each list published
+  std::string driver;  // the DRA driver's name (a DNS subdomain)
+  std::string node;    // spec.nodeName, and the pool's name
+  // Raised whenever the pool's set of slices changes, or a device moves
+  // from one slice to another (slice_publisher.h).
+  int64_t generation = 1;
 };
 
-// The name of slice `index` of `pool`: "<node>-<driver>-<index>".
+// The name of slice `index` of `pool`: "<node>-<driver>-<hash>-<index>",
+// the hash of the (node, driver) pair, so that pairs that spell alike once
+// joined by '-' ("a-b" and "c", "a" and "b-c") name different slices.
 std::string SliceName(const Pool& pool, size_t index);
 
-// Every slice of the pool for `devices` (at least one, which may list no
-// device: an empty pool is still published). Attributes, in the driver's
-// domain: "id" (the module's device ID) and, where known, "numaNode".
+// The devices the pool lists, as its slices list them, in list order.
+// Attributes, in the driver's domain: "id" (the module's device ID) and,
+// where known, "numaNode"; the module's own.
+std::vector<nlohmann::json> PoolDevices(const DeviceList& devices);
+
+// The `count` slices of the pool (at least one, which may list no device:
+// an empty pool is still published), device i in slice slice_of[i].
+std::vector<nlohmann::json> Slices(const Pool& pool, std::vector<nlohmann::json> devices,
+                                   const std::vector<size_t>& slice_of, size_t count);
+
+// Every slice of the pool for `devices`, filled in list order.
 std::vector<nlohmann::json> Slices(const Pool& pool, const DeviceList& devices);
 
 }  // namespace devplug::dra

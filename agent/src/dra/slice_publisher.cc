@@ -41,7 +41,6 @@ void SlicePublisher::Publish(const DeviceListPtr& list) {
   MutexLock lock(mu_);
   if (list_ && *list_ == *list) return;
   list_ = list;
-  ++generation_;
   if (sync_queued_ || stopping_ || !options_.client) return;
   sync_queued_ = true;
   lane_.Post([this] { SyncOnLane(); });
@@ -69,18 +68,16 @@ Clock::time_point SlicePublisher::NextRelist() const {
 
 void SlicePublisher::SyncOnLane() {
   DeviceListPtr list;
-  int64_t generation;
   {
     MutexLock lock(mu_);
     sync_queued_ = false;
     if (stopping_ || !list_) return;
     list = list_;
-    generation = generation_;
     if (std::exchange(relist_, false)) listed_ = false;
   }
   Status st;
   try {
-    st = Sync(*list, generation);
+    st = Sync(*list);
   } catch (const Json::exception& e) {
     // A field of the wrong type in what the API server sent: this sync
     // fails and is retried; devplugd goes on.
@@ -106,7 +103,7 @@ void SlicePublisher::SyncOnLane() {
   if (!stopping_) lane_.WakeAt(Clock::now() + backoff_);
 }
 
-Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
+Status SlicePublisher::Sync(const DeviceList& list) {
   kube::Client& client = *options_.client;
   const kube::Selector mine = Mine(options_);
   if (!listed_) {
@@ -133,8 +130,7 @@ Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
       const int64_t g =
           item.contains(at) && item.at(at).is_number_integer() ? item.at(at).get<int64_t>() : 0;
       MutexLock lock(mu_);
-      const int64_t ours = generation_ + generation_base_;
-      if (ever_listed_ ? g > ours : g >= ours) generation_base_ = g + 1 - generation_;
+      if (ever_listed_ ? g > generation_ : g >= generation_) generation_ = g + 1;
     }
     size_t gone = 0;
     for (const auto& [name, version] : versions_) gone += versions.count(name) == 0;
@@ -148,14 +144,8 @@ Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
     listed_ = true;
     ever_listed_ = true;
   }
-  int64_t base;
-  {
-    MutexLock lock(mu_);
-    base = generation_base_;
-  }
-  const Pool pool{options_.driver, options_.node, generation + base};
   std::set<std::string> wanted;
-  for (Json& slice : Slices(pool, list)) {
+  for (Json& slice : Layout(list)) {
     const std::string name = slice["metadata"]["name"];
     wanted.insert(name);
     auto it = versions_.find(name);
@@ -166,6 +156,7 @@ Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
     if (!done.ok()) return done.status();
     versions_[name] = done->value("metadata", Json::object()).value("resourceVersion", "");
     written_[name] = slice["spec"];
+    CheckDropped(name, slice["spec"], done->value("spec", Json::object()));
   }
   for (auto it = versions_.begin(); it != versions_.end();) {
     if (wanted.count(it->first)) {
@@ -179,6 +170,105 @@ Status SlicePublisher::Sync(const DeviceList& list, int64_t generation) {
     it = versions_.erase(it);
   }
   return OkStatus();
+}
+
+std::vector<nlohmann::json> SlicePublisher::Layout(const DeviceList& list) {
+  int64_t generation;
+  {
+    MutexLock lock(mu_);
+    generation = generation_;
+  }
+  Pool pool{options_.driver, options_.node, generation};
+  std::vector<Json> devices = PoolDevices(list);
+  const size_t count =
+      std::max<size_t>(1, (devices.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  // Each device stays in the slice it was in, where that slice stays and
+  // has room; the rest fill the first slices with room. A device that comes
+  // or goes then moves no other.
+  auto name_of = [](const Json& d) -> std::string {
+    return d.is_object() && d.contains("name") && d["name"].is_string()
+               ? d["name"].get<std::string>()
+               : std::string();
+  };
+  std::map<std::string, std::string> was;  // device -> slice, as written
+  for (const auto& [name, spec] : written_) {
+    const Json listed = spec.value("devices", Json::array());
+    if (listed.is_array())
+      for (const Json& d : listed) was[name_of(d)] = name;
+  }
+  std::map<std::string, size_t> index;  // slice name -> index, for the slices kept
+  for (size_t i = 0; i < count; ++i) index[SliceName(pool, i)] = i;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> slice_of(devices.size(), kNone);
+  std::vector<size_t> fill(count, 0);
+  for (size_t k = 0; k < devices.size(); ++k) {
+    auto w = was.find(name_of(devices[k]));
+    if (w == was.end()) continue;
+    auto at = index.find(w->second);
+    if (at == index.end() || fill[at->second] >= kMaxDevicesPerSlice) continue;
+    slice_of[k] = at->second;
+    ++fill[at->second];
+  }
+  size_t next = 0;
+  for (size_t k = 0; k < devices.size(); ++k) {
+    if (slice_of[k] != kNone) continue;
+    while (fill[next] >= kMaxDevicesPerSlice) ++next;
+    slice_of[k] = next;
+    ++fill[next];
+  }
+  // The generation moves when the set of slices does, or a device changes
+  // slice; a pool with nothing written yet starts where it is.
+  std::set<std::string> names_was, names_will;
+  for (const auto& [name, spec] : written_) names_was.insert(name);
+  for (const auto& [name, i] : index) names_will.insert(name);
+  bool moved = !written_.empty() && names_was != names_will;
+  for (size_t k = 0; k < devices.size() && !moved && !written_.empty(); ++k) {
+    auto w = was.find(name_of(devices[k]));
+    moved = w != was.end() && w->second != SliceName(pool, slice_of[k]);
+  }
+  if (moved) {
+    MutexLock lock(mu_);
+    pool.generation = ++generation_;
+  }
+  return Slices(pool, std::move(devices), slice_of, count);
+}
+
+void SlicePublisher::CheckDropped(const std::string& name, const Json& sent, const Json& stored) {
+  // Keys we sent that the stored object lacks, by path (array elements
+  // as "[]"); values the server normalised or defaults it added are fine.
+  std::set<std::string> missing;
+  auto walk = [&](auto& self, const Json& a, const Json& b, const std::string& at) -> void {
+    if (a.is_object()) {
+      if (!b.is_object()) return;
+      for (const auto& [key, value] : a.items()) {
+        const std::string path = at + "." + key;
+        if (!b.contains(key))
+          missing.insert(path);
+        else
+          self(self, value, b[key], path);
+      }
+    } else if (a.is_array() && b.is_array()) {
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) self(self, a[i], b[i], at + "[]");
+    }
+  };
+  walk(walk, sent, stored, "spec");
+  std::vector<std::string> fresh;
+  {
+    MutexLock lock(mu_);
+    for (const std::string& path : missing)
+      if (dropped_.insert(path).second) fresh.push_back(path);
+  }
+  if (!fresh.empty())
+    spdlog::warn(
+        "resource \"{}\": DRA: the API server dropped {} from ResourceSlice {}: it does not know "
+        "the field (an older Kubernetes, or its feature gate is off), and the scheduler will not "
+        "see it",
+        options_.resource, StrJoin(fresh, ", "), name);
+}
+
+std::vector<std::string> SlicePublisher::dropped_fields() const {
+  MutexLock lock(mu_);
+  return {dropped_.begin(), dropped_.end()};
 }
 
 void SlicePublisher::RequestStop(bool delete_slices) {
@@ -212,7 +302,7 @@ std::string SlicePublisher::sync_error() const {
 
 int64_t SlicePublisher::generation() const {
   MutexLock lock(mu_);
-  return generation_ + generation_base_;
+  return generation_;
 }
 
 }  // namespace devplug::dra

@@ -1,8 +1,16 @@
 // One DRA resource's ResourceSlices: each list the module instance
-// publishes becomes the slices of one pool (the node's name), written to
-// the API server on the publisher's own thread ("dra:slices"), the pool
-// generation bumped with each change.
+// publishes becomes the slices of one pool (the node's name), at most 128
+// devices each, written to the API server on the publisher's own thread
+// ("dra:slices").
 //
+// - Only slices whose content changed are written. The pool's generation
+//   is raised when its set of slices changes or a device moves from one
+//   slice to another (so that the scheduler never takes a pool half
+//   rewritten, with a device in two slices, for whole); a device that
+//   comes, goes or changes within its slice keeps it.
+// - A field the API server dropped from what was written (one it does not
+//   know: an older Kubernetes, a feature gate off) is logged once, and
+//   listed by dropped_fields().
 // - The first sync lists what is there (spec.nodeName and spec.driver) and
 //   replaces or deletes it, so slices an earlier devplugd left are taken
 //   over; a slice whose resourceVersion is still the one our write got is
@@ -25,7 +33,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -82,22 +92,30 @@ class SlicePublisher final : public modules::ListSink {
   uint64_t syncs() const;
   std::string sync_error() const;
   int64_t generation() const;
+  // Fields of our slices the API server dropped ("spec.devices[].capacity").
+  std::vector<std::string> dropped_fields() const;
 
  private:
   using Json = nlohmann::json;
   void SyncOnLane();
   // When the next periodic re-list is due, from now.
   std::chrono::steady_clock::time_point NextRelist() const;
-  Status Sync(const DeviceList& list, int64_t generation);
+  Status Sync(const DeviceList& list);
+  // The slices for `list` at the pool's generation, raised first when the
+  // slices, or a device's slice, would differ from those written.
+  std::vector<Json> Layout(const DeviceList& list);
+  // Logs (once each) the fields of `sent` that `stored` lacks.
+  void CheckDropped(const std::string& name, const Json& sent, const Json& stored);
 
   const Options options_;
   modules::Lane lane_;
 
   mutable Mutex mu_;
-  DeviceListPtr list_ DEVPLUG_GUARDED_BY(mu_);      // the last published
-  int64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 0;  // lists published
-  // Added to generation_: past the generation of slices found on the server.
-  int64_t generation_base_ DEVPLUG_GUARDED_BY(mu_) = 0;
+  DeviceListPtr list_ DEVPLUG_GUARDED_BY(mu_);  // the last published
+  // The pool's generation: raised by Sync (see above), and past the
+  // generation of the slices found on the server at the first list.
+  int64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 1;
+  std::set<std::string> dropped_ DEVPLUG_GUARDED_BY(mu_);
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
