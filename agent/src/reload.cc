@@ -19,7 +19,8 @@ bool Reload::SameResource(const config::ResourceConfig& a, const config::Resourc
   if (a.name != b.name || a.module != b.module || a.socket != b.socket ||
       a.registration != b.registration || a.required != b.required || a.cdi != b.cdi ||
       a.cdi_dir != b.cdi_dir || a.cdi_only != b.cdi_only || a.api != b.api ||
-      a.driver != b.driver || a.module_keys.size() != b.module_keys.size())
+      a.driver != b.driver || a.taint_effect != b.taint_effect ||
+      a.module_keys.size() != b.module_keys.size())
     return false;
   for (const auto& [key, value] : a.module_keys) {
     auto it = b.module_keys.find(key);

@@ -572,6 +572,17 @@ name = "devplug.io/e"
 module = "generic"
 api = "dra"
 dra_driver = "E..devplug"
+
+[[resource]]
+name = "devplug.io/f"
+module = "generic"
+api = "dra"
+dra_taint_effect = "Evict"
+
+[[resource]]
+name = "devplug.io/g"
+module = "generic"
+dra_taint_effect = "NoExecute"
 )",
                         "bad.toml", Opts());
   ASSERT_FALSE(cfg.ok());
@@ -602,6 +613,12 @@ dra_driver = "E..devplug"
   EXPECT_NE(m.find("bad.toml:26: resource[3].dra_driver: is a DRA key"), std::string::npos) << m;
   EXPECT_NE(m.find("bad.toml:32: resource[4].dra_driver: \"E..devplug\" is not a DRA driver name"),
             std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:38: resource[5].dra_taint_effect: unknown effect \"Evict\" "
+                   "(expected NoSchedule|NoExecute|None)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("bad.toml:43: resource[6].dra_taint_effect: is a DRA key"), std::string::npos)
       << m;
 }
 

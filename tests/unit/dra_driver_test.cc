@@ -218,6 +218,51 @@ TEST_F(DraDriverTest, APoolPast128DevicesIsSplitAndItsGenerationMovesWithItsSlic
   EXPECT_EQ(driver_->sync_error(), "");
 }
 
+// Health that recovers: fake-0 turns Unhealthy and stays in its slice with
+// a taint, whose timeAdded holds across republishing; Healthy again, the
+// taint goes. Neither moves the pool's generation. A reload's new effect
+// reaches the taint.
+TEST_F(DraDriverTest, AnUnhealthyDeviceIsTaintedUntilItRecovers) {
+  module_config_ = "sick_while = \"" + (dir_ / "sick") + "\"\n";
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const int64_t generation = driver_->generation();
+  auto fake0 = [&]() -> Json {
+    auto l =
+        client_->List(kSlices, {"spec.nodeName=node-1,spec.driver=" + std::string(kDriver), ""});
+    if (!l.ok()) return Json();
+    for (const Json& s : (*l)["items"])
+      for (const Json& d : s["spec"]["devices"])
+        if (d["name"] == "fake-0") return d;
+    return Json();
+  };
+  WriteFile(dir_ / "sick", "");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return fake0().contains("taints"); })) << fake0();
+  const Json taint = fake0()["taints"][0];
+  EXPECT_EQ(taint["key"], "devplug.io/unhealthy");
+  EXPECT_EQ(taint["effect"], "NoSchedule");
+  EXPECT_EQ(taint["value"], "listed-unhealthy");  // the module's reason, as a label value
+  ASSERT_TRUE(taint.contains("timeAdded")) << taint;
+  EXPECT_EQ(Devices(), 2) << "it stays in the pool";
+  // Another change republishes the pool a second later: the time stays.
+  std::this_thread::sleep_for(1100ms);
+  WriteFile(dir_ / "count", "3");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 3; }));
+  EXPECT_EQ(fake0()["taints"][0]["timeAdded"], taint["timeAdded"]);
+  driver_->SetTaintEffect("NoExecute");
+  ASSERT_TRUE(Eventually([&] { return fake0()["taints"][0]["effect"] == "NoExecute"; })) << fake0();
+  EXPECT_EQ(fake0()["taints"][0]["timeAdded"], taint["timeAdded"]);
+  // Healthy again: no taint.
+  std::filesystem::remove(dir_ / "sick");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return !fake0().is_null() && !fake0().contains("taints"); }))
+      << fake0();
+  EXPECT_EQ(driver_->generation(), generation);
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
 // An API server that does not know a field drops it from what it stores
 // (an older Kubernetes, a feature gate off): said once, by path.
 TEST_F(DraDriverTest, AFieldTheApiServerDropsIsNamed) {

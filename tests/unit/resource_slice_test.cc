@@ -90,13 +90,51 @@ TEST(DraSlicesTest, HealthyDevicesArePublishedWithTheirIdAndNumaNode) {
   EXPECT_EQ(s["spec"]["pool"]["generation"], 7);
   EXPECT_EQ(s["spec"]["pool"]["resourceSliceCount"], 1);
   const auto& devs = s["spec"]["devices"];
-  ASSERT_EQ(devs.size(), 2u) << "the Unhealthy tun1 leaves the pool";
+  ASSERT_EQ(devs.size(), 3u) << "the Unhealthy tun1 stays, tainted";
   EXPECT_EQ(devs[0]["name"], "tun0");
   EXPECT_EQ(devs[0]["attributes"]["id"]["string"], "tun0");
   EXPECT_EQ(devs[0]["attributes"]["resource.kubernetes.io/numaNode"]["int"], 1);
-  EXPECT_EQ(devs[1]["name"], "tun2");
-  EXPECT_EQ(devs[1]["attributes"].size(), 1u) << "no NUMA affinity: no numaNode " << devs[1];
+  EXPECT_FALSE(devs[0].contains("taints"));
+  EXPECT_EQ(devs[2]["name"], "tun2");
+  EXPECT_EQ(devs[2]["attributes"].size(), 1u) << "no NUMA affinity: no numaNode " << devs[2];
   EXPECT_FALSE(devs[0].contains("capacity"));
+}
+
+// Health that recovers: an Unhealthy device keeps its place in the pool
+// with a taint naming why; Healthy again, it carries none.
+TEST(DraSlicesTest, AnUnhealthyDeviceStaysInThePoolWithATaint) {
+  Device sick = Dev("gpu0", false);
+  sick.health_reason = "critical XID 79 (fallen off the bus)";
+  UnhealthyTaint taint{.effect = "NoExecute", .time_added = [](const std::string& device) {
+                         return device == "gpu0" ? "2026-11-28T01:58:00Z" : "";
+                       }};
+  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {sick, Dev("gpu1")}, taint);
+  const auto& devs = slices[0]["spec"]["devices"];
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[0]["taints"],
+            (nlohmann::json::array({{{"key", "devplug.io/unhealthy"},
+                                     {"effect", "NoExecute"},
+                                     {"value", "critical-XID-79--fallen-off-the-bus"},
+                                     {"timeAdded", "2026-11-28T01:58:00Z"}}})));
+  EXPECT_FALSE(devs[1].contains("taints"));
+  // No reason that can be a label value: no value.
+  Device odd = Dev("gpu2", false);
+  odd.health_reason = "(?)";
+  const auto bare = Slices({.driver = "d.example.com", .node = "n"}, {odd});
+  EXPECT_FALSE(bare[0]["spec"]["devices"][0]["taints"][0].contains("value"));
+  EXPECT_EQ(bare[0]["spec"]["devices"][0]["taints"][0]["effect"], "NoSchedule");
+}
+
+// The API takes at most 64 devices in a slice where any carries a taint.
+TEST(DraSlicesTest, ATaintedPoolHoldsAtMost64DevicesPerSlice) {
+  DeviceList devices;
+  for (int i = 0; i < 100; ++i) devices.push_back(Dev("dev" + std::to_string(i), i != 7));
+  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, devices);
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[0]["spec"]["devices"].size(), 64u);
+  EXPECT_EQ(slices[1]["spec"]["devices"].size(), 36u);
+  devices[7].healthy = true;
+  EXPECT_EQ(Slices({.driver = "d.example.com", .node = "n"}, devices).size(), 1u);
 }
 
 // ABI 1.9: the PCI function as the standard attributes, and the module's
@@ -135,7 +173,7 @@ TEST(DraSlicesTest, ADeviceHeldBackForItsReleaseIsNotOffered) {
 }
 
 TEST(DraSlicesTest, AnEmptyPoolIsStillOneSlice) {
-  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {Dev("a", false)});
+  const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {});
   ASSERT_EQ(slices.size(), 1u);
   EXPECT_TRUE(slices[0]["spec"]["devices"].empty());
   EXPECT_EQ(slices[0]["spec"]["pool"]["resourceSliceCount"], 1);

@@ -176,10 +176,12 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
     if (r.api == ServingApi::kDra) {
       dra = true;
       FinishDra(cfg, parser, errors, i, drivers);
-    } else if (parser.KeySet(i, "dra_driver")) {
-      errors.Add(r.where.file, parser.KeyLine(i, "dra_driver"), prefix + "dra_driver",
-                 "is a DRA key; this resource serves the device plugin API (api = \"dra\" to "
-                 "serve it through DRA)");
+    } else {
+      for (const char* key : {"dra_driver", "dra_taint_effect"})
+        if (parser.KeySet(i, key))
+          errors.Add(r.where.file, parser.KeyLine(i, key), prefix + key,
+                     "is a DRA key; this resource serves the device plugin API (api = \"dra\" to "
+                     "serve it through DRA)");
     }
     if (r.socket.empty() && !r.name.empty()) r.socket = DefaultSocketName(r.name);
     if (!parser.RegistrationSet(i)) r.registration = cfg.registration;

@@ -70,6 +70,10 @@ struct ResourceConfig {
   // table's `dra_driver`, else the resource's name turned around
   // ("devplug.io/tun" -> "tun.devplug.io"). "" for the device plugin API.
   std::string driver;
+  // DRA: the effect of the taint an Unhealthy device carries in its slice
+  // (`dra_taint_effect`): "NoSchedule" (new claims avoid it), "NoExecute"
+  // (pods holding it are evicted too) or "None" (informational).
+  std::string taint_effect = "NoSchedule";
   // true: failing to load or create this resource stops the agent at start.
   bool required = false;
   // Devices by CDI name (the table's `cdi`, else [agent]'s): the spec's

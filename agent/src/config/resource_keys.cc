@@ -57,6 +57,14 @@ void Parser::ParseResource(const toml::table& t) {
         if (std::string why = CheckDriverName(*s); !why.empty())
           Error(node, key_of(name), StrCat("\"", *s, "\" is not a DRA driver name: ", why));
       }
+    } else if (name == "dra_taint_effect") {
+      if (const std::string* s = String(node, key_of(name))) {
+        r.taint_effect = *s;
+        key_lines_[{index, "dra_taint_effect"}] = LineOf(node);
+        if (*s != "NoSchedule" && *s != "NoExecute" && *s != "None")
+          Error(node, key_of(name),
+                StrCat("unknown effect \"", *s, "\" (expected NoSchedule|NoExecute|None)"));
+      }
     } else if (name == "required" || name == "cdi_only") {
       if (const auto* b = node.as_boolean())
         (name == "required" ? r.required : r.cdi_only) = b->get();

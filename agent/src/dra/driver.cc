@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options o) {
       .retry = o.retry,
       .stop_timeout = o.stop_timeout,
       .relist = o.relist,
+      .taint_effect = o.taint_effect,
   });
   std::unique_ptr<Driver> d(new Driver(std::move(o), std::move(slices), std::move(*claims)));
   d->slices_->Start();

@@ -49,6 +49,7 @@ class Driver final : public modules::ListSink {
     std::chrono::milliseconds retry{500};
     std::chrono::milliseconds stop_timeout{500};
     std::chrono::milliseconds relist{300'000};
+    std::string taint_effect = "NoSchedule";
     // See ClaimPreparer::Options.
     bool module_releases = false;
     std::shared_ptr<RpcObserver> observer;
@@ -109,6 +110,7 @@ class Driver final : public modules::ListSink {
   std::string sync_error() const { return slices_->sync_error(); }
   int64_t generation() const { return slices_->generation(); }
   std::vector<std::string> dropped_fields() const { return slices_->dropped_fields(); }
+  void SetTaintEffect(const std::string& effect) { slices_->SetTaintEffect(effect); }
 
  private:
   Driver(Options options, std::unique_ptr<SlicePublisher> slices,

@@ -79,6 +79,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               .call_timeout = cfg.call_timeout,
                               .prestart_timeout = cfg.prestart_timeout,
                               .client = std::make_shared<kube::Client>(std::move(client)),
+                              .taint_effect = r.taint_effect,
                               .module_releases = module.has_on_release(),
                               .observer = context_.observer});
   if (!driver.ok())
@@ -114,6 +115,8 @@ void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
   if (!commit) return;
   staged_ = false;
   if (sink_) sink_->set_active(true);
+  // A reload's successor that took the driver over may taint otherwise.
+  driver_->SetTaintEffect(context_.cfg.taint_effect);
   driver_->Publish(instance->devices());
 }
 

@@ -37,6 +37,25 @@ std::string Sanitize(std::string_view text, size_t max, bool dots) {
   return out + suffix;
 }
 
+// A reason as a taint's value (a label value: at most 63 characters of
+// [A-Za-z0-9_.-], alphanumeric at both ends); "" when nothing is left.
+std::string TaintValue(std::string_view reason) {
+  std::string out;
+  for (char c : reason) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.';
+    out += ok ? c : '-';
+    if (out.size() == 63) break;
+  }
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  while (!out.empty() && !alnum(out.back())) out.pop_back();
+  size_t start = 0;
+  while (start < out.size() && !alnum(out[start])) ++start;
+  return out.substr(start);
+}
+
 Json DeviceJson(const Device& d) {
   Json attrs = Json::object();
   Json capacity = Json::object();
@@ -85,11 +104,27 @@ std::string SliceName(const Pool& pool, size_t index) {
   return ObjectName(pool.node + "-" + pool.driver + "-" + pair + "-" + std::to_string(index));
 }
 
-std::vector<Json> PoolDevices(const DeviceList& devices) {
+std::vector<Json> PoolDevices(const DeviceList& devices, const UnhealthyTaint& taint) {
   std::vector<Json> listed;
-  for (const Device& d : devices)
-    if (d.healthy && !d.held_back) listed.push_back(DeviceJson(d));
+  for (const Device& d : devices) {
+    if (d.held_back) continue;
+    Json dev = DeviceJson(d);
+    if (!d.healthy) {
+      Json t = {{"key", kUnhealthyTaintKey}, {"effect", taint.effect}};
+      if (std::string value = TaintValue(d.health_reason); !value.empty()) t["value"] = value;
+      if (taint.time_added)
+        if (std::string at = taint.time_added(dev["name"]); !at.empty()) t["timeAdded"] = at;
+      dev["taints"] = Json::array({std::move(t)});
+    }
+    listed.push_back(std::move(dev));
+  }
   return listed;
+}
+
+size_t MaxDevicesPerSlice(const std::vector<Json>& devices) {
+  for (const Json& d : devices)
+    if (d.contains("taints") || d.contains("consumesCounters")) return kMaxTaintedDevicesPerSlice;
+  return kMaxDevicesPerSlice;
 }
 
 std::vector<Json> Slices(const Pool& pool, std::vector<Json> devices,
@@ -114,11 +149,12 @@ std::vector<Json> Slices(const Pool& pool, std::vector<Json> devices,
   return slices;
 }
 
-std::vector<Json> Slices(const Pool& pool, const DeviceList& devices) {
-  std::vector<Json> listed = PoolDevices(devices);
+std::vector<Json> Slices(const Pool& pool, const DeviceList& devices, const UnhealthyTaint& taint) {
+  std::vector<Json> listed = PoolDevices(devices, taint);
+  const size_t max = MaxDevicesPerSlice(listed);
   std::vector<size_t> slice_of(listed.size());
-  for (size_t i = 0; i < listed.size(); ++i) slice_of[i] = i / kMaxDevicesPerSlice;
-  const size_t count = (listed.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice;
+  for (size_t i = 0; i < listed.size(); ++i) slice_of[i] = i / max;
+  const size_t count = (listed.size() + max - 1) / max;
   return Slices(pool, std::move(listed), slice_of, count);
 }
 

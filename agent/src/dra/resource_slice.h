@@ -2,15 +2,18 @@
 // pool on this node (resource.k8s.io/v1), and the name DRA knows each
 // device by.
 //
-// Only devices the kubelet would be told are Healthy go in: an Unhealthy
-// device, or one held back while its release runs, leaves the pool (the
-// scheduler cannot allocate it) and comes back with the next list.
+// An Unhealthy device stays in the pool with a taint (devplug.io/unhealthy,
+// the resource's effect, the module's reason as its value where it can be
+// one): new claims avoid it (NoSchedule), pods that hold it see why, and
+// the taint goes when the module says it is Healthy again. A device held
+// back while its release runs leaves the pool until the release ends.
 //
 // Pure functions; thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,8 +24,19 @@
 
 namespace devplug::dra {
 
-// The most devices one ResourceSlice may list (the API server refuses more).
+// The most devices one ResourceSlice may list (the API server refuses
+// more), and when any of them carries a taint.
 inline constexpr size_t kMaxDevicesPerSlice = 128;
+inline constexpr size_t kMaxTaintedDevicesPerSlice = 64;
+
+// The taint an Unhealthy device carries.
+inline constexpr char kUnhealthyTaintKey[] = "devplug.io/unhealthy";
+struct UnhealthyTaint {
+  std::string effect = "NoSchedule";  // "NoSchedule", "NoExecute" or "None"
+  // When the device (by DRA name) was first seen Unhealthy, RFC 3339;
+  // none: no timeAdded.
+  std::function<std::string(const std::string& device)> time_added;
+};
 
 // A device ID as a DRA device name: a DNS label (at most 63 characters of
 // [a-z0-9-], starting and ending alphanumeric). An ID that is a label
@@ -52,7 +66,10 @@ std::string SliceName(const Pool& pool, size_t index);
 // The devices the pool lists, as its slices list them, in list order.
 // Attributes, in the driver's domain: "id" (the module's device ID) and,
 // where known, "numaNode"; the module's own.
-std::vector<nlohmann::json> PoolDevices(const DeviceList& devices);
+std::vector<nlohmann::json> PoolDevices(const DeviceList& devices,
+                                        const UnhealthyTaint& taint = {});
+// How many devices each slice of a pool of `devices` may list.
+size_t MaxDevicesPerSlice(const std::vector<nlohmann::json>& devices);
 
 // The `count` slices of the pool (at least one, which may list no device:
 // an empty pool is still published), device i in slice slice_of[i].
@@ -60,6 +77,7 @@ std::vector<nlohmann::json> Slices(const Pool& pool, std::vector<nlohmann::json>
                                    const std::vector<size_t>& slice_of, size_t count);
 
 // Every slice of the pool for `devices`, filled in list order.
-std::vector<nlohmann::json> Slices(const Pool& pool, const DeviceList& devices);
+std::vector<nlohmann::json> Slices(const Pool& pool, const DeviceList& devices,
+                                   const UnhealthyTaint& taint = {});
 
 }  // namespace devplug::dra

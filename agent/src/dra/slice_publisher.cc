@@ -1,6 +1,7 @@
 #include "dra/slice_publisher.h"
 
 #include <algorithm>
+#include <ctime>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -15,6 +16,16 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kMaxRetry{30'000};
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
 
+// "2026-11-28T01:58:00Z": a taint's timeAdded.
+std::string Rfc3339(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm utc{};
+  gmtime_r(&secs, &utc);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buf;
+}
+
 kube::Selector Mine(const SlicePublisher::Options& o) {
   return {StrCat("spec.nodeName=", o.node, ",spec.driver=", o.driver), ""};
 }
@@ -25,10 +36,12 @@ SlicePublisher::SlicePublisher(Options options)
     : options_(std::move(options)),
       // A wake is a retry after an error or the periodic re-list: both
       // read the server's state first.
-      lane_("dra:slices", {}, [this] {
-        listed_ = false;
-        SyncOnLane();
-      }) {}
+      lane_("dra:slices", {},
+            [this] {
+              listed_ = false;
+              SyncOnLane();
+            }),
+      taint_effect_(options_.taint_effect) {}
 
 SlicePublisher::~SlicePublisher() {
   RequestStop(false);
@@ -42,6 +55,15 @@ void SlicePublisher::Publish(const DeviceListPtr& list) {
   if (list_ && *list_ == *list) return;
   list_ = list;
   if (sync_queued_ || stopping_ || !options_.client) return;
+  sync_queued_ = true;
+  lane_.Post([this] { SyncOnLane(); });
+}
+
+void SlicePublisher::SetTaintEffect(const std::string& effect) {
+  MutexLock lock(mu_);
+  if (taint_effect_ == effect) return;
+  taint_effect_ = effect;
+  if (sync_queued_ || stopping_ || !options_.client || !list_) return;
   sync_queued_ = true;
   lane_.Post([this] { SyncOnLane(); });
 }
@@ -174,14 +196,44 @@ Status SlicePublisher::Sync(const DeviceList& list) {
 
 std::vector<nlohmann::json> SlicePublisher::Layout(const DeviceList& list) {
   int64_t generation;
+  UnhealthyTaint taint;
   {
     MutexLock lock(mu_);
     generation = generation_;
+    taint.effect = taint_effect_;
   }
   Pool pool{options_.driver, options_.node, generation};
-  std::vector<Json> devices = PoolDevices(list);
-  const size_t count =
-      std::max<size_t>(1, (devices.size() + kMaxDevicesPerSlice - 1) / kMaxDevicesPerSlice);
+  // A taint keeps the time it was first added: ours, else the one on the
+  // server (an earlier devplugd's), else now.
+  std::map<std::string, std::string> since;
+  for (const auto& [name, spec] : written_) {
+    const Json listed = spec.value("devices", Json::array());
+    if (!listed.is_array()) continue;
+    for (const Json& d : listed) {
+      const Json taints = d.is_object() ? d.value("taints", Json::array()) : Json::array();
+      if (!taints.is_array()) continue;
+      for (const Json& t : taints)
+        if (t.is_object() && t.value("key", "") == kUnhealthyTaintKey &&
+            t.value("timeAdded", Json()).is_string() && d.value("name", Json()).is_string())
+          since[d["name"].get<std::string>()] = t["timeAdded"].get<std::string>();
+    }
+  }
+  std::map<std::string, std::string> tainted;
+  taint.time_added = [&](const std::string& device) {
+    std::string at;
+    if (auto it = tainted_since_.find(device); it != tainted_since_.end())
+      at = it->second;
+    else if (auto on = since.find(device); on != since.end())
+      at = on->second;
+    else
+      at = Rfc3339(std::chrono::system_clock::now());
+    tainted[device] = at;
+    return at;
+  };
+  std::vector<Json> devices = PoolDevices(list, taint);
+  tainted_since_ = std::move(tainted);  // a device Healthy again starts afresh
+  const size_t max = MaxDevicesPerSlice(devices);
+  const size_t count = std::max<size_t>(1, (devices.size() + max - 1) / max);
   // Each device stays in the slice it was in, where that slice stays and
   // has room; the rest fill the first slices with room. A device that comes
   // or goes then moves no other.
@@ -205,14 +257,14 @@ std::vector<nlohmann::json> SlicePublisher::Layout(const DeviceList& list) {
     auto w = was.find(name_of(devices[k]));
     if (w == was.end()) continue;
     auto at = index.find(w->second);
-    if (at == index.end() || fill[at->second] >= kMaxDevicesPerSlice) continue;
+    if (at == index.end() || fill[at->second] >= max) continue;
     slice_of[k] = at->second;
     ++fill[at->second];
   }
   size_t next = 0;
   for (size_t k = 0; k < devices.size(); ++k) {
     if (slice_of[k] != kNone) continue;
-    while (fill[next] >= kMaxDevicesPerSlice) ++next;
+    while (fill[next] >= max) ++next;
     slice_of[k] = next;
     ++fill[next];
   }

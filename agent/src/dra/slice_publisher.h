@@ -3,6 +3,9 @@
 // devices each, written to the API server on the publisher's own thread
 // ("dra:slices").
 //
+// - An Unhealthy device stays in its slice with a taint (resource_slice.h)
+//   whose timeAdded is kept while it stays Unhealthy, across republishing
+//   and restarts; 64 devices per slice then, as the API requires.
 // - Only slices whose content changed are written. The pool's generation
 //   is raised when its set of slices changes or a device moves from one
 //   slice to another (so that the scheduler never takes a pool half
@@ -65,6 +68,8 @@ class SlicePublisher final : public modules::ListSink {
     // by up to ±20% per node and driver, so that agents started together
     // do not list in step. 0: never (a registration still re-lists).
     std::chrono::milliseconds relist{300'000};
+    // The effect of an Unhealthy device's taint (resource_slice.h).
+    std::string taint_effect = "NoSchedule";
   };
 
   explicit SlicePublisher(Options options);
@@ -78,6 +83,8 @@ class SlicePublisher final : public modules::ListSink {
   // ListSink: every list is served (a slice holds any number of devices).
   std::string Accept(const DeviceList&) override { return ""; }
   void Publish(const DeviceListPtr& list) override;
+  // A reload changed the taint's effect: the slices are written again.
+  void SetTaintEffect(const std::string& effect);
   // Lists this node's slices of the driver again and writes what is
   // missing or not as published.
   void Resync();
@@ -116,6 +123,7 @@ class SlicePublisher final : public modules::ListSink {
   // generation of the slices found on the server at the first list.
   int64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 1;
   std::set<std::string> dropped_ DEVPLUG_GUARDED_BY(mu_);
+  std::string taint_effect_ DEVPLUG_GUARDED_BY(mu_);
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
@@ -128,6 +136,9 @@ class SlicePublisher final : public modules::ListSink {
   bool ever_listed_ = false;
   std::map<std::string, std::string> versions_;
   std::map<std::string, Json> written_;  // their spec, as last written
+  // When each device now Unhealthy was first seen so (its taint's
+  // timeAdded, kept while it stays Unhealthy), by DRA name.
+  std::map<std::string, std::string> tainted_since_;
   std::chrono::milliseconds backoff_{0};
 };
 
