@@ -55,9 +55,8 @@ std::unique_ptr<Library> Library::Open(const std::string& path, std::string* why
   return lib;
 }
 
-Library::~Library() {
-  if (handle_) dlclose(handle_);
-}
+// The handle is left open on purpose (nvml.h).
+Library::~Library() = default;
 
 std::string Library::Error(Return rc) const {
   std::string s = "NVML error " + std::to_string(rc);

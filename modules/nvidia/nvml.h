@@ -131,8 +131,10 @@ struct Api {
   }
 };
 
-// A loaded libnvidia-ml. Unloaded (dlclose) on destruction; callers call
-// Shutdown() themselves for every successful Init().
+// A loaded libnvidia-ml. Never unloaded: a session ends on a thread of its
+// own (session.h), and its dlclose() would race the next session's dlopen()
+// of the same library; the driver's library is loaded once per process.
+// Callers call Shutdown() themselves for every successful Init().
 class Library {
  public:
   // dlopen(path) and resolve the table. nullptr with *why set when the
