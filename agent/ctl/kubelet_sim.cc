@@ -161,6 +161,12 @@ void KubeletSim::Stop() {
     serving_ = false;
   }
   StopWatcher();
+  std::vector<std::string> watched;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, w] : health_watches_) watched.push_back(name);
+  }
+  for (const std::string& name : watched) StopDraHealth(name);
   if (pod_server_) {
     pod_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
     pod_server_.reset();
@@ -203,13 +209,19 @@ void KubeletSim::Deregister(const std::string& socket) {
     Event(StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering ", ep->resource));
     ep->stream_ctx.TryCancel();
   }
-  std::lock_guard lock(mu_);
-  for (auto& [name, d] : dra_drivers_) {
-    if (d.socket != socket || !d.registered) continue;
-    Event(StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering DRA driver ", name));
-    d.registered = false;
-    dra_channels_.erase(name);
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, d] : dra_drivers_) {
+      if (d.socket != socket || !d.registered) continue;
+      Event(
+          StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering DRA driver ", name));
+      d.registered = false;
+      dra_channels_.erase(name);
+      gone.push_back(name);
+    }
   }
+  for (const std::string& name : gone) StopDraHealth(name);
 }
 
 void KubeletSim::DropConnections() {

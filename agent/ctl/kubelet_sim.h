@@ -91,6 +91,12 @@ struct DraDriverView {
   uint64_t probes = 0;
   uint64_t registrations = 0;
   bool registered = false;
+  // DRAResourceHealth, when it offers it: the version the kubelet takes
+  // (the newest), the messages read, and each device's last health
+  // ("Healthy", "Unhealthy", "Unknown") and message, by device name.
+  std::string health_service;
+  uint64_t health_messages = 0;
+  std::map<std::string, std::pair<std::string, std::string>> health;
 };
 
 namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
@@ -217,6 +223,18 @@ class KubeletSim {
   // registered, else why not.
   std::string ProbeDra(const std::string& socket, const pluginregistration::PluginInfo& info);
   std::shared_ptr<grpc::Channel> DraChannel(const std::string& driver, grpc::Status* err) const;
+  // Opens the driver's health stream, as the kubelet does after it
+  // registered one that offers DRAResourceHealth, and reads it on a thread
+  // of its own until it ends.
+  void WatchDraHealth(const std::string& driver, const std::string& service,
+                      std::shared_ptr<grpc::Channel> channel);
+  template <typename Stub, typename Request, typename Response>
+  void ReadDraHealth(const std::string& driver, Stub& stub, grpc::ClientContext* ctx);
+  struct HealthWatch {
+    grpc::ClientContext ctx;
+    std::thread thread;
+  };
+  void StopDraHealth(const std::string& driver);
   void Deregister(const std::string& socket);
   void RunStream(std::shared_ptr<Endpoint> ep);
   void CheckSnapshot(const std::string& name, const v1beta1::ListAndWatchResponse& msg);
@@ -239,6 +257,8 @@ class KubeletSim {
   std::vector<std::string> violations_;                                 // guarded by mu_
   std::map<std::string, DraDriverView> dra_drivers_;                    // guarded by mu_
   std::map<std::string, std::shared_ptr<grpc::Channel>> dra_channels_;  // guarded by mu_
+  // The health streams open, by driver.
+  std::map<std::string, std::unique_ptr<HealthWatch>> health_watches_;  // guarded by mu_
   uint64_t total_registrations_ = 0;                                    // guarded by mu_
   uint64_t checkpoint_seq_ = 0;                                         // guarded by mu_
   bool serving_ = false;                                                // guarded by mu_

@@ -256,16 +256,25 @@ std::string KubeletSim::ProbeDra(const std::string& socket,
   auto channel = grpc::CreateChannel("unix:" + endpoint, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + options_.dial_timeout))
     return StrCat("RegisterPlugin error -- cannot dial DRA driver ", name, " at ", endpoint);
-  std::lock_guard lock(mu_);
-  auto& d = dra_drivers_[name];
-  d.socket = socket;
-  d.endpoint = endpoint;
-  d.versions = offered;
-  d.registrations++;
-  d.registered = true;
-  dra_channels_[name] = channel;
-  cv_.notify_all();
-  Event(StrCat("kubelet: DRA driver ", name, " registered at ", endpoint));
+  // The health service it offers, the newest the kubelet knows.
+  std::string health;
+  for (const char* v : {"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"})
+    if (health.empty() && std::find(offered.begin(), offered.end(), v) != offered.end()) health = v;
+  {
+    std::lock_guard lock(mu_);
+    auto& d = dra_drivers_[name];
+    d.socket = socket;
+    d.endpoint = endpoint;
+    d.versions = offered;
+    d.registrations++;
+    d.registered = true;
+    d.health_service = health;
+    dra_channels_[name] = channel;
+    cv_.notify_all();
+  }
+  Event(StrCat("kubelet: DRA driver ", name, " registered at ", endpoint,
+               health.empty() ? "" : StrCat("; watching its health (", health, ")")));
+  if (!health.empty()) WatchDraHealth(name, health, channel);
   return "";
 }
 

@@ -145,7 +145,10 @@ TEST_F(DraTest, RegistersAsADraDriverAndPublishesItsDevicesAsOnePool) {
   ASSERT_TRUE(DriverRegistered());
   auto d = sim_->dra_driver(kDriver);
   EXPECT_EQ(d->endpoint, d->socket);  // DRAPlugin is served on the registration socket
-  EXPECT_EQ(d->versions, (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin"}));
+  // The health services too: the kubelet then opens one stream to the newest.
+  EXPECT_EQ(d->versions,
+            (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                      "v1alpha1.DRAResourceHealth"}));
   // No extended resource: a DRA resource never reaches the device manager.
   EXPECT_FALSE(sim_->resource(kDra).has_value());
   ASSERT_TRUE(Eventually([&] {
@@ -320,6 +323,41 @@ TEST_F(DraTest, ARestartBetweenPrepareAndUnprepareLeaksNothing) {
   EXPECT_NE(ReadFile(release_log()).find("release fake-0,fake-1"), std::string::npos)
       << ReadFile(release_log());
   EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+}
+
+// Health on both channels, with recovery, through devplugd and the
+// simulated kubelet: fake-0 turns Unhealthy; the kubelet's health stream
+// says so with the module's reason, and its slice carries the taint; both
+// clear when it is Healthy again. Nothing restarts.
+TEST_F(DraTest, TheKubeletHearsADeviceTurnUnhealthyAndRecover) {
+  StartSim();
+  // A resync every 200 ms: the fake module's health follows a file.
+  StartAgent(DraResource("sick_while = \"" + (dir_ / "sick") + "\"\n"), "200ms", DraAgent());
+  ASSERT_TRUE(DriverRegistered());
+  auto health = [&](const std::string& device) {
+    auto d = sim_->dra_driver(kDriver);
+    if (!d || !d->health.count(device)) return std::pair<std::string, std::string>{};
+    return d->health.at(device);
+  };
+  auto tainted = [&] {
+    for (const Json& s : Slices())
+      for (const Json& d : s["spec"]["devices"])
+        if (d["name"] == "fake-0") return d.contains("taints");
+    return false;
+  };
+  ASSERT_TRUE(Eventually([&] { return health("fake-0").first == "Healthy"; })) << agent_->Log();
+  EXPECT_EQ(sim_->dra_driver(kDriver)->health_service, "v1.DRAResourceHealth");
+  EXPECT_EQ(health("fake-1").first, "Healthy");
+  WriteFile(dir_ / "sick", "");
+  ASSERT_TRUE(Eventually([&] { return health("fake-0").first == "Unhealthy"; })) << agent_->Log();
+  EXPECT_EQ(health("fake-0").second, "listed unhealthy");
+  EXPECT_EQ(health("fake-1").first, "Healthy");
+  ASSERT_TRUE(Eventually(tainted)) << Json(Slices()).dump(1);
+  std::filesystem::remove(dir_ / "sick");
+  ASSERT_TRUE(Eventually([&] { return health("fake-0").first == "Healthy"; })) << agent_->Log();
+  EXPECT_EQ(health("fake-0").second, "");
+  ASSERT_TRUE(Eventually([&] { return !tainted(); })) << Json(Slices()).dump(1);
+  EXPECT_EQ(sim_->dra_driver(kDriver)->registrations, 1u) << "nothing restarted";
 }
 
 TEST_F(DraTest, SlicesAnEarlierAgentLeftAreTakenOverAndOtherNodesAreLeftAlone) {

@@ -19,17 +19,19 @@ namespace devplug::dra {
 // published after that goes nowhere.
 class FrontEnd::GatedSink final : public modules::ListSink {
  public:
-  GatedSink(const std::shared_ptr<Driver>& driver, bool active)
-      : driver_(driver), active_(active) {}
+  GatedSink(const std::shared_ptr<Driver>& driver, std::shared_ptr<HealthHub> health, bool active)
+      : driver_(driver), health_(std::move(health)), active_(active) {}
   std::string Accept(const DeviceList&) override { return ""; }
   void Publish(const DeviceListPtr& list) override {
     if (!active_.load()) return;
+    health_->Publish(*list);
     if (std::shared_ptr<Driver> d = driver_.lock()) d->Publish(list);
   }
   void set_active(bool active) { active_ = active; }
 
  private:
   const std::weak_ptr<Driver> driver_;
+  const std::shared_ptr<HealthHub> health_;
   std::atomic<bool> active_;
 };
 
@@ -94,7 +96,8 @@ front_end::InstanceHooks FrontEnd::Launch(const config::AgentConfig& cfg,
                                           const modules::LoadedModule&,
                                           const front_end::FrontEnd*) {
   front_end::InstanceHooks hooks;
-  sink_ = std::make_shared<GatedSink>(driver_, !staged_);
+  if (!health_) health_ = std::make_shared<HealthHub>(cfg.node_name);
+  sink_ = std::make_shared<GatedSink>(driver_, health_, !staged_);
   hooks.lists = sink_;
   // The claims say who holds a device (review D6: PodResources' `devices`
   // never lists a claim's, so cex's sweep destroyed the nodes of prepared
@@ -117,6 +120,7 @@ void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
   if (sink_) sink_->set_active(true);
   // A reload's successor that took the driver over may taint otherwise.
   driver_->SetTaintEffect(context_.cfg.taint_effect);
+  if (health_) health_->Publish(*instance->devices());
   driver_->Publish(instance->devices());
 }
 
@@ -130,6 +134,12 @@ void FrontEnd::Register(grpc::ServerBuilder& builder, modules::DeviceSource*,
   v1beta1_ = std::make_unique<DraServiceV1beta1>(driver_.get());
   builder.RegisterService(v1_.get());
   builder.RegisterService(v1beta1_.get());
+  if (health_) {
+    health_v1_ = std::make_unique<HealthServiceV1>(health_.get());
+    health_v1alpha1_ = std::make_unique<HealthServiceV1alpha1>(health_.get());
+    builder.RegisterService(health_v1_.get());
+    builder.RegisterService(health_v1alpha1_.get());
+  }
 }
 
 pluginregistration::PluginInfo FrontEnd::Info(const std::string& socket_path) const {
@@ -138,6 +148,10 @@ pluginregistration::PluginInfo FrontEnd::Info(const std::string& socket_path) co
   info.set_name(driver_->options().driver);
   info.set_endpoint(socket_path);
   for (const char* v : kDraVersions) info.add_supported_versions(v);
+  // The kubelet picks the newest health service it knows, and opens one
+  // stream to it.
+  if (health_)
+    for (const char* v : kHealthVersions) info.add_supported_versions(v);
   return info;
 }
 
@@ -147,6 +161,8 @@ void FrontEnd::EndCalls() {
   // waited for them).
   if (v1_) v1_->AbortPending();
   if (v1beta1_) v1beta1_->AbortPending();
+  // The health streams end, or the server's shutdown would wait for them.
+  if (health_) health_->CloseAll();
 }
 
 void FrontEnd::DropServices([[maybe_unused]] bool exiting) {
@@ -156,11 +172,16 @@ void FrontEnd::DropServices([[maybe_unused]] bool exiting) {
     // and so are its services.
     (void)v1_.release();
     (void)v1beta1_.release();
+    (void)health_v1_.release();
+    (void)health_v1alpha1_.release();
+    if (health_) LeakOnPurpose(health_);  // a stream's end may still come
     return;
   }
 #endif
   v1_.reset();
   v1beta1_.reset();
+  health_v1_.reset();
+  health_v1alpha1_.reset();
 }
 
 void FrontEnd::Withdraw(const modules::DeviceSource* instance, bool exiting) {

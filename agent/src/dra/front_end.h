@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "dra/dra_service.h"
 #include "dra/driver.h"
+#include "dra/health_hub.h"
 #include "front_end/front_end.h"
 #include "model/rpc.h"
 #include "modules/device_source.h"
@@ -108,6 +109,11 @@ class FrontEnd final : public front_end::FrontEnd {
   std::shared_ptr<GatedSink> sink_;
   std::unique_ptr<DraServiceV1> v1_;
   std::unique_ptr<DraServiceV1beta1> v1beta1_;
+  // The devices' health, to the kubelet's DRAResourceHealth streams (made
+  // at the first Launch, fed by the instance's lists).
+  std::shared_ptr<HealthHub> health_;
+  std::unique_ptr<HealthServiceV1> health_v1_;
+  std::unique_ptr<HealthServiceV1alpha1> health_v1alpha1_;
 };
 
 }  // namespace devplug::dra
