@@ -115,15 +115,7 @@ std::vector<std::string> Reload::Errors() {
 
 Reload::Outcome Reload::Commit(const config::AgentConfig& next, ResourceSet& running,
                                ops::Metrics& metrics, Clock::time_point retire_by) {
-  std::vector<std::unique_ptr<Resource>> staged = std::move(staged_);
-  auto take_staged = [&](const std::string& name) -> std::unique_ptr<Resource> {
-    auto it = std::find_if(staged.begin(), staged.end(),
-                           [&](const auto& r) { return r && r->cfg().name == name; });
-    if (it == staged.end()) return nullptr;
-    std::unique_ptr<Resource> r = std::move(*it);
-    staged.erase(it);
-    return r;
-  };
+  ResourceSet::List staged = std::move(staged_);
   auto retire = [&](std::unique_ptr<Resource> r) {
     metrics.Remove(r->metrics());
     running.Retire(std::move(r), retire_by);
@@ -132,7 +124,8 @@ Reload::Outcome Reload::Commit(const config::AgentConfig& next, ResourceSet& run
   ResourceSet::List serving;
   for (size_t i = 0; i < next.resources.size(); ++i) {
     const config::ResourceConfig& cfg = next.resources[i];
-    std::unique_ptr<Resource> fresh = take_staged(cfg.name), old = running.Take(cfg.name);
+    std::unique_ptr<Resource> fresh = ResourceSet::Take(staged, cfg.name),
+                              old = running.Take(cfg.name);
     if (!fresh) {  // unchanged: not touched at all
       old->Renumber(i, cfg);
       out.unchanged.push_back(cfg.name);

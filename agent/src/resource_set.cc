@@ -24,12 +24,12 @@ const Resource* ResourceSet::ByName(const std::string& name) const {
   return nullptr;
 }
 
-std::unique_ptr<Resource> ResourceSet::Take(const std::string& name) {
-  auto it = std::find_if(list_.begin(), list_.end(),
+std::unique_ptr<Resource> ResourceSet::Take(List& list, const std::string& name) {
+  auto it = std::find_if(list.begin(), list.end(),
                          [&](const auto& r) { return r && r->cfg().name == name; });
-  if (it == list_.end()) return nullptr;
+  if (it == list.end()) return nullptr;
   std::unique_ptr<Resource> r = std::move(*it);
-  list_.erase(it);
+  list.erase(it);
   return r;
 }
 

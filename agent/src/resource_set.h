@@ -42,8 +42,10 @@ class ResourceSet {
   void Add(std::unique_ptr<Resource> r) { list_.push_back(std::move(r)); }
   Resource* ById(uint64_t id) const;
   const Resource* ByName(const std::string& name) const;
-  // Takes the resource named `name` out (nullptr when there is none).
-  std::unique_ptr<Resource> Take(const std::string& name);
+  // Takes the resource named `name` out (nullptr when there is none); of
+  // the set, or of `list`.
+  std::unique_ptr<Resource> Take(const std::string& name) { return Take(list_, name); }
+  static std::unique_ptr<Resource> Take(List& list, const std::string& name);
   // Takes them all out, in order.
   List TakeAll() { return std::move(list_); }
 
