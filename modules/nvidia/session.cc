@@ -3,8 +3,9 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <functional>
-#include <list>
+#include <mutex>
 
 #include "devplug/common/cxx_module.h"
 #include "devplug/common/fs.h"
@@ -32,42 +33,44 @@ bool KeepModuleLoaded() {
   return kept;
 }
 
-// The threads that end sessions. At a normal exit the last ones are joined
-// (each within one event wait); devplugd's own exit does not run this and
-// leaves them to the process's end.
+// The threads that end sessions, detached: one that finished is gone at
+// once (a fork, or a leak check, never finds it unjoined). At a normal exit
+// the ones still running are waited for (each within one event wait);
+// devplugd's own exit does not run this and leaves them to the process's
+// end. Never freed, so that a thread still ending after that wait finds it.
 class Enders {
  public:
   static Enders& Get() {
-    static Enders enders;
-    return enders;
-  }
-  ~Enders() {
-    std::lock_guard lock(mu_);
-    for (Ender& e : threads_) e.thread.join();
+    static Enders* enders = new Enders;
+    return *enders;
   }
   void Run(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    std::erase_if(threads_, [](Ender& e) {
-      if (!e.done->load()) return false;
-      e.thread.join();
-      return true;
-    });
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    threads_.push_back({std::thread([fn = std::move(fn), done] {
-                          fn();
-                          done->store(true);
-                        }),
-                        done});
+    {
+      std::lock_guard lock(mu_);
+      ++running_;
+    }
+    std::thread([this, fn = std::move(fn)] {
+      fn();
+      std::lock_guard lock(mu_);
+      --running_;
+      cv_.notify_all();
+    }).detach();
+  }
+  void Wait(std::chrono::milliseconds at_most) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, at_most, [&] { return running_ == 0; });
   }
 
  private:
-  struct Ender {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
   std::mutex mu_;
-  std::list<Ender> threads_;
+  std::condition_variable cv_;
+  int running_ = 0;
 };
+
+// At a normal exit (tests, sanitizer builds), after main returns.
+struct WaitForEnders {
+  ~WaitForEnders() { Enders::Get().Wait(std::chrono::seconds(5)); }
+} wait_for_enders;
 
 }  // namespace
 
