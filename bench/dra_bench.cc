@@ -7,7 +7,9 @@
 //      NodeUnprepareResources of it;
 //   2. a device node made under host_root (generic module, a glob watched
 //      by inotify) -> the ResourceSlice on the API server lists it, polled
-//      every millisecond;
+//      every millisecond; a literal node removed or made again -> the
+//      simulator's DRAResourceHealth stream says Unhealthy or Healthy, and
+//      (removed) the slice carries the taint;
 //   3. what one DRA resource adds to devplugd's resident memory: devplugd
 //      with a device plugin resource, then with a second one beside it, then
 //      with a DRA resource of the same module and devices beside it instead,
@@ -114,6 +116,11 @@ int main(int argc, char** argv) {
   const std::string glob_dra =
       "[[resource]]\nname = \"bench.example/dranodes\"\nmodule = \"generic\"\npaths = "
       "[\"/dev/bench/node*\"]\napi = \"dra\"\n";
+  // One literal node: removed, the module says "missing" (Unhealthy).
+  const std::string health_dra =
+      "[[resource]]\nname = \"bench.example/drahealth\"\nmodule = \"generic\"\npaths = "
+      "[\"/dev/bench/health0\"]\napi = \"dra\"\n";
+  if (!devplug::testing::MakeCharDevice(host_root + "/dev/bench/health0", 1, 3)) return 1;
 
   devplug::sim::KubeletSim::Options so = devplug::bench::SimOptions(plugins);
   so.plugins_registry = registry;
@@ -167,13 +174,15 @@ int main(int argc, char** argv) {
   }
 
   // 1 and 2: one devplugd with both DRA resources.
-  const pid_t agent = start(kvm_dra + glob_dra, "dra");
+  const pid_t agent = start(kvm_dra + glob_dra + health_dra, "dra");
   auto* sim_ptr = &sim;
   if (!wait(
           [&] {
             auto d = sim_ptr->dra_driver("drakvm.bench.example");
             auto g = sim_ptr->dra_driver("dranodes.bench.example");
-            return d && d->registered && g && g->registered;
+            auto h = sim_ptr->dra_driver("drahealth.bench.example");
+            return d && d->registered && g && g->registered && h && h->registered &&
+                   !h->health.empty();
           },
           30s) ||
       !wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s)) {
@@ -241,6 +250,45 @@ int main(int argc, char** argv) {
   }
   PrintRow("device node made or removed (inotify) -> ResourceSlice updated",
            Summarize(slice_ms, timeouts), "p50 <= 100 ms", 100.0, /*by_p50=*/true);
+
+  // The one node of drahealth removed and made again: how soon the
+  // kubelet's DRAResourceHealth stream (the simulator's) says Unhealthy,
+  // then Healthy; and how soon the slice carries the taint.
+  std::vector<double> health_ms, taint_ms;
+  size_t health_timeouts = 0;
+  auto stream_says = [&](const std::string& health) {
+    auto d = sim_ptr->dra_driver("drahealth.bench.example");
+    if (!d || d->health.size() != 1) return false;
+    return d->health.begin()->second.first == health;
+  };
+  auto tainted = [&] {
+    auto l = api.List(kSlices, {"spec.nodeName=bench,spec.driver=drahealth.bench.example", ""});
+    if (!l.ok()) return false;
+    for (const Json& sl : (*l)["items"])
+      for (const Json& d : sl["spec"]["devices"])
+        if (d.contains("taints")) return true;
+    return false;
+  };
+  const std::string health_node = host_root + "/dev/bench/health0";
+  for (int i = 0; i < changes; ++i) {
+    const bool remove = fs::exists(health_node);
+    const auto t = Clock::now();
+    if (remove)
+      fs::remove(health_node);
+    else if (!devplug::testing::MakeCharDevice(health_node, 1, 3))
+      return 1;
+    if (!wait([&] { return stream_says(remove ? "Unhealthy" : "Healthy"); }, 5s)) {
+      ++health_timeouts;
+      continue;
+    }
+    health_ms.push_back(Ms(Clock::now() - t));
+    if (remove && wait(tainted, 5s)) taint_ms.push_back(Ms(Clock::now() - t));
+    if (!remove) wait([&] { return !tainted(); }, 5s);
+  }
+  PrintRow("device node removed or made -> the kubelet's health stream says so",
+           Summarize(health_ms, health_timeouts), "p50 <= 10 ms", 10.0, /*by_p50=*/true);
+  PrintRow("device node removed -> its taint in the ResourceSlice", Summarize(taint_ms),
+           "p50 <= 100 ms", 100.0, /*by_p50=*/true);
   devplug::testing::StopProcess(agent, SIGTERM);
 
   // 4. A reload while a prepare waits in a slow allocate() (fake_release,
