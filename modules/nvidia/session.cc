@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <functional>
@@ -38,10 +39,19 @@ bool KeepModuleLoaded() {
 // the ones still running are waited for (each within one event wait);
 // devplugd's own exit does not run this and leaves them to the process's
 // end. Never freed, so that a thread still ending after that wait finds it.
+class Enders;
+// Made by the first session that ends on its own thread, once the module is
+// kept loaded: never unmapped, so still reachable at exit.
+std::atomic<Enders*> g_enders{nullptr};
+
 class Enders {
  public:
   static Enders& Get() {
-    static Enders* enders = new Enders;
+    static Enders* enders = [] {
+      auto* e = new Enders;
+      g_enders.store(e);
+      return e;
+    }();
     return *enders;
   }
   void Run(std::function<void()> fn) {
@@ -67,9 +77,13 @@ class Enders {
   int running_ = 0;
 };
 
-// At a normal exit (tests, sanitizer builds), after main returns.
+// At a normal exit (tests, sanitizer builds), after main returns; nothing
+// to wait for (and nothing made) where no session ended on its own thread,
+// as when the module is unloaded.
 struct WaitForEnders {
-  ~WaitForEnders() { Enders::Get().Wait(std::chrono::seconds(5)); }
+  ~WaitForEnders() {
+    if (Enders* e = g_enders.load()) e->Wait(std::chrono::seconds(5));
+  }
 } wait_for_enders;
 
 }  // namespace
