@@ -1,13 +1,13 @@
 #include "dra/slice_publisher.h"
 
 #include <algorithm>
-#include <ctime>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "dra/resource_slice.h"
 #include "util/hash.h"
+#include "util/utc_time.h"
 
 namespace devplug::dra {
 namespace {
@@ -15,16 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kMaxRetry{30'000};
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
-
-// "2026-11-28T01:58:00Z": a taint's timeAdded.
-std::string Rfc3339(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm utc{};
-  gmtime_r(&secs, &utc);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buf;
-}
 
 kube::Selector Mine(const SlicePublisher::Options& o) {
   return {StrCat("spec.nodeName=", o.node, ",spec.driver=", o.driver), ""};
@@ -226,7 +216,7 @@ std::vector<nlohmann::json> SlicePublisher::Layout(const DeviceList& list) {
     else if (auto on = since.find(device); on != since.end())
       at = on->second;
     else
-      at = Rfc3339(std::chrono::system_clock::now());
+      at = UtcTime(std::chrono::system_clock::now());
     tainted[device] = at;
     return at;
   };

@@ -1,11 +1,11 @@
 #include "ops/status_report.h"
 
 #include <algorithm>
-#include <ctime>
 
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "util/utc_time.h"
 
 namespace devplug::ops {
 namespace {
@@ -17,15 +17,6 @@ using nlohmann::json;
 // version strings come straight from its descriptor, and nlohmann's dump()
 // throws on malformed UTF-8: such bytes become U+FFFD instead.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-std::string Iso8601(std::chrono::system_clock::time_point t) {
-  const std::time_t s = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 // The state a resource is in, as the status JSON names it.
 const char* StateText(const ResourceView& r) {
@@ -101,7 +92,7 @@ json ResourceJson(const ResourceView& r, bool devices) {
       {"kubelet_status", std::move(kubelet_status)},
       {"registered", r.registered},
       {"state", StateText(r)},
-      {"registered_since", r.registered_since ? json(Iso8601(*r.registered_since)) : json(nullptr)},
+      {"registered_since", r.registered_since ? json(UtcTime(*r.registered_since)) : json(nullptr)},
       {"kubelet_connected", r.kubelet_connected},
       {"devices_total", list.size()},
       {"devices_healthy", Healthy(r.devices)},
@@ -183,7 +174,7 @@ std::string StatusJson(const AgentView& view, const std::string& status, bool de
   json agent = {
       {"version", view.version},
       {"abi", view.abi},
-      {"since", Iso8601(view.since)},
+      {"since", UtcTime(view.since)},
       {"status", status},
       // devplugctl status --ready waits for it.
       {"started", view.started},
