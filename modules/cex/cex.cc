@@ -253,6 +253,7 @@ void Cex::ListDevices(DeviceSink& sink) {
         if (!c->second->type.empty()) sink.StringAttribute("type", c->second->type);
         if (c->second->mode != Mode::kAny) sink.StringAttribute("mode", ModeName(c->second->mode));
       }
+      if (s_.shares > 1) sink.ShareOf(apqn.Name());
       Describe({DeviceId{apqn, k}}, *recipe);
       known.emplace(id, apqn);
     }

@@ -147,6 +147,7 @@ class Generic : public Instance {
         const std::string id = ShortId(shares_ > 1 ? d.base + "::" + std::to_string(k) : d.base);
         auto recipe = sink.Add(id, d.healthy, d.numa, d.reason);
         if (!recipe) continue;
+        if (shares_ > 1) sink.ShareOf(ShortId(d.base));
         device_of[id] = numa.size();
         for (const Node& n : d.nodes) {
           if (n.item != nullptr && n.item->mount)

@@ -102,6 +102,8 @@ static int kvm_list_devices(struct devplug_instance *inst, struct devplug_device
               "%s is missing or not a character device; devices are Unhealthy", inst->device);
     inst->last_healthy = healthy;
   }
+  const char *base = strrchr(inst->device, '/');
+  base = base ? base + 1 : inst->device;
   for (int64_t i = 0; i < inst->shares; i++) {
     char id[32];
     struct devplug_recipe *recipe = NULL;
@@ -110,6 +112,8 @@ static int kvm_list_devices(struct devplug_instance *inst, struct devplug_device
                               DEVPLUG_NO_NUMA_NODE, &recipe);
     if (rc < 0) return rc;
     if (!healthy && reasons) sink->set_health_reason(sink, reason);
+    /* DRA (ABI 1.10): one device, shared by claims: "kvm" for /dev/kvm. */
+    if (inst->shares > 1) devplug_sink_set_share_of(sink, base);
     rc = recipe->add_device_node(recipe, inst->device, inst->device, "rw");
     if (rc < 0) return rc;
   }

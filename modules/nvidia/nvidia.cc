@@ -247,6 +247,7 @@ class Nvidia : public Instance, public Session::Listener {
         const std::string dev_id = s_.shares == 1 ? u.uuid : u.uuid + "::" + std::to_string(k);
         auto r = sink.Add(dev_id, healthy, u.numa_node, reason);
         if (r) Describe(sink, u);
+        if (r && s_.shares > 1) sink.ShareOf(u.uuid);
         if (!r || !healthy) continue;
         for (const std::string& c : control) r->Node(c);
         r->Node(node);

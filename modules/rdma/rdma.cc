@@ -192,6 +192,7 @@ class Rdma : public Instance {
       }
       for (int64_t k = 0; k < shares_; k++) {
         auto r = sink.Add("rdma-" + std::to_string(k), healthy, numa, reason);
+        if (r && shares_ > 1) sink.ShareOf("rdma");
         if (!r || !healthy) continue;
         for (const Hca& h : hcas) add_nodes(*r, h);
         if (rdma_cm) r->Node(kRdmaCm);

@@ -174,6 +174,7 @@ class Solarflare : public Instance {
       if (std::find(numa.begin(), numa.end(), -1) != numa.end()) numa.clear();
       for (int64_t k = 0; k < s_.shares; k++) {
         auto r = sink.Add("onload-" + std::to_string(k), reason.empty(), numa, reason);
+        if (r && s_.shares > 1) sink.ShareOf("onload");
         if (r && reason.empty()) Fill(*r, node, nullptr);
       }
     }

@@ -28,7 +28,7 @@ PIN_OFFSET(devplug_recipe, add_env, 32);
 PIN_OFFSET(devplug_recipe, add_annotation, 40);
 PIN_OFFSET(devplug_recipe, add_cdi_device, 48);
 
-PIN_SIZE(devplug_device_sink, 88);
+PIN_SIZE(devplug_device_sink, 96);
 PIN_OFFSET(devplug_device_sink, add_device, 16);
 PIN_OFFSET(devplug_device_sink, set_health_reason, 24); /* minor 2 */
 PIN_OFFSET(devplug_device_sink, set_numa_nodes, 32);    /* minor 6 */
@@ -38,6 +38,7 @@ PIN_OFFSET(devplug_device_sink, set_attribute_int, 56);
 PIN_OFFSET(devplug_device_sink, set_attribute_bool, 64);
 PIN_OFFSET(devplug_device_sink, set_attribute_version, 72);
 PIN_OFFSET(devplug_device_sink, set_capacity, 80);
+PIN_OFFSET(devplug_device_sink, set_share_of, 88); /* minor 10 */
 
 PIN_SIZE(devplug_id_sink, 24);
 PIN_OFFSET(devplug_id_sink, add_id, 16);

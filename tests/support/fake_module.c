@@ -53,6 +53,8 @@
  *                                "1.<i>.0" and capacity memory (i+1) GiB;
  *                                it also tries an "id" attribute and a
  *                                version "01.0", both refused
+ *   share_of (int)               ABI 1.10: fake-<i> is one share of
+ *                                device "shared-<i / share_of>"
  *
  * Unhealthy devices carry the reason "listed unhealthy" (ABI 1.2).
  *
@@ -104,6 +106,7 @@ struct devplug_instance {
   int64_t release_delay_ms;
   const char *release_block;
   int32_t describe;
+  int64_t share_of;
   int32_t log_holder;
 };
 
@@ -142,6 +145,7 @@ static int fake_create(const struct devplug_host *host, struct devplug_instance 
   host->config_string_array(host, "unhealthy", &inst->unhealthy, &inst->n_unhealthy);
   host->config_bool(host, "bad_ids", &inst->bad_ids);
   host->config_bool(host, "describe", &inst->describe);
+  host->config_int(host, "share_of", &inst->share_of);
   host->config_string(host, "fail_pre_start", &inst->fail_pre_start);
   host->config_string(host, "env_prefix", &inst->env_prefix);
   host->config_string(host, "default_for", &inst->default_for);
@@ -228,6 +232,11 @@ static int fake_list(struct devplug_instance *inst, struct devplug_device_sink *
       sink->set_health_reason(sink, "listed unhealthy");
     r->add_device_node(r, node, NULL, NULL);
     r->add_env(r, "FAKE_VISIBLE", id);
+    if (inst->share_of > 0) {
+      char of[32];
+      snprintf(of, sizeof(of), "shared-%lld", (long long)(i / inst->share_of));
+      devplug_sink_set_share_of(sink, of);
+    }
     if (inst->describe) {
       char pci[32], firmware[32];
       snprintf(pci, sizeof(pci), "0000:%02llx:00.0", (long long)(i + 1) & 0xff);
@@ -389,6 +398,7 @@ static const struct devplug_config_key fake_keys[] = {
     {"shared", DEVPLUG_CONFIG_BOOL, 0, "opt out of release tracking"},
     {"log_holder", DEVPLUG_CONFIG_BOOL, 0, "pre_start() logs pod_of() answers"},
     {"describe", DEVPLUG_CONFIG_BOOL, 0, "PCI address and attributes (ABI 1.9)"},
+    {"share_of", DEVPLUG_CONFIG_INT, 0, "shares per shared device (ABI 1.10)"},
     {NULL, 0, 0, NULL},
 };
 

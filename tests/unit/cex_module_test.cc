@@ -301,6 +301,7 @@ TEST_F(CexModuleTest, AllocateWritesNothingAndNamesTheContainersNode) {
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   EXPECT_EQ(Ids(*(*inst)->devices()), (Strings{"03.0006::0", "03.0006::1", "04.0006::0",
                                                "04.0006::1", "05.0007::0", "05.0007::1"}));
+  EXPECT_EQ((*inst)->devices()->at(3).share_of, "04.0006");  // one queue for DRA (ABI 1.10)
   auto r = harness::Allocate(**inst, {"04.0006::1", "03.0006::1"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->device_nodes.size(), 1u);

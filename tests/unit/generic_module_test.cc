@@ -169,6 +169,8 @@ TEST_F(GenericTest, SharesSpreadOrPackReplicas) {
   const std::vector<std::string> all = Ids(*(*spread)->devices());
   ASSERT_EQ(all.size(), 6u);
   EXPECT_EQ(all[0], "dri_renderD128::0");
+  // For DRA (ABI 1.10): each node is one device, shared by claims.
+  EXPECT_EQ(Find(*(*spread)->devices(), "dri_renderD129::2")->share_of, "dri_renderD129");
   // Replicas share their device's recipe.
   EXPECT_EQ(Find(*(*spread)->devices(), "dri_renderD129::2")->recipe.device_nodes[0].host_path,
             "/dev/dri/renderD129");

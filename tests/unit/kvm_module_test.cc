@@ -35,6 +35,7 @@ TEST(KvmModuleTest, CharacterDeviceMeansAllSharesHealthy) {
   for (const Device& d : *list) {
     EXPECT_TRUE(d.healthy) << d.id;
     EXPECT_EQ(d.numa_node, -1);
+    EXPECT_EQ(d.share_of, "kvm");  // one device for DRA (ABI 1.10)
   }
   EXPECT_EQ(list->front().id, "kvm-0");
   // Sorted by ID as strings.
@@ -88,6 +89,7 @@ TEST(KvmModuleTest, CustomDevicePath) {
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   ASSERT_EQ((*inst)->devices()->size(), 2u);
   EXPECT_TRUE((*inst)->devices()->at(0).healthy);
+  EXPECT_EQ((*inst)->devices()->at(0).share_of, "kvm-alt");
   auto r = AllocateSync(**inst, {"kvm-1"});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->device_nodes[0].host_path, "/dev/kvm-alt");

@@ -123,7 +123,9 @@ TEST_F(NvidiaModuleTest, SharesAreReplicasAndAllocateDeduplicatesUuids) {
   auto inst = Open("shares = 3\ncdi = true\n");
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   EXPECT_EQ((*inst)->devices()->size(), 12u);
-  EXPECT_NE(Find(*(*inst)->devices(), kA + "::2"), nullptr);
+  ASSERT_NE(Find(*(*inst)->devices(), kA + "::2"), nullptr);
+  // For DRA (ABI 1.10): one GPU, shared by claims.
+  EXPECT_EQ(Find(*(*inst)->devices(), kA + "::2")->share_of, kA);
   auto r = harness::Allocate(**inst, {kA + "::0", kA + "::2", kB + "::1"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(Nodes(*r), (Strings{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",

@@ -130,7 +130,8 @@ TEST_F(RdmaModuleTest, SharedGivesEveryContainerAllSelectedAdapters) {
   auto one = Open("shares = 3\ndevices = [\"mlx5_0\"]\n");
   ASSERT_TRUE(one);
   EXPECT_EQ(Ids(*one->devices()), (Strings{"rdma-0", "rdma-1", "rdma-2"}));
-  EXPECT_EQ(one->devices()->front().numa_node, 0);  // one adapter: its node
+  EXPECT_EQ(one->devices()->back().share_of, "rdma");  // one device for DRA (ABI 1.10)
+  EXPECT_EQ(one->devices()->front().numa_node, 0);     // one adapter: its node
   EXPECT_EQ(Nodes(*harness::Allocate(*one, {"rdma-1"})),
             (Strings{"/dev/infiniband/uverbs0", "/dev/infiniband/rdma_cm"}));
 }

@@ -22,7 +22,8 @@
  * config_value, config_member, watch_path in 1.3; prestart_timeout_ms,
  * resource_index in 1.4; use_pre_start in 1.5), sink members
  * (set_health_reason in 1.2, set_numa_nodes in 1.6, the PCI address,
- * attributes and capacities a DRA ResourceSlice publishes in 1.9) and descriptor flags
+ * attributes and capacities a DRA ResourceSlice publishes in 1.9; set_share_of in 1.10) and
+ * descriptor flags
  * (concurrency in 1.7, per-device slow calls and max_slow_calls in 1.8). The devplug_*() helpers
  * below call a member an older agent may lack, returning -ENOTSUP when it does.
  *
@@ -88,7 +89,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 9
+#define DEVPLUG_MODULE_ABI_MINOR 10
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -279,6 +280,26 @@ struct devplug_device_sink {
   int (*set_attribute_version)(struct devplug_device_sink *s, const char *name, const char *value);
   /** value at most INT64_MAX. */
   int (*set_capacity)(struct devplug_device_sink *s, const char *name, uint64_t value);
+
+  /* ---- ABI minor 10 ---- */
+
+  /**
+   * Says that the device added last is one share of `device`, a device the
+   * module offers several times (`shares = N`: "kvm-0" ... "kvm-109" are
+   * shares of "kvm", "GPU-…::0" ... of "GPU-…"). The device plugin API
+   * sees the shares as they are, one extended resource unit each. DRA
+   * publishes `device` once, shared by several claims
+   * (allowMultipleAllocations) with a capacity "shares" of the number of
+   * its shares, a claim consuming one by default; each claim's share is
+   * prepared as one of the module's shares, set up and released as the
+   * device plugin API's pod would be. The attributes and capacities of the
+   * device's first share are published (a capacity of the module's then
+   * defaults to 0 per claim); it is tainted while any share is Unhealthy.
+   * `device` is at most 127 bytes of UTF-8 with no control character; the
+   * name "shares" is the agent's. Returns 0, -EINVAL for a bad `device`,
+   * -ENOENT when the last add_device() was refused (or none came yet).
+   */
+  int (*set_share_of)(struct devplug_device_sink *s, const char *device);
 };
 
 /**
@@ -560,6 +581,10 @@ static inline int devplug_sink_set_capacity(struct devplug_device_sink *s, const
                                             uint64_t value) {
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_capacity,
                                 s->set_capacity(s, name, value));
+}
+static inline int devplug_sink_set_share_of(struct devplug_device_sink *s, const char *device) {
+  return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_share_of,
+                                s->set_share_of(s, device));
 }
 static inline int devplug_host_config_int_array(const struct devplug_host *h, const char *key,
                                                 const int64_t **ret, size_t *ret_n) {

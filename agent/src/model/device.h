@@ -75,6 +75,9 @@ struct Device {
   std::string pci_address;
   std::string pcie_root;
   std::vector<DeviceAttribute> attributes;
+  // The device this is one share of (ABI 1.10), "" for none: DRA publishes
+  // that device once, shared by claims, with a capacity of its shares.
+  std::string share_of;
   bool operator==(const Device&) const = default;
 
   // The NUMA nodes the kubelet is told (empty: none).

@@ -242,4 +242,34 @@ int DeviceSink::SetCapacity(devplug_device_sink* s, const char* name, uint64_t v
       ->AddAttribute(name, DeviceAttribute::Type::kCapacity, nullptr, n);
 }
 
+int DeviceSink::SetShareOf(devplug_device_sink* s, const char* device) {
+  if (s == nullptr) return -EINVAL;
+  auto* self = static_cast<DeviceSink*>(s->agent_data);
+  if (!self->last_added || self->list.empty()) return -ENOENT;
+  Device& d = self->list.back();
+  try {
+    const std::string_view name = device == nullptr ? "" : device;
+    std::string why;
+    if (name.empty())
+      why = "is empty";
+    else if (name.size() > kMaxShareOfBytes)
+      why = StrCat("has ", name.size(), " bytes; at most ", kMaxShareOfBytes);
+    else if (!IsValidUtf8(name))
+      why = "is no UTF-8";
+    else if (std::any_of(name.begin(), name.end(),
+                         [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+      why = "has a control character";
+    if (!why.empty()) {
+      self->attribute_problems.push_back(StrCat("device \"", d.id,
+                                                "\": the device it is a share of (\"",
+                                                PrintableUtf8(name, 64), "\") ", why));
+      return -EINVAL;
+    }
+    d.share_of = std::string(name);
+    return 0;
+  } catch (...) {
+    return -ENOMEM;
+  }
+}
+
 }  // namespace devplug::modules

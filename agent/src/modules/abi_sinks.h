@@ -105,6 +105,7 @@ struct DeviceSink {
     c.set_attribute_bool = &SetAttributeBool;
     c.set_attribute_version = &SetAttributeVersion;
     c.set_capacity = &SetCapacity;
+    c.set_share_of = &SetShareOf;
   }
 
   // The sink's add_device: checks the ID and health, then appends the
@@ -125,6 +126,9 @@ struct DeviceSink {
   static int SetAttributeBool(devplug_device_sink* s, const char* name, int32_t value);
   static int SetAttributeVersion(devplug_device_sink* s, const char* name, const char* value);
   static int SetCapacity(devplug_device_sink* s, const char* name, uint64_t value);
+  // The device the device added last is one share of (ABI 1.10).
+  static int SetShareOf(devplug_device_sink* s, const char* device);
+  static constexpr size_t kMaxShareOfBytes = 127;
   // Of the 32 attributes and capacities a device may have, those the agent
   // keeps for its own (id, numaNode, pciBusID, pcieRoot).
   static constexpr size_t kAgentAttributes = 4;

@@ -52,6 +52,7 @@ json DeviceJson(const ResourceView& r, const Device& d) {
   // What DRA publishes beyond the ID (ABI 1.9), where the module says.
   if (!d.pci_address.empty()) dev["pci"] = d.pci_address;
   if (!d.pcie_root.empty()) dev["pcie_root"] = d.pcie_root;
+  if (!d.share_of.empty()) dev["share_of"] = d.share_of;  // ABI 1.10
   for (const DeviceAttribute& a : d.attributes) {
     using T = DeviceAttribute::Type;
     json& into = dev[a.type == T::kCapacity ? "capacity" : "attributes"];

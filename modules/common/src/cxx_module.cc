@@ -210,6 +210,9 @@ DeviceSink& DeviceSink::VersionAttribute(const std::string& name, const std::str
 DeviceSink& DeviceSink::Capacity(const std::string& name, uint64_t value) {
   return Checked(*this, devplug_sink_set_capacity(s_, name.c_str(), value));
 }
+DeviceSink& DeviceSink::ShareOf(const std::string& device) {
+  return Checked(*this, devplug_sink_set_share_of(s_, device.c_str()));
+}
 
 std::optional<Host::Pod> Host::PodOf(const std::string& id) const {
   if (!DEVPLUG_HAS_MEMBER(h_, devplug_host, pod_of))

@@ -164,6 +164,9 @@ class DeviceSink {
   DeviceSink& BoolAttribute(const std::string& name, bool value);
   DeviceSink& VersionAttribute(const std::string& name, const std::string& value);
   DeviceSink& Capacity(const std::string& name, uint64_t value);
+  // ABI 1.10: the device added last is one share of `device` (see
+  // devplug_device_sink.set_share_of); agents older than 1.10 ignore it.
+  DeviceSink& ShareOf(const std::string& device);
 
  private:
   devplug_device_sink* s_;
