@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -107,6 +109,20 @@ class DraTest : public AgentTest {
     Json results = Json::array();
     for (const std::string& d : devices)
       results.push_back({{"request", "req"}, {"driver", kDriver}, {"pool", pool}, {"device", d}});
+    return ClaimOf(name, results);
+  }
+  // A claim given `shares` of shared device `device`, as the scheduler
+  // writes it (a share ID of its own, the capacity consumed).
+  std::string SharedClaim(const std::string& name, const std::string& device, int shares) {
+    return ClaimOf(name, Json::array({{{"request", "req"},
+                                       {"driver", kDriver},
+                                       {"pool", kNode},
+                                       {"device", device},
+                                       {"shareID", "share-of-" + name},
+                                       {"consumedCapacity",
+                                        {{"shares", std::to_string(shares)}, {"memory", "0"}}}}}));
+  }
+  std::string ClaimOf(const std::string& name, const Json& results) {
     Json claim = {{"apiVersion", "resource.k8s.io/v1"},
                   {"kind", "ResourceClaim"},
                   {"metadata", {{"name", name}, {"namespace", "default"}}},
@@ -516,6 +532,91 @@ TEST_F(DraTest, ARequestOfTwoDevicesIsOneAllocateAndOneCdiDevice) {
   const std::string edits = spec["devices"][0]["containerEdits"].dump();
   EXPECT_NE(edits.find("FAKE_DEVICES=fake-0,fake-1"), std::string::npos) << spec.dump(1);
   EXPECT_EQ(Unprepare("c1", uid), "");
+}
+
+// ABI 1.10: a module's shares of one device are one device DRA shares
+// among claims (consumable capacity), each claim's share prepared as one of
+// the module's shares, or several when it consumes more.
+TEST_F(DraTest, ASharedDeviceIsOneDeviceWhoseSharesArePreparedPerClaim) {
+  StartSim();
+  StartAgent(DraResource("count = 4\nshare_of = 3\ndescribe = true"), "0s", DraAgent());
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"shared-0", "shared-1"};
+  })) << Json(Slices()).dump(1);
+  const Json devices = Slices()[0]["spec"]["devices"];
+  EXPECT_EQ(devices[0]["allowMultipleAllocations"], true) << devices.dump(1);
+  EXPECT_EQ(devices[0]["attributes"]["id"]["string"], "shared-0");
+  EXPECT_EQ(devices[0]["attributes"]["index"]["int"], 0);  // its first share's
+  EXPECT_EQ(
+      devices[0]["capacity"]["shares"],
+      (Json{{"value", "3"},
+            {"requestPolicy",
+             {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", "3"}, {"step", "1"}}}}}}))
+      << devices.dump(1);
+  // The module's own capacity: none of it taken unless a claim asks.
+  EXPECT_EQ(devices[0]["capacity"]["memory"]["requestPolicy"]["default"], "0");
+  EXPECT_EQ(devices[1]["capacity"]["shares"]["value"], "1");
+  auto status = testing::RunProcess(
+      {testing::DevplugctlPath(), "status", "--json", "--devices", "--socket", control_socket()});
+  const Json st = Json::parse(status.output, nullptr, false);
+  ASSERT_TRUE(st.is_object()) << status.output;
+  EXPECT_EQ(st["resources"][0]["devices"][2]["share_of"], "shared-0") << status.output;
+
+  // Three claims share shared-0, each with a share of the module's own.
+  std::map<std::string, std::string> uids;
+  std::set<std::string> ids;
+  for (const std::string name : {"c1", "c2", "c3"}) {
+    uids[name] = SharedClaim(name, "shared-0", 1);
+    auto resp = Prepare(name, uids[name]);
+    const auto& claim = resp.claims().at(uids[name]);
+    ASSERT_EQ(claim.error(), "") << name;
+    ASSERT_EQ(claim.devices_size(), 1);
+    EXPECT_EQ(claim.devices(0).device_name(), "shared-0");
+    EXPECT_EQ(claim.devices(0).share_id(), "share-of-" + name);
+    const std::string edits =
+        Json::parse(ReadFile(SpecPath(uids[name])))["devices"][0]["containerEdits"].dump();
+    for (const std::string id : {"fake-0", "fake-1", "fake-2"})
+      if (edits.find("FAKE_DEVICES=" + id) != std::string::npos) ids.insert(id);
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{"fake-0", "fake-1", "fake-2"}));
+  // A fourth finds no free share (the scheduler would not allocate it).
+  const std::string c4 = SharedClaim("c4", "shared-0", 1);
+  auto refused = Prepare("c4", c4);
+  EXPECT_NE(refused.claims().at(c4).error().find("\"shared-0\" has 0 free share(s) of 3"),
+            std::string::npos)
+      << refused.claims().at(c4).error();
+  // One claim goes: its share is released, and the fourth gets it.
+  EXPECT_EQ(Unprepare("c2", uids["c2"]), "");
+  const std::string log = ReadFile(release_log());
+  ASSERT_NE(log.find("release fake-"), std::string::npos) << log;
+  const std::string freed = log.substr(log.find("release ") + 8, 6);
+  auto again = Prepare("c4", c4);
+  ASSERT_EQ(again.claims().at(c4).error(), "");
+  EXPECT_NE(ReadFile(SpecPath(c4)).find("FAKE_DEVICES=" + freed), std::string::npos);
+
+  // A claim that consumes two shares of shared-1, which has one: refused.
+  const std::string big = SharedClaim("big", "shared-1", 2);
+  auto too_big = Prepare("big", big);
+  EXPECT_NE(too_big.claims().at(big).error().find("has 1 free share(s) of 1 now"),
+            std::string::npos)
+      << too_big.claims().at(big).error();
+  // Two shares of shared-0 once two are free: one device in the answer,
+  // both module devices in its edits.
+  EXPECT_EQ(Unprepare("c1", uids["c1"]), "");
+  EXPECT_EQ(Unprepare("c3", uids["c3"]), "");
+  const std::string two = SharedClaim("two", "shared-0", 2);
+  auto both = Prepare("two", two);
+  ASSERT_EQ(both.claims().at(two).error(), "");
+  ASSERT_EQ(both.claims().at(two).devices_size(), 1);
+  EXPECT_EQ(both.claims().at(two).devices(0).share_id(), "share-of-two");
+  const std::string spec = ReadFile(SpecPath(two));
+  size_t in_spec = 0;
+  for (const std::string& id : ids) in_spec += spec.find(id) != std::string::npos;
+  EXPECT_EQ(in_spec, 2u) << spec;  // the two shares c4 does not hold
+  EXPECT_EQ(spec.find(freed), std::string::npos) << spec;
+  EXPECT_EQ(Unprepare("two", two), "");
+  EXPECT_EQ(Unprepare("c4", c4), "");
 }
 
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {

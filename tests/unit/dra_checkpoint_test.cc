@@ -40,7 +40,9 @@ TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
   auto cp = Checkpoint::Load(dir / "prepared.json");
   ASSERT_TRUE(cp.ok());
   cp->Put(Claim("uid-a", 2));
-  cp->Put(Claim("uid-b"));
+  PreparedClaim shared = Claim("uid-b");
+  shared.devices[0].share_id = "5b1e0e0c-share";  // one share of a shared device
+  cp->Put(shared);
   ASSERT_TRUE(cp->Save().ok());
   struct stat st;
   ASSERT_EQ(stat((dir / "prepared.json").c_str(), &st), 0);
@@ -57,7 +59,7 @@ TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
   ASSERT_EQ(again->claims().size(), 2u);
   ASSERT_NE(again->Find("uid-a"), nullptr);
   EXPECT_EQ(*again->Find("uid-a"), Claim("uid-a", 2));
-  EXPECT_EQ(*again->Find("uid-b"), Claim("uid-b"));
+  EXPECT_EQ(*again->Find("uid-b"), shared);
 
   // Unprepared: gone from the file too.
   EXPECT_TRUE(again->Remove("uid-a"));

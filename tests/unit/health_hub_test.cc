@@ -102,6 +102,35 @@ TEST_F(HealthHubTest, EachVersionGetsEveryDevicesHealthAndEveryChange) {
   EXPECT_TRUE(alpha->Finish().ok());
 }
 
+// A shared device (ABI 1.10) is one entry, Unhealthy while any share is.
+TEST_F(HealthHubTest, ASharedDeviceIsOneEntryUnhealthyWhileAnyShareIs) {
+  Serve();
+  DeviceList shares;
+  for (int k = 0; k < 3; ++k) {
+    shares.push_back(Dev("kvm-" + std::to_string(k), k != 1, k == 1 ? "/dev/kvm missing" : ""));
+    shares.back().share_of = "kvm";
+  }
+  hub_->Publish(shares);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+  auto reader = ::v1::DRAResourceHealth::NewStub(channel_)->NodeWatchResources(
+      &ctx, ::v1::NodeWatchResourcesRequest());
+  ::v1::NodeWatchResourcesResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  ASSERT_EQ(msg.devices_size(), 1);
+  EXPECT_EQ(msg.devices(0).device().device_name(), "kvm");
+  EXPECT_EQ(msg.devices(0).health(), ::v1::UNHEALTHY);
+  EXPECT_EQ(msg.devices(0).message(), "/dev/kvm missing");
+  shares[1].healthy = true;
+  hub_->Publish(shares);
+  ASSERT_TRUE(reader->Read(&msg));
+  ASSERT_EQ(msg.devices_size(), 1);
+  EXPECT_EQ(msg.devices(0).health(), ::v1::HEALTHY);
+  hub_->CloseAll();
+  EXPECT_FALSE(reader->Read(&msg));
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
 // The kubelet reads a device unheard of for health_check_timeout_seconds
 // as Unknown: the list goes out again, unchanged, well within it.
 TEST_F(HealthHubTest, AnUnchangedListIsSentAgainWithinTheTimeout) {

@@ -172,6 +172,61 @@ TEST(DraSlicesTest, ADeviceHeldBackForItsReleaseIsNotOffered) {
   EXPECT_EQ(slices[0]["spec"]["devices"][0]["name"], "fpga-1");
 }
 
+// ABI 1.10: the shares of one device are one device, shared by claims, with
+// a capacity of its shares; tainted while any share is Unhealthy, listed
+// while any is not held back.
+TEST(DraSlicesTest, TheSharesOfADeviceAreOneDeviceWithACapacityOfShares) {
+  DeviceList devices;
+  for (int k = 0; k < 3; ++k) {
+    Device d = Dev("GPU-1::" + std::to_string(k));
+    d.share_of = "GPU-1";
+    d.attributes = {{"memory", DeviceAttribute::Type::kCapacity, "", 1024}};
+    devices.push_back(d);
+  }
+  devices.push_back(Dev("other"));
+  const Pool pool{.driver = "d.example.com", .node = "n"};
+  auto devs = Slices(pool, devices)[0]["spec"]["devices"];
+  ASSERT_EQ(devs.size(), 2u) << devs.dump(1);
+  EXPECT_EQ(devs[0]["name"], DeviceName("GPU-1"));
+  EXPECT_EQ(devs[0]["attributes"]["id"]["string"], "GPU-1");
+  EXPECT_EQ(devs[0]["allowMultipleAllocations"], true);
+  EXPECT_EQ(
+      devs[0]["capacity"],
+      (nlohmann::json{
+          {"shares",
+           {{"value", "3"},
+            {"requestPolicy",
+             {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", "3"}, {"step", "1"}}}}}}},
+          {"memory",
+           {{"value", "1024"},
+            {"requestPolicy",
+             {{"default", "0"}, {"validRange", {{"min", "0"}, {"max", "1024"}}}}}}}}))
+      << devs.dump(1);
+  EXPECT_FALSE(devs[0].contains("taints"));
+  EXPECT_FALSE(devs[1].contains("allowMultipleAllocations"));
+  EXPECT_EQ(DraName(devices[1]), DeviceName("GPU-1"));
+  EXPECT_EQ(DraName(devices[3]), "other");
+
+  // A share held back for its release: the device stays, all three shares
+  // counted (the scheduler's accounting of claims still holds).
+  devices[0].held_back = true;
+  devices[0].healthy = false;
+  devs = Slices(pool, devices)[0]["spec"]["devices"];
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[0]["capacity"]["shares"]["value"], "3");
+  EXPECT_FALSE(devs[0].contains("taints")) << devs.dump(1);
+  // One share Unhealthy: the device carries the taint, with its reason.
+  devices[2].healthy = false;
+  devices[2].health_reason = "XID 79";
+  devs = Slices(pool, devices)[0]["spec"]["devices"];
+  EXPECT_EQ(devs[0]["taints"][0]["value"], "XID-79") << devs.dump(1);
+  // Every share held back: not offered.
+  for (int k = 0; k < 3; ++k) devices[k].held_back = true;
+  devs = Slices(pool, devices)[0]["spec"]["devices"];
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0]["name"], "other");
+}
+
 TEST(DraSlicesTest, AnEmptyPoolIsStillOneSlice) {
   const auto slices = Slices({.driver = "d.example.com", .node = "n"}, {});
   ASSERT_EQ(slices.size(), 1u);

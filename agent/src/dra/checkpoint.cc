@@ -23,12 +23,15 @@ constexpr int kVersion = 1;
 
 Json ToJson(const PreparedClaim& c) {
   Json devices = Json::array();
-  for (const PreparedDevice& d : c.devices)
+  for (const PreparedDevice& d : c.devices) {
     devices.push_back({{"request", d.request},
                        {"pool", d.pool},
                        {"device", d.device},
                        {"id", d.id},
                        {"cdiIDs", d.cdi_ids}});
+    // Only where there is one: a file of before shares reads the same.
+    if (!d.share_id.empty()) devices.back()["shareID"] = d.share_id;
+  }
   return {{"uid", c.uid},
           {"namespace", c.ns},
           {"name", c.name},
@@ -45,7 +48,7 @@ PreparedClaim FromJson(const Json& j) {
   for (const Json& d : j.at("devices"))
     c.devices.push_back({d.at("request").get<std::string>(), d.at("pool").get<std::string>(),
                          d.at("device").get<std::string>(), d.at("id").get<std::string>(),
-                         d.at("cdiIDs").get<std::vector<std::string>>()});
+                         d.at("cdiIDs").get<std::vector<std::string>>(), d.value("shareID", "")});
   c.spec_file = j.value("specFile", "");
   c.spec = j.value("spec", "");
   return c;

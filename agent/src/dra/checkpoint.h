@@ -27,6 +27,10 @@ struct PreparedDevice {
   std::string device;  // the DRA device name
   std::string id;      // the module's device ID
   std::vector<std::string> cdi_ids;
+  // The share of a shared device the claim holds ("": an unshared device);
+  // a share that consumes several of the device's shares is one entry per
+  // module device, all with the same share_id.
+  std::string share_id;
   bool operator==(const PreparedDevice&) const = default;
 };
 

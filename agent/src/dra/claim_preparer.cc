@@ -34,6 +34,20 @@ std::string ClaimPath(const ClaimRef& c) {
   return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
 }
 
+// A claim's devices as the kubelet is told them: one per allocation
+// result (a share that took several of the module's shares is one).
+std::vector<PreparedDevice> Answer(const std::vector<PreparedDevice>& devices) {
+  std::vector<PreparedDevice> out;
+  for (const PreparedDevice& d : devices) {
+    if (!d.share_id.empty() && std::any_of(out.begin(), out.end(), [&](const PreparedDevice& o) {
+          return o.share_id == d.share_id && o.device == d.device && o.request == d.request;
+        }))
+      continue;
+    out.push_back(d);
+  }
+  return out;
+}
+
 std::string Seconds(Clock::duration d) {
   return StrCat(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000, " s");
 }
@@ -247,7 +261,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   {
     MutexLock lock(mu_);
     if (const PreparedClaim* p = checkpoint_.Find(c.uid)) {
-      result.devices = p->devices;
+      result.devices = Answer(p->devices);
       return result;
     }
   }
@@ -276,34 +290,65 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
         pre_start = src->runs_pre_start();
       }))
     return fail("the module does not run");
-  // DRA device name -> module device ID, from the current list.
-  std::map<std::string, std::string> ids;
-  for (const Device& d : *list) ids[DeviceName(d.id)] = d.id;
+  // DRA device name -> its module devices (a shared device's shares), from
+  // the current list.
+  std::map<std::string, std::vector<std::string>> ids;
+  for (const Device& d : *list) ids[DraName(d)].push_back(d.id);
 
   // Before any module call: every device is here, no other prepared claim
-  // holds it (a device is set up and released for one claim), and no
-  // release of it still runs.
-  for (const auto& [request, device] : *read) {
-    auto it = ids.find(device);
-    if (it == ids.end()) return fail(StrCat("device \"", device, "\" is not on this node now"));
-    {
-      MutexLock lock(mu_);
-      for (const auto& [uid, pending] : pending_)
-        if (!pending->done() &&
-            std::count(pending->ids().begin(), pending->ids().end(), it->second))
-          return fail(StrCat("device \"", device, "\" is still being released for claim ", uid));
+  // holds it (a device, or one share of a shared one, is set up and
+  // released for one claim), and no release of it still runs. A share of a
+  // shared device is as many of its module devices as it consumes, free
+  // ones, the first in list order.
+  struct Pick {
+    const ClaimResult* result;
+    std::string id;  // the module device
+  };
+  std::vector<Pick> picks;
+  auto releasing = [&](const std::string& id) -> std::string {
+    MutexLock lock(mu_);
+    for (const auto& [uid, pending] : pending_)
+      if (!pending->done() && std::count(pending->ids().begin(), pending->ids().end(), id))
+        return uid;
+    return "";
+  };
+  for (const ClaimResult& r : *read) {
+    auto it = ids.find(r.device);
+    if (it == ids.end()) return fail(StrCat("device \"", r.device, "\" is not on this node now"));
+    if (r.share_id.empty() && it->second.size() == 1) {
+      const std::string& id = it->second.front();
+      if (std::string uid = releasing(id); !uid.empty())
+        return fail(StrCat("device \"", r.device, "\" is still being released for claim ", uid));
+      if (const PreparedClaim* other = HolderOf(id, c.uid))
+        return fail(StrCat("device \"", r.device, "\" is prepared for claim ", other->ns, "/",
+                           other->name, " (", other->uid, ")"));
+      picks.push_back({&r, id});
+      continue;
     }
-    if (const PreparedClaim* other = HolderOf(it->second, c.uid))
-      return fail(StrCat("device \"", device, "\" is prepared for claim ", other->ns, "/",
-                         other->name, " (", other->uid, ")"));
+    int64_t wanted = r.shares;
+    for (const std::string& id : it->second) {
+      if (wanted == 0) break;
+      if (std::any_of(picks.begin(), picks.end(), [&](const Pick& p) { return p.id == id; }) ||
+          !releasing(id).empty() || HolderOf(id, c.uid) != nullptr)
+        continue;
+      picks.push_back({&r, id});
+      --wanted;
+    }
+    if (wanted > 0)
+      return fail(StrCat("device \"", r.device, "\" has ", r.shares - wanted, " free share(s) of ",
+                         it->second.size(), " now, and the claim's result",
+                         r.share_id.empty() ? "" : StrCat(" (share ", r.share_id, ")"), " takes ",
+                         r.shares,
+                         ": the others are prepared for other claims or "
+                         "still being released"));
   }
   // From here on the module may ask who holds these devices (pod_of() in
   // pre_start(): cex checks `namespaces`): this claim, until the answer.
   std::vector<std::string> claimed;
-  for (const auto& [request, device] : *read) claimed.push_back(ids[device]);
+  for (const Pick& p : picks) claimed.push_back(p.id);
   {
     MutexLock lock(mu_);
-    for (const std::string& id : claimed) preparing_[id] = c;
+    for (const Pick& p : picks) preparing_[p.id] = {c, p.result->device};
     UpdateHoldersLocked();
   }
   struct Unclaim {
@@ -321,8 +366,8 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   // plugin API, so answers made per container (cex's one node, env lists
   // joined per key, PCI_RESOURCE_*) come out right; their edits are one CDI
   // device, <uid>-<request>.
-  std::map<std::string, std::vector<std::pair<std::string, std::string>>> by_request;
-  for (const auto& [request, device] : *read) by_request[request].emplace_back(device, ids[device]);
+  std::map<std::string, std::vector<const Pick*>> by_request;
+  for (const Pick& p : picks) by_request[p.result->request].push_back(&p);
   PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", ""};
   std::vector<std::pair<std::string, Json>> cdi_devices;
   // What the module set up so far: released if the prepare fails after it.
@@ -339,7 +384,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   const std::string stopped = "the module stopped while the claim was prepared";
   for (const auto& [request, devices] : by_request) {
     std::vector<std::string> group;
-    for (const auto& [device, id] : devices) group.push_back(id);
+    for (const Pick* p : devices) group.push_back(p->id);
     // An allocate() still running at its deadline may yet set the group
     // up: its answer (or word that it never ran) releases what it and the
     // earlier requests set up, remembered as this claim's pending release.
@@ -387,8 +432,9 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
       cdi_ids.push_back(cdi::QualifiedName(kind_, name));
       cdi_devices.emplace_back(name, std::move(edits));
     }
-    for (const auto& [device, id] : devices)
-      prepared.devices.push_back({request, options_.node, device, id, cdi_ids});
+    for (const Pick* p : devices)
+      prepared.devices.push_back(
+          {request, options_.node, p->result->device, p->id, cdi_ids, p->result->share_id});
   }
   if (pre_start) {
     // Time queued behind other devices' work does not count, up to the
@@ -433,7 +479,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   }
   spdlog::info("resource \"{}\": DRA: prepared claim {}/{} ({}): {}", options_.resource, c.ns,
                c.name, c.uid, StrJoin(set_up, ","));
-  result.devices = prepared.devices;
+  result.devices = Answer(prepared.devices);
   return result;
 }
 
@@ -545,23 +591,24 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
 
 // ---- holders and status --------------------------------------------------------------------
 
-std::optional<ClaimRef> ClaimPreparer::Holders::Of(const std::string& id) const {
+std::optional<ClaimPreparer::Holder> ClaimPreparer::Holders::Of(const std::string& id) const {
   MutexLock lock(mu_);
   auto it = by_id_.find(id);
   if (it == by_id_.end()) return std::nullopt;
   return it->second;
 }
 
-void ClaimPreparer::Holders::Set(std::map<std::string, ClaimRef> by_id) {
+void ClaimPreparer::Holders::Set(std::map<std::string, Holder> by_id) {
   MutexLock lock(mu_);
   by_id_ = std::move(by_id);
 }
 
 void ClaimPreparer::UpdateHoldersLocked() {
-  std::map<std::string, ClaimRef> by_id;
+  std::map<std::string, Holder> by_id;
   for (const auto& [uid, claim] : checkpoint_.claims()) {
     if (pending_.count(uid) || released_.count(uid)) continue;
-    for (const PreparedDevice& d : claim.devices) by_id[d.id] = {claim.ns, claim.uid, claim.name};
+    for (const PreparedDevice& d : claim.devices)
+      by_id[d.id] = {{claim.ns, claim.uid, claim.name}, d.device};
   }
   for (const auto& [id, claim] : preparing_) by_id[id] = claim;
   holders_->Set(std::move(by_id));

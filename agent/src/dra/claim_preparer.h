@@ -113,14 +113,18 @@ class ClaimPreparer {
   // being prepared (from before its first module call until its answer),
   // and not being released. Shared with pod_of() of the resource's module
   // (which must not hold the preparer itself); thread-safe.
+  struct Holder {
+    ClaimRef claim;
+    std::string device;  // the DRA device it is (one share of)
+  };
   class Holders {
    public:
-    std::optional<ClaimRef> Of(const std::string& id) const;
-    void Set(std::map<std::string, ClaimRef> by_id);
+    std::optional<Holder> Of(const std::string& id) const;
+    void Set(std::map<std::string, Holder> by_id);
 
    private:
     mutable Mutex mu_;
-    std::map<std::string, ClaimRef> by_id_ DEVPLUG_GUARDED_BY(mu_);
+    std::map<std::string, Holder> by_id_ DEVPLUG_GUARDED_BY(mu_);
   };
   std::shared_ptr<const Holders> holders() const { return holders_; }
 
@@ -134,7 +138,7 @@ class ClaimPreparer {
 
  private:
   // What "dra:claims" read for a prepare: the claim's results, or why not.
-  using Read = StatusOr<std::vector<std::pair<std::string, std::string>>>;
+  using Read = StatusOr<std::vector<ClaimResult>>;
 
   ClaimPreparer(Options options, Checkpoint checkpoint, cdi::Kind kind);
   // ALREADY_EXISTS, with `unless_prepared`, for a claim the checkpoint
@@ -175,7 +179,7 @@ class ClaimPreparer {
   std::condition_variable_any users_cv_;
   Checkpoint checkpoint_ DEVPLUG_GUARDED_BY(mu_);
   // Module device ID -> the claim PrepareOne is setting it up for.
-  std::map<std::string, ClaimRef> preparing_ DEVPLUG_GUARDED_BY(mu_);
+  std::map<std::string, Holder> preparing_ DEVPLUG_GUARDED_BY(mu_);
   // Claim UID -> a release a call gave up waiting for; not a holder of
   // those devices meanwhile (a module's release asks pod_of() whether
   // anyone still holds a device: macvtap keeps a held link).

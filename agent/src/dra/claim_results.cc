@@ -1,22 +1,22 @@
 #include "dra/claim_results.h"
 
+#include "dra/resource_slice.h"
+
 namespace devplug::dra {
 
 using Json = nlohmann::json;
 
 namespace {
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(const ClaimRef& c,
-                                                                     const Json& claim,
-                                                                     const std::string& driver,
-                                                                     const std::string& node) {
+StatusOr<std::vector<ClaimResult>> ResultsOf(const ClaimRef& c, const Json& claim,
+                                             const std::string& driver, const std::string& node) {
   if (!claim.is_object())
     return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " is not an object"));
   const std::string uid = claim.value("metadata", Json::object()).value("uid", "");
   if (uid != c.uid)
     return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, " has UID ", uid, ", not ",
                                           c.uid, " (it was deleted and made again)"));
-  std::vector<std::pair<std::string, std::string>> out;
+  std::vector<ClaimResult> out;
   const Json::json_pointer at("/status/allocation/devices/results");
   const Json results = claim.contains(at) ? claim.at(at) : Json();
   if (!results.is_array())
@@ -33,7 +33,24 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(const Claim
       return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, ": device \"",
                                             r.value("device", ""), "\" is in pool \"", pool,
                                             "\", not this node's (\"", node, "\")"));
-    out.emplace_back(r.value("request", ""), r.value("device", ""));
+    ClaimResult result{r.value("request", ""), r.value("device", ""), r.value("shareID", ""), 1};
+    const Json::json_pointer shares(StrCat("/consumedCapacity/", kSharesCapacity));
+    if (r.contains(shares)) {
+      const std::string n = r.at(shares).get<std::string>();
+      result.shares = 0;
+      for (char ch : n) {
+        if (ch < '0' || ch > '9' || result.shares > 1'000'000) {
+          result.shares = 0;
+          break;
+        }
+        result.shares = result.shares * 10 + (ch - '0');
+      }
+      if (result.shares < 1)
+        return FailedPreconditionError(StrCat("claim ", c.ns, "/", c.name, ": device \"",
+                                              result.device, "\" is given \"", n,
+                                              "\" shares, not a whole number of them"));
+    }
+    out.push_back(std::move(result));
   }
   if (out.empty())
     return FailedPreconditionError(
@@ -43,10 +60,9 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ResultsOf(const Claim
 
 }  // namespace
 
-StatusOr<std::vector<std::pair<std::string, std::string>>> ClaimResults(const ClaimRef& c,
-                                                                        const Json& claim,
-                                                                        const std::string& driver,
-                                                                        const std::string& node) {
+StatusOr<std::vector<ClaimResult>> ClaimResults(const ClaimRef& c, const Json& claim,
+                                                const std::string& driver,
+                                                const std::string& node) {
   try {
     return ResultsOf(c, claim, driver, node);
   } catch (const Json::exception& e) {

@@ -5,8 +5,8 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -20,13 +20,24 @@ struct ClaimRef {
   std::string ns, uid, name;
 };
 
+// One allocation result: a device for one of the claim's requests.
+struct ClaimResult {
+  std::string request;
+  std::string device;  // its DRA name
+  // A shared device's (allowMultipleAllocations): the share the scheduler
+  // made for this result, and how many of the device's "shares" it
+  // consumes; "" and 1 for any other.
+  std::string share_id;
+  int64_t shares = 1;
+  bool operator==(const ClaimResult&) const = default;
+};
+
 // The allocation results of `object` (claim `claim` as the API server sent
-// it) for `driver`'s devices in `node`'s pool, as (request, device).
-// FAILED_PRECONDITION, naming the claim, for one of another UID, not
-// allocated, with no device of this driver, with one of another pool, asking
-// adminAccess, or with a field of the wrong type. Never throws.
-StatusOr<std::vector<std::pair<std::string, std::string>>> ClaimResults(
-    const ClaimRef& claim, const nlohmann::json& object, const std::string& driver,
-    const std::string& node);
+// it) for `driver`'s devices in `node`'s pool. FAILED_PRECONDITION, naming
+// the claim, for one of another UID, not allocated, with no device of this
+// driver, with one of another pool, asking adminAccess, consuming shares
+// that are no whole number, or with a field of the wrong type. Never throws.
+StatusOr<std::vector<ClaimResult>> ClaimResults(const ClaimRef& claim, const nlohmann::json& object,
+                                                const std::string& driver, const std::string& node);
 
 }  // namespace devplug::dra

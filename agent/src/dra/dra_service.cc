@@ -63,6 +63,9 @@ DraService<Base, PrepareRequest, PrepareResponse, UnprepareRequest,
                          dev->set_pool_name(d.pool);
                          dev->set_device_name(d.device);
                          for (const std::string& id : d.cdi_ids) dev->add_cdi_device_ids(id);
+                         // v1 only: the share of a shared device.
+                         if constexpr (requires { dev->set_share_id(d.share_id); })
+                           if (!d.share_id.empty()) dev->set_share_id(d.share_id);
                        }
                      }
                      call->reactor()->Finish(grpc::Status::OK);

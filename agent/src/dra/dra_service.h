@@ -66,7 +66,7 @@ class PendingAnswers {
 };
 
 // Both versions' services: their messages have the same fields (v1 adds
-// share_id, which devplug never sets: it shares no device between claims).
+// share_id, set for a share of a shared device).
 template <typename Base, typename PrepareRequest, typename PrepareResponse,
           typename UnprepareRequest, typename UnprepareResponse>
 class DraService final : public Base {

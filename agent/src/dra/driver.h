@@ -99,7 +99,11 @@ class Driver final : public modules::ListSink {
   // Which claim holds each module device (shared with pod_of()).
   using Holders = ClaimPreparer::Holders;
   std::shared_ptr<const Holders> holders() const { return claims_->holders(); }
-  std::optional<ClaimRef> ClaimOf(const std::string& id) const { return holders()->Of(id); }
+  std::optional<ClaimRef> ClaimOf(const std::string& id) const {
+    std::optional<ClaimPreparer::Holder> h = holders()->Of(id);
+    if (!h) return std::nullopt;
+    return h->claim;
+  }
 
   // ---- status and tests ----
   const Options& options() const { return options_; }

@@ -106,9 +106,9 @@ front_end::InstanceHooks FrontEnd::Launch(const config::AgentConfig& cfg,
       context_.pods, context_.cfg.driver, cfg.node_name,
       [holders = driver_->holders()](
           const std::string& id) -> std::optional<kubelet::DraPodLookup::Claim> {
-        std::optional<ClaimRef> c = holders->Of(id);
-        if (!c) return std::nullopt;
-        return kubelet::DraPodLookup::Claim{c->ns, c->name, DeviceName(id)};
+        std::optional<ClaimPreparer::Holder> h = holders->Of(id);
+        if (!h) return std::nullopt;
+        return kubelet::DraPodLookup::Claim{h->claim.ns, h->claim.name, h->device};
       });
   return hooks;
 }

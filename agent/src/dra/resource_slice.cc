@@ -1,6 +1,8 @@
 #include "dra/resource_slice.h"
 
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include "model/dra_names.h"
 #include "util/hash.h"
@@ -56,11 +58,14 @@ std::string TaintValue(std::string_view reason) {
   return out.substr(start);
 }
 
-Json DeviceJson(const Device& d) {
+// `d` as its slice lists it; `shares` > 0 for a device shared by that
+// many claims (d is its first share).
+Json DeviceJson(const Device& d, size_t shares) {
   Json attrs = Json::object();
   Json capacity = Json::object();
   // Attribute strings hold 64 characters at most, and JSON valid UTF-8.
-  attrs[kAttributeId] = {{"string", PrintableUtf8(d.id, kMaxAttributeValueLength)}};
+  attrs[kAttributeId] = {
+      {"string", PrintableUtf8(shares ? d.share_of : d.id, kMaxAttributeValueLength)}};
   // The standard attributes (resource.kubernetes.io): one NUMA node, the
   // lowest of several; none without NUMA affinity.
   if (d.numa_node >= 0) attrs[kAttributeNumaNode] = {{"int", d.numa_node}};
@@ -83,10 +88,23 @@ Json DeviceJson(const Device& d) {
         break;
       case DeviceAttribute::Type::kCapacity:
         capacity[a.name] = {{"value", std::to_string(a.number)}};
+        // Shared, a claim takes none of it unless it asks (without a
+        // policy it would take all, and share the device with nobody).
+        if (shares)
+          capacity[a.name]["requestPolicy"] = {
+              {"default", "0"}, {"validRange", {{"min", "0"}, {"max", std::to_string(a.number)}}}};
         break;
     }
   }
-  Json out = {{"name", DeviceName(d.id)}, {"attributes", std::move(attrs)}};
+  Json out = {{"name", DraName(d)}, {"attributes", std::move(attrs)}};
+  if (shares) {
+    const std::string n = std::to_string(shares);
+    capacity[kSharesCapacity] = {
+        {"value", n},
+        {"requestPolicy",
+         {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", n}, {"step", "1"}}}}}};
+    out["allowMultipleAllocations"] = true;
+  }
   if (!capacity.empty()) out["capacity"] = std::move(capacity);
   return out;
 }
@@ -94,6 +112,8 @@ Json DeviceJson(const Device& d) {
 }  // namespace
 
 std::string DeviceName(std::string_view id) { return Sanitize(id, 63, /*dots=*/false); }
+
+std::string DraName(const Device& d) { return DeviceName(d.share_of.empty() ? d.id : d.share_of); }
 
 std::string ObjectName(std::string_view text) { return Sanitize(text, 253, /*dots=*/true); }
 
@@ -105,13 +125,37 @@ std::string SliceName(const Pool& pool, size_t index) {
 }
 
 std::vector<Json> PoolDevices(const DeviceList& devices, const UnhealthyTaint& taint) {
-  std::vector<Json> listed;
+  // A shared device: listed once, where its first share is, while any
+  // share is not held back; tainted while any is Unhealthy.
+  struct Shared {
+    size_t shares = 0;
+    bool listed = false;
+    const Device* unhealthy = nullptr;
+  };
+  std::map<std::string, Shared> shared;
   for (const Device& d : devices) {
-    if (d.held_back) continue;
-    Json dev = DeviceJson(d);
-    if (!d.healthy) {
+    if (d.share_of.empty()) continue;
+    Shared& s = shared[d.share_of];
+    ++s.shares;
+    s.listed = s.listed || !d.held_back;
+    if (!d.healthy && !d.held_back && s.unhealthy == nullptr) s.unhealthy = &d;
+  }
+  std::vector<Json> listed;
+  std::set<std::string_view> done;
+  for (const Device& d : devices) {
+    const Shared* s = nullptr;
+    if (!d.share_of.empty()) {
+      s = &shared[d.share_of];
+      if (!s->listed || !done.insert(d.share_of).second) continue;
+    } else if (d.held_back) {
+      continue;
+    }
+    Json dev = DeviceJson(d, s ? s->shares : 0);
+    const Device* unhealthy = s ? s->unhealthy : d.healthy ? nullptr : &d;
+    if (unhealthy) {
       Json t = {{"key", kUnhealthyTaintKey}, {"effect", taint.effect}};
-      if (std::string value = TaintValue(d.health_reason); !value.empty()) t["value"] = value;
+      if (std::string value = TaintValue(unhealthy->health_reason); !value.empty())
+        t["value"] = value;
       if (taint.time_added)
         if (std::string at = taint.time_added(dev["name"]); !at.empty()) t["timeAdded"] = at;
       dev["taints"] = Json::array({std::move(t)});

@@ -46,6 +46,14 @@ struct UnhealthyTaint {
 // stay apart and a device keeps its name whatever else the list holds.
 std::string DeviceName(std::string_view id);
 
+// The DRA name of module device `d`: DeviceName of its ID or, for one share
+// of a shared device, of that device.
+std::string DraName(const Device& d);
+
+// The capacity a shared device has of claims (ABI 1.10's set_share_of): its
+// number of shares, one taken by a claim unless it asks more.
+inline constexpr char kSharesCapacity[] = "shares";
+
 // A name as a Kubernetes object name (a DNS subdomain: at most 253
 // characters of [a-z0-9.-], alphanumeric at both ends), with the same rules.
 std::string ObjectName(std::string_view text);
@@ -65,7 +73,8 @@ std::string SliceName(const Pool& pool, size_t index);
 
 // The devices the pool lists, as its slices list them, in list order.
 // Attributes, in the driver's domain: "id" (the module's device ID) and,
-// where known, "numaNode"; the module's own.
+// where known, "numaNode"; the module's own. The shares of a shared device
+// are one device, allowMultipleAllocations, with a capacity "shares".
 std::vector<nlohmann::json> PoolDevices(const DeviceList& devices,
                                         const UnhealthyTaint& taint = {});
 // How many devices each slice of a pool of `devices` may list.
