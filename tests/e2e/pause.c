@@ -10,7 +10,9 @@
 //                                       by --env NAME, then waits as above;
 //                                       --open-glob PATTERN opens every match
 //                                       (a node whose number only Allocate
-//                                       knows, /dev/tap*)
+//                                       knows, /dev/tap*); --cat PATH prints
+//                                       "cat PATH:" and the file (a device
+//                                       metadata file, mounted read-only)
 //
 // Opening a node (not only seeing it) proves that the container runtime put
 // it into the container's device cgroup, which is what Allocate asked for.
@@ -73,11 +75,25 @@ int main(int argc, char** argv) {
         }
       }
       globfree(&g);
+    } else if (strcmp(argv[i], "--cat") == 0 && i + 1 < argc) {
+      FILE* f = fopen(argv[++i], "re");
+      if (f == NULL) {
+        printf("cat %s: %s\n", argv[i], strerror(errno));
+        ++failures;
+        continue;
+      }
+      printf("cat %s:\n", argv[i]);
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+      fclose(f);
+      printf("\n");
     } else if (strcmp(argv[i], "--env") == 0 && i + 1 < argc) {
       const char* value = getenv(argv[++i]);
       printf("env %s=%s\n", argv[i], value ? value : "(unset)");
     } else {
-      fprintf(stderr, "usage: %s [--open PATH...] [--open-glob PATTERN] [--env NAME]...\n",
+      fprintf(stderr,
+              "usage: %s [--open PATH...] [--open-glob PATTERN] [--cat PATH] [--env NAME]...\n",
               argv[0]);
       return 2;
     }

@@ -149,6 +149,11 @@ class DraTest : public AgentTest {
     auto kind = cdi::KindOf(kDra);
     return host_root() + "/run/cdi/" + cdi::AllocationFileName(*kind, "claim-" + uid);
   }
+  // Where devplugd keeps a claim's device metadata file of `request`.
+  std::string MetadataPath(const std::string& uid, const std::string& request = "req") const {
+    return host_root() + "/run/cdi/dra-device-metadata/" + kDriver + "/" + uid + "/" + request +
+           "/metadata.json";
+  }
 
   pid_t api_pid_ = -1;
   std::string server_;
@@ -247,6 +252,32 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
   EXPECT_EQ(spec["devices"][0]["name"], uid + "-req");
   EXPECT_NE(spec["devices"][0]["containerEdits"].dump().find("fake-1"), std::string::npos)
       << spec.dump(1);
+  // Device metadata (KEP-5304): the request's file, mounted read-only where
+  // the container looks for it.
+  ASSERT_TRUE(testing::FileExists(MetadataPath(uid)));
+  const Json meta = Json::parse(ReadFile(MetadataPath(uid)));
+  EXPECT_EQ(meta["apiVersion"], "metadata.resource.k8s.io/v1beta1");
+  EXPECT_EQ(meta["kind"], "DeviceMetadata");
+  EXPECT_EQ(meta["metadata"],
+            (Json{{"name", "c1"}, {"namespace", "default"}, {"uid", uid}, {"generation", 1}}));
+  EXPECT_FALSE(meta.contains("podClaimName"));
+  EXPECT_EQ(meta["requests"],
+            (Json::array({{{"name", "req"},
+                           {"devices",
+                            {{{"driver", kDriver},
+                              {"pool", kNode},
+                              {"name", "fake-1"},
+                              {"attributes", {{"id", {{"string", "fake-1"}}}}}}}}}})))
+      << meta.dump(1);
+  const Json mounts = spec["devices"][0]["containerEdits"]["mounts"];
+  ASSERT_EQ(mounts.size(), 2u) << spec.dump(1);  // the module's, and the metadata
+  EXPECT_EQ(mounts[0]["containerPath"], "/fake");
+  EXPECT_EQ(mounts[1]["hostPath"], "/run/cdi/dra-device-metadata/" + std::string(kDriver) + "/" +
+                                       uid + "/req/metadata.json");
+  EXPECT_EQ(mounts[1]["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/c1/req/" +
+                std::string(kDriver) + "-metadata.json");
+  EXPECT_EQ(mounts[1]["options"], (Json{"ro", "rbind"}));
 
   // devplugctl status shows the claim, the metrics count the call.
   auto status = testing::RunProcess(
@@ -282,6 +313,8 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
   EXPECT_NE(ReadFile(release_log()).find("release fake-1"), std::string::npos)
       << ReadFile(release_log());
   EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+  EXPECT_FALSE(std::filesystem::exists(host_root() + "/run/cdi/dra-device-metadata/" +
+                                       std::string(kDriver) + "/" + uid));
   // Once more: nothing left to do, and no second release.
   EXPECT_EQ(Unprepare("c1", uid), "");
   const std::string log = ReadFile(release_log());
@@ -325,13 +358,22 @@ TEST_F(DraTest, ARestartBetweenPrepareAndUnprepareLeaksNothing) {
   ASSERT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
   // At exit the node's slices go: nothing serves them any more.
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
-  // A reboot empties the (tmpfs) spec folder.
-  std::filesystem::remove(SpecPath(uid));
+  // A reboot empties the (tmpfs) spec folder; a crash left the metadata of
+  // a claim no longer prepared.
+  ASSERT_TRUE(testing::FileExists(MetadataPath(uid)));
+  const std::string meta = ReadFile(MetadataPath(uid));
+  std::filesystem::remove_all(host_root() + "/run/cdi");
+  const std::string stale = MetadataPath("0ld-c1a1m");
+  std::filesystem::create_directories(std::filesystem::path(stale).parent_path());
+  testing::WriteFile(stale, "{}");
 
   StartDra();
   ASSERT_TRUE(DriverRegistered(2));
-  // The checkpoint remembered the claim and its spec is back.
+  // The checkpoint remembered the claim: its spec and metadata are back, the
+  // stale metadata gone.
   ASSERT_TRUE(Eventually([&] { return testing::FileExists(SpecPath(uid)); }));
+  EXPECT_EQ(ReadFile(MetadataPath(uid)), meta);
+  EXPECT_FALSE(testing::FileExists(stale));
   ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
   auto again = Prepare("c1", uid);
   EXPECT_EQ(again.claims().at(uid).devices_size(), 2);
@@ -617,6 +659,37 @@ TEST_F(DraTest, ASharedDeviceIsOneDeviceWhoseSharesArePreparedPerClaim) {
   EXPECT_EQ(spec.find(freed), std::string::npos) << spec;
   EXPECT_EQ(Unprepare("two", two), "");
   EXPECT_EQ(Unprepare("c4", c4), "");
+}
+
+// A claim made from a pod's template: the metadata goes where the pod spec
+// can name it (the pod's name for the claim); a subrequest's devices are
+// their request's.
+TEST_F(DraTest, ATemplatesClaimHasItsMetadataUnderThePodsNameForIt) {
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  Json claim = Json::parse(R"({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+      "metadata": {"name": "pod-1-gpu-x7k2q", "namespace": "default",
+                   "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}},
+      "status": {"allocation": {"devices": {"results": [
+          {"request": "main/large", "pool": "node-1", "device": "fake-0"}]}}}})");
+  claim["status"]["allocation"]["devices"]["results"][0]["driver"] = kDriver;
+  auto made = api_->Create(kClaims, claim);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const std::string uid = (*made)["metadata"]["uid"];
+  auto resp = Prepare("pod-1-gpu-x7k2q", uid);
+  ASSERT_EQ(resp.claims().at(uid).error(), "");
+  const Json meta = Json::parse(ReadFile(MetadataPath(uid, "main")));
+  EXPECT_EQ(meta["podClaimName"], "gpu");
+  EXPECT_EQ(meta["requests"][0]["name"], "main");
+  const Json spec = Json::parse(ReadFile(SpecPath(uid)));
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["mounts"].back()["containerPath"],
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/main/" +
+                std::string(kDriver) + "-metadata.json")
+      << spec.dump(1);
+  EXPECT_EQ(Unprepare("pod-1-gpu-x7k2q", uid), "");
+  EXPECT_FALSE(testing::FileExists(MetadataPath(uid, "main")));
 }
 
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {

@@ -363,16 +363,17 @@ TEST_F(DraDriverTest, TwoClaimsNeverShareADevice) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 }
 
-// A prepare that fails after the module set a device up (here the CDI spec
-// cannot be written) releases it: the claim is never recorded, so no
-// unprepare would (review D1).
+// A prepare that fails after the module set a device up (here the spec
+// folder, where the device metadata goes first, cannot be written) releases
+// it: the claim is never recorded, so no unprepare would (review D1).
 TEST_F(DraDriverTest, APrepareThatFailsAfterTheModuleSetUpReleasesWhatItSetUp) {
   Start();
   ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
   WriteFile(dir_ / "cdi", "a file where the spec folder should be");
   const std::string uid = Claim(0, "fake-1");
   const PrepareResult r = Prepare({"default", uid, "c0"});
-  EXPECT_NE(r.error.find("CDI spec"), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("device metadata: cannot create " + (dir_ / "cdi")), std::string::npos)
+      << r.error;
   EXPECT_TRUE(driver_->prepared().empty());
   EXPECT_FALSE(driver_->ClaimOf("fake-1").has_value());  // held by nobody after the failure
   // The release runs on the device's lane; the kubelet's unprepare (it

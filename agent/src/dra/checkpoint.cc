@@ -32,12 +32,14 @@ Json ToJson(const PreparedClaim& c) {
     // Only where there is one: a file of before shares reads the same.
     if (!d.share_id.empty()) devices.back()["shareID"] = d.share_id;
   }
-  return {{"uid", c.uid},
-          {"namespace", c.ns},
-          {"name", c.name},
-          {"devices", std::move(devices)},
-          {"specFile", c.spec_file},
-          {"spec", c.spec}};
+  Json out = {{"uid", c.uid},
+              {"namespace", c.ns},
+              {"name", c.name},
+              {"devices", std::move(devices)},
+              {"specFile", c.spec_file},
+              {"spec", c.spec}};
+  if (!c.metadata.empty()) out["metadata"] = c.metadata;  // a file of before reads the same
+  return out;
 }
 
 PreparedClaim FromJson(const Json& j) {
@@ -51,6 +53,8 @@ PreparedClaim FromJson(const Json& j) {
                          d.at("cdiIDs").get<std::vector<std::string>>(), d.value("shareID", "")});
   c.spec_file = j.value("specFile", "");
   c.spec = j.value("spec", "");
+  if (j.contains("metadata"))
+    c.metadata = j.at("metadata").get<std::map<std::string, std::string>>();
   return c;
 }
 

@@ -40,6 +40,9 @@ struct PreparedClaim {
   // The claim's CDI spec file: its name and content, written again at
   // start when a reboot emptied the (tmpfs) spec folder ("": none).
   std::string spec_file, spec;
+  // Its device metadata files (KEP-5304): the path under the spec folder
+  // and the content, written again with the spec.
+  std::map<std::string, std::string> metadata;
   bool operator==(const PreparedClaim&) const = default;
 };
 

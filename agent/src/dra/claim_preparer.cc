@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
 #include "cdi/resource_cdi.h"
 #include "cdi/spec.h"
 #include "cdi/spec_dir.h"
+#include "dra/device_metadata.h"
 #include "dra/resource_slice.h"
 #include "modules/module_call.h"
+#include "util/replace_file.h"
 
 namespace devplug::dra {
 namespace {
@@ -68,6 +71,12 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
   MutexLock lock(p->mu_);
   p->UpdateHoldersLocked();
   for (const auto& [uid, c] : p->checkpoint_.claims()) {
+    for (const auto& [file, content] : c.metadata) {
+      if (access((p->Dir() + "/" + file).c_str(), F_OK) == 0) continue;
+      if (Status st = p->WriteMetadataFile(file, content); !st.ok())
+        spdlog::error("resource \"{}\": DRA: the device metadata of claim {}/{} ({}): {}",
+                      p->options_.resource, c.ns, c.name, uid, st.message());
+    }
     if (c.spec_file.empty()) continue;
     const std::string path = p->Dir() + "/" + c.spec_file;
     if (access(path.c_str(), F_OK) == 0) continue;
@@ -77,6 +86,14 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
     else
       ++rewritten;
   }
+  // The metadata of claims no longer prepared (a crash between the removal
+  // of a claim and of its files) goes.
+  std::error_code ec;
+  const std::filesystem::path driver_dir =
+      std::filesystem::path(p->Dir()) / kMetadataDir / p->options_.driver;
+  for (const auto& e : std::filesystem::directory_iterator(driver_dir, ec))
+    if (!p->checkpoint_.Find(e.path().filename().string()))
+      (void)p->RemoveMetadata(e.path().filename().string());
   if (!p->checkpoint_.claims().empty())
     spdlog::info("resource \"{}\": DRA: {} prepared claim(s) from {}{}", p->options_.resource,
                  p->checkpoint_.claims().size(), p->options_.checkpoint,
@@ -161,6 +178,23 @@ std::string ClaimPreparer::Dir() const {
   return cdi::UnderHostRoot(options_.host_root, options_.cdi_dir);
 }
 
+Status ClaimPreparer::WriteMetadataFile(const std::string& file, const std::string& content) const {
+  const std::string path = StrCat(Dir(), "/", file);
+  const std::string dir = path.substr(0, path.rfind('/'));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
+  return ReplaceFile(dir, path.substr(path.rfind('/') + 1), content, 0644, ".devplug-");
+}
+
+Status ClaimPreparer::RemoveMetadata(const std::string& uid) const {
+  const std::string dir = StrCat(Dir(), "/", MetadataClaimDir(options_.driver, uid));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return InternalError(StrCat("cannot remove ", dir, ": ", ec.message()));
+  return OkStatus();
+}
+
 // ---- the kubelet's calls -------------------------------------------------------------------
 
 void ClaimPreparer::Prepare(std::vector<ClaimRef> claims, Clock::time_point until,
@@ -223,7 +257,9 @@ ClaimPreparer::Read ClaimPreparer::ReadClaim(const ClaimRef& c, bool unless_prep
   if (!options_.client) return FailedPreconditionError("no API server is configured");
   auto claim = options_.client->Get(ClaimPath(c));
   if (!claim.ok()) return claim.status();
-  return ClaimResults(c, *claim, options_.driver, options_.node);
+  auto results = ClaimResults(c, *claim, options_.driver, options_.node);
+  if (!results.ok()) return results.status();
+  return ClaimRead{std::move(*results), PodClaimName(*claim)};
 }
 
 std::string ClaimPreparer::AwaitPending(const ClaimRef& c, Clock::time_point until,
@@ -312,7 +348,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
         return uid;
     return "";
   };
-  for (const ClaimResult& r : *read) {
+  for (const ClaimResult& r : read->results) {
     auto it = ids.find(r.device);
     if (it == ids.end()) return fail(StrCat("device \"", r.device, "\" is not on this node now"));
     if (r.share_id.empty() && it->second.size() == 1) {
@@ -368,11 +404,14 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   // device, <uid>-<request>.
   std::map<std::string, std::vector<const Pick*>> by_request;
   for (const Pick& p : picks) by_request[p.result->request].push_back(&p);
-  PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", ""};
+  std::map<std::string, const Device*> by_id;
+  for (const Device& d : *list) by_id[d.id] = &d;
+  PreparedClaim prepared{c.uid, c.ns, c.name, {}, "", "", {}};
   std::vector<std::pair<std::string, Json>> cdi_devices;
   // What the module set up so far: released if the prepare fails after it.
   std::vector<std::string> set_up;
   auto fail_after = [&](const std::string& why) {
+    if (!prepared.metadata.empty()) (void)RemoveMetadata(c.uid);
     {
       MutexLock lock(mu_);  // released now: this claim holds them no more
       for (const std::string& id : claimed) preparing_.erase(id);
@@ -426,6 +465,30 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
     set_up.insert(set_up.end(), group.begin(), group.end());
     Json edits = cdi::Edits(
         **r, [this](const std::string& path) { return cdi::LookUpNode(options_.host_root, path); });
+    // The request's device metadata (KEP-5304), for every container of
+    // the claim; the devices of a subrequest are their request's.
+    {
+      std::vector<MetadataDevice> devs;
+      for (const Pick* p : devices) {
+        if (std::any_of(devs.begin(), devs.end(),
+                        [&](const MetadataDevice& m) { return m.name == p->result->device; }))
+          continue;  // one device for the shares a result took
+        devs.push_back({options_.node, p->result->device, DeviceAttributes(*by_id[p->id])});
+      }
+      const std::string base = BaseRequest(request);
+      auto file = Metadata(options_.driver, c, read->pod_claim_name, base, devs);
+      if (!file.ok()) return fail_after(std::string(file.status().message()));
+      // A request split into subrequests has one file, and one mount.
+      if (!prepared.metadata.count(file->file)) {
+        if (Status st = WriteMetadataFile(file->file, file->content); !st.ok()) {
+          prepared.metadata[file->file] = "";  // its folder is removed
+          return fail_after(StrCat("device metadata: ", st.message()));
+        }
+        prepared.metadata[file->file] = file->content;
+        edits["mounts"].push_back(
+            MetadataMount(StrCat(options_.cdi_dir, "/", file->file), file->container_path));
+      }
+    }
     std::vector<std::string> cdi_ids;
     if (!cdi::EditsEmpty(edits)) {
       const std::string name = StrCat(c.uid, "-", CdiDeviceName(request));
@@ -576,6 +639,8 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
   if (!prepared.spec_file.empty())
     if (Status st = cdi::RemoveSpecFile(Dir(), prepared.spec_file); !st.ok())
       return std::string(st.message());
+  if (!prepared.metadata.empty())
+    if (Status st = RemoveMetadata(c.uid); !st.ok()) return std::string(st.message());
   checkpoint_.Remove(c.uid);
   UpdateHoldersLocked();
   if (Status st = checkpoint_.Save(); !st.ok()) {

@@ -20,8 +20,10 @@
 //   one and answers from it, never starts another; a retried prepare of
 //   the claim, or of its devices, waits until it is done. on_release()
 //   runs once per set-up.
-// - A reboot empties /var/run/cdi: Make writes again the specs of the
-//   checkpoint's claims.
+// - Device metadata (dra/device_metadata.h): a file per request, mounted
+//   through the request's CDI device, removed at unprepare.
+// - A reboot empties /var/run/cdi: Make writes again the specs and
+//   metadata files of the checkpoint's claims.
 //
 // Thread safety: thread-safe; the kubelet's calls arrive on gRPC threads,
 // the rest from the agent's main thread.
@@ -137,8 +139,13 @@ class ClaimPreparer {
   std::vector<std::string> releasing() const;
 
  private:
-  // What "dra:claims" read for a prepare: the claim's results, or why not.
-  using Read = StatusOr<std::vector<ClaimResult>>;
+  // What "dra:claims" read for a prepare: the claim's results and the
+  // pod's name for it (a template's claim), or why not.
+  struct ClaimRead {
+    std::vector<ClaimResult> results;
+    std::string pod_claim_name;
+  };
+  using Read = StatusOr<ClaimRead>;
 
   ClaimPreparer(Options options, Checkpoint checkpoint, cdi::Kind kind);
   // ALREADY_EXISTS, with `unless_prepared`, for a claim the checkpoint
@@ -155,6 +162,9 @@ class ClaimPreparer {
   void ReleaseSetUp(modules::DeviceSource* source, const ClaimRef& claim,
                     const std::vector<std::string>& ids);
   modules::DeviceSource* source() const;
+  // A claim's device metadata file (relative to Dir()), and its folder.
+  Status WriteMetadataFile(const std::string& file, const std::string& content) const;
+  Status RemoveMetadata(const std::string& uid) const;
   // Runs `call` (a call into `src` that does not block) unless `src` is no
   // longer the source: ClearSource waits for such calls to end, so that the
   // runtime may free a source once it is cleared. False: not run.

@@ -124,6 +124,10 @@ std::string SliceName(const Pool& pool, size_t index) {
   return ObjectName(pool.node + "-" + pool.driver + "-" + pair + "-" + std::to_string(index));
 }
 
+Json DeviceAttributes(const Device& d) {
+  return DeviceJson(d, d.share_of.empty() ? 0 : 1)["attributes"];
+}
+
 std::vector<Json> PoolDevices(const DeviceList& devices, const UnhealthyTaint& taint) {
   // A shared device: listed once, where its first share is, while any
   // share is not held back; tainted while any is Unhealthy.

@@ -77,6 +77,9 @@ std::string SliceName(const Pool& pool, size_t index);
 // are one device, allowMultipleAllocations, with a capacity "shares".
 std::vector<nlohmann::json> PoolDevices(const DeviceList& devices,
                                         const UnhealthyTaint& taint = {});
+// The attributes of module device `d` as its slice publishes them (one
+// share of a shared device: that device's).
+nlohmann::json DeviceAttributes(const Device& d);
 // How many devices each slice of a pool of `devices` may list.
 size_t MaxDevicesPerSlice(const std::vector<nlohmann::json>& devices);
 
