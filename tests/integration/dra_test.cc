@@ -279,6 +279,26 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
                 std::string(kDriver) + "-metadata.json");
   EXPECT_EQ(mounts[1]["options"], (Json{"ro", "rbind"}));
 
+  // The claim's status says the device is Ready, and what was set up.
+  Json entry;
+  ASSERT_TRUE(Eventually([&] {
+    auto got = api_->Get(std::string(kClaims) + "/c1");
+    if (!got.ok() || !got->contains("status") || !(*got)["status"].contains("devices"))
+      return false;
+    entry = (*got)["status"]["devices"];
+    return true;
+  }));
+  ASSERT_EQ(entry.size(), 1u) << entry.dump(1);
+  EXPECT_EQ(entry[0]["driver"], kDriver);
+  EXPECT_EQ(entry[0]["pool"], kNode);
+  EXPECT_EQ(entry[0]["device"], "fake-1");
+  EXPECT_FALSE(entry[0].contains("shareID"));
+  EXPECT_EQ(entry[0]["conditions"][0]["type"], "Ready");
+  EXPECT_EQ(entry[0]["conditions"][0]["status"], "True");
+  EXPECT_EQ(entry[0]["data"]["moduleDevices"], Json::array({"fake-1"}));
+  EXPECT_EQ(entry[0]["data"]["cdiDevices"],
+            Json::array({"devplug.fake.example/dra=" + uid + "-req"}));
+
   // devplugctl status shows the claim, the metrics count the call.
   auto status = testing::RunProcess(
       {testing::DevplugctlPath(), "status", "--json", "--socket", control_socket()});
@@ -315,6 +335,11 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
   EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
   EXPECT_FALSE(std::filesystem::exists(host_root() + "/run/cdi/dra-device-metadata/" +
                                        std::string(kDriver) + "/" + uid));
+  // Unprepared: its entries leave the claim's status.
+  EXPECT_TRUE(Eventually([&] {
+    auto got = api_->Get(std::string(kClaims) + "/c1");
+    return got.ok() && !(*got)["status"].contains("devices");
+  }));
   // Once more: nothing left to do, and no second release.
   EXPECT_EQ(Unprepare("c1", uid), "");
   const std::string log = ReadFile(release_log());
@@ -622,6 +647,12 @@ TEST_F(DraTest, ASharedDeviceIsOneDeviceWhoseSharesArePreparedPerClaim) {
       if (edits.find("FAKE_DEVICES=" + id) != std::string::npos) ids.insert(id);
   }
   EXPECT_EQ(ids, (std::set<std::string>{"fake-0", "fake-1", "fake-2"}));
+  // Each claim's status names its share.
+  EXPECT_TRUE(Eventually([&] {
+    auto got = api_->Get(std::string(kClaims) + "/c2");
+    return got.ok() && got->contains("status") && (*got)["status"].contains("devices") &&
+           (*got)["status"]["devices"][0].value("shareID", "") == "share-of-c2";
+  }));
   // A fourth finds no free share (the scheduler would not allocate it).
   const std::string c4 = SharedClaim("c4", "shared-0", 1);
   auto refused = Prepare("c4", c4);

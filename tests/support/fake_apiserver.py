@@ -60,6 +60,14 @@ def split(path):
     return None, None
 
 
+def subresource(path):
+    """(the object's path, "status") for a status subresource path, else
+    (path, None)."""
+    if path.endswith("/status") and split(path[:-len("/status")])[1] is not None:
+        return path[:-len("/status")], "status"
+    return path, None
+
+
 def prune(obj, keys):
     """`obj` without the fields named in `keys`, at any depth."""
     if isinstance(obj, dict):
@@ -147,6 +155,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return status(401, "Unauthorized", "Unauthorized")
         if body is not None and STATE.get("prune"):
             body = prune(body, STATE["prune"])
+        path, sub = subresource(path)
         collection, name = split(path)
         if collection is None:
             return status(404, "NotFound", "the server could not find the requested resource")
@@ -191,6 +200,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                               'been modified; please apply your changes to the latest version '
                               'and try again')
             STATE["rv"] += 1
+            if sub == "status":  # the status alone changes, as the real one does
+                body = dict(items[name], status=body.get("status"))
+                body["metadata"] = dict(items[name]["metadata"])
             body["metadata"]["resourceVersion"] = str(STATE["rv"])
             body["metadata"]["uid"] = items[name]["metadata"]["uid"]
             items[name] = body

@@ -15,6 +15,7 @@
 #include "dra/resource_slice.h"
 #include "modules/module_call.h"
 #include "util/replace_file.h"
+#include "util/utc_time.h"
 
 namespace devplug::dra {
 namespace {
@@ -178,6 +179,58 @@ std::string ClaimPreparer::Dir() const {
   return cdi::UnderHostRoot(options_.host_root, options_.cdi_dir);
 }
 
+void ClaimPreparer::PostStatus(const ClaimRef& c, std::vector<PreparedDevice> devices) {
+  if (!options_.client) return;
+  reads_.Post([this, c, devices = std::move(devices)] {
+    // One entry per device (and share) of this driver: its key, Ready, and
+    // what the module set up for it.
+    std::vector<Json> entries;
+    for (const PreparedDevice& d : devices) {
+      auto same = std::find_if(entries.begin(), entries.end(), [&](const Json& e) {
+        return e["device"] == d.device && e.value("shareID", "") == d.share_id;
+      });
+      if (same != entries.end()) {
+        for (const std::string& id : d.cdi_ids) (*same)["data"]["cdiDevices"].push_back(id);
+        (*same)["data"]["moduleDevices"].push_back(d.id);
+        continue;
+      }
+      Json e = {
+          {"driver", options_.driver},
+          {"pool", d.pool},
+          {"device", d.device},
+          {"conditions",
+           Json::array({{{"type", "Ready"},
+                         {"status", "True"},
+                         {"reason", "Prepared"},
+                         {"message", StrCat("devplugd on ", options_.node, " prepared it")},
+                         {"lastTransitionTime", UtcTime(std::chrono::system_clock::now())}}})},
+          {"data", {{"moduleDevices", {d.id}}, {"cdiDevices", d.cdi_ids}}}};
+      if (!d.share_id.empty()) e["shareID"] = d.share_id;
+      entries.push_back(std::move(e));
+    }
+    auto written = options_.client->Update(StrCat(ClaimPath(c), "/status"), [&](Json& claim) {
+      if (claim.value("metadata", Json::object()).value("uid", "") != c.uid)
+        return Status(StatusCode::kNotFound, "the claim was made again");
+      Json& status = claim["status"];
+      Json kept = Json::array();
+      if (status.contains("devices") && status["devices"].is_array())
+        for (const Json& e : status["devices"])
+          if (!e.is_object() || e.value("driver", "") != options_.driver ||
+              e.value("pool", "") != options_.node)
+            kept.push_back(e);
+      for (const Json& e : entries) kept.push_back(e);
+      if (kept.empty())
+        status.erase("devices");
+      else
+        status["devices"] = std::move(kept);
+      return OkStatus();
+    });
+    if (!written.ok() && written.status().code() != StatusCode::kNotFound)
+      spdlog::warn("resource \"{}\": DRA: the status of claim {}/{} ({}): {}", options_.resource,
+                   c.ns, c.name, c.uid, written.status().message());
+  });
+}
+
 Status ClaimPreparer::WriteMetadataFile(const std::string& file, const std::string& content) const {
   const std::string path = StrCat(Dir(), "/", file);
   const std::string dir = path.substr(0, path.rfind('/'));
@@ -222,7 +275,13 @@ void ClaimPreparer::Prepare(std::vector<ClaimRef> claims, Clock::time_point unti
       if (options_.observer)
         options_.observer->Rpc(Rpc::kNodePrepareResources,
                                ok ? StatusCode::kOk : StatusCode::kUnknown, Clock::now() - start);
+      // The claims' status, once the kubelet has its answer.
+      std::vector<std::pair<ClaimRef, std::vector<PreparedDevice>>> written;
+      for (size_t i = 0; i < claims.size(); ++i)
+        if (reads[i].ok() && out[claims[i].uid].error.empty())  // not from the checkpoint
+          written.emplace_back(claims[i], out[claims[i].uid].devices);
       done(std::move(out));
+      for (auto& [claim, devices] : written) PostStatus(claim, std::move(devices));
     });
   });
 }
@@ -235,14 +294,22 @@ void ClaimPreparer::Unprepare(std::vector<ClaimRef> claims, Clock::time_point un
     calls_.Post([this, claims = std::move(claims), until, done = std::move(done), start] {
       std::map<std::string, std::string> out;
       bool ok = true;
+      std::vector<ClaimRef> unprepared;
       for (const ClaimRef& c : claims) {
+        bool was = false;
+        {
+          MutexLock lock(mu_);
+          was = checkpoint_.Find(c.uid) != nullptr;
+        }
         out[c.uid] = UnprepareOne(c, until);
         ok = ok && out[c.uid].empty();
+        if (was && out[c.uid].empty()) unprepared.push_back(c);
       }
       if (options_.observer)
         options_.observer->Rpc(Rpc::kNodeUnprepareResources,
                                ok ? StatusCode::kOk : StatusCode::kUnknown, Clock::now() - start);
       done(std::move(out));
+      for (const ClaimRef& c : unprepared) PostStatus(c, {});
     });
   });
 }

@@ -11,6 +11,12 @@
 //   and the checkpoint. A claim already prepared answers the same again.
 // - Unprepare: on_release() (the scrub), the spec removed, the claim
 //   forgotten.
+// - Claim status: after a prepare, the claim's status.devices says, for
+//   each device this driver gave it, that it is Ready, and what the module
+//   set up (`data`); after an unprepare, its entries go. Written on
+//   "dra:claims", after the kubelet has its answer: a slow API server never
+//   delays a pod's start, and a failed write is logged, not the claim's
+//   failure.
 // - Every module call has a deadline (modules/module_call.h) and never
 //   runs after it; a call waits no longer than the kubelet's own deadline
 //   for its answer (`until`).
@@ -162,6 +168,9 @@ class ClaimPreparer {
   void ReleaseSetUp(modules::DeviceSource* source, const ClaimRef& claim,
                     const std::vector<std::string>& ids);
   modules::DeviceSource* source() const;
+  // Writes `devices`' entries in the claim's status.devices, replacing
+  // this driver's (none: removes them); on "dra:claims".
+  void PostStatus(const ClaimRef& claim, std::vector<PreparedDevice> devices);
   // A claim's device metadata file (relative to Dir()), and its folder.
   Status WriteMetadataFile(const std::string& file, const std::string& content) const;
   Status RemoveMetadata(const std::string& uid) const;
