@@ -149,6 +149,13 @@ class DraTest : public AgentTest {
     auto kind = cdi::KindOf(kDra);
     return host_root() + "/run/cdi/" + cdi::AllocationFileName(*kind, "claim-" + uid);
   }
+  // The claim's status.devices on the API server (null: none).
+  Json StatusDevices(const std::string& claim) {
+    auto got = api_->Get(std::string(kClaims) + "/" + claim);
+    if (!got.ok() || !got->contains("status") || !(*got)["status"].contains("devices"))
+      return nullptr;
+    return (*got)["status"]["devices"];
+  }
   // Where devplugd keeps a claim's device metadata file of `request`.
   std::string MetadataPath(const std::string& uid, const std::string& request = "req") const {
     return host_root() + "/run/cdi/dra-device-metadata/" + kDriver + "/" + uid + "/" + request +
@@ -281,13 +288,7 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
 
   // The claim's status says the device is Ready, and what was set up.
   Json entry;
-  ASSERT_TRUE(Eventually([&] {
-    auto got = api_->Get(std::string(kClaims) + "/c1");
-    if (!got.ok() || !got->contains("status") || !(*got)["status"].contains("devices"))
-      return false;
-    entry = (*got)["status"]["devices"];
-    return true;
-  }));
+  ASSERT_TRUE(Eventually([&] { return !(entry = StatusDevices("c1")).is_null(); }));
   ASSERT_EQ(entry.size(), 1u) << entry.dump(1);
   EXPECT_EQ(entry[0]["driver"], kDriver);
   EXPECT_EQ(entry[0]["pool"], kNode);
@@ -649,9 +650,8 @@ TEST_F(DraTest, ASharedDeviceIsOneDeviceWhoseSharesArePreparedPerClaim) {
   EXPECT_EQ(ids, (std::set<std::string>{"fake-0", "fake-1", "fake-2"}));
   // Each claim's status names its share.
   EXPECT_TRUE(Eventually([&] {
-    auto got = api_->Get(std::string(kClaims) + "/c2");
-    return got.ok() && got->contains("status") && (*got)["status"].contains("devices") &&
-           (*got)["status"]["devices"][0].value("shareID", "") == "share-of-c2";
+    const Json devices = StatusDevices("c2");
+    return devices.is_array() && devices[0].value("shareID", "") == "share-of-c2";
   }));
   // A fourth finds no free share (the scheduler would not allocate it).
   const std::string c4 = SharedClaim("c4", "shared-0", 1);

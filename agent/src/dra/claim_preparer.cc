@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 
 #include <spdlog/spdlog.h>
 
 #include "cdi/resource_cdi.h"
 #include "cdi/spec.h"
 #include "cdi/spec_dir.h"
+#include "dra/claim_status.h"
 #include "dra/device_metadata.h"
 #include "dra/resource_slice.h"
 #include "modules/module_call.h"
-#include "util/replace_file.h"
 #include "util/utc_time.h"
 
 namespace devplug::dra {
@@ -36,20 +35,6 @@ std::string CdiDeviceName(const std::string& request) {
 
 std::string ClaimPath(const ClaimRef& c) {
   return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
-}
-
-// A claim's devices as the kubelet is told them: one per allocation
-// result (a share that took several of the module's shares is one).
-std::vector<PreparedDevice> Answer(const std::vector<PreparedDevice>& devices) {
-  std::vector<PreparedDevice> out;
-  for (const PreparedDevice& d : devices) {
-    if (!d.share_id.empty() && std::any_of(out.begin(), out.end(), [&](const PreparedDevice& o) {
-          return o.share_id == d.share_id && o.device == d.device && o.request == d.request;
-        }))
-      continue;
-    out.push_back(d);
-  }
-  return out;
 }
 
 std::string Seconds(Clock::duration d) {
@@ -74,7 +59,7 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
   for (const auto& [uid, c] : p->checkpoint_.claims()) {
     for (const auto& [file, content] : c.metadata) {
       if (access((p->Dir() + "/" + file).c_str(), F_OK) == 0) continue;
-      if (Status st = p->WriteMetadataFile(file, content); !st.ok())
+      if (Status st = WriteMetadataFile(p->Dir(), file, content); !st.ok())
         spdlog::error("resource \"{}\": DRA: the device metadata of claim {}/{} ({}): {}",
                       p->options_.resource, c.ns, c.name, uid, st.message());
     }
@@ -89,12 +74,8 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
   }
   // The metadata of claims no longer prepared (a crash between the removal
   // of a claim and of its files) goes.
-  std::error_code ec;
-  const std::filesystem::path driver_dir =
-      std::filesystem::path(p->Dir()) / kMetadataDir / p->options_.driver;
-  for (const auto& e : std::filesystem::directory_iterator(driver_dir, ec))
-    if (!p->checkpoint_.Find(e.path().filename().string()))
-      (void)p->RemoveMetadata(e.path().filename().string());
+  SweepMetadata(p->Dir(), p->options_.driver,
+                [&](const std::string& uid) { return p->checkpoint_.Find(uid) != nullptr; });
   if (!p->checkpoint_.claims().empty())
     spdlog::info("resource \"{}\": DRA: {} prepared claim(s) from {}{}", p->options_.resource,
                  p->checkpoint_.claims().size(), p->options_.checkpoint,
@@ -182,70 +163,18 @@ std::string ClaimPreparer::Dir() const {
 void ClaimPreparer::PostStatus(const ClaimRef& c, std::vector<PreparedDevice> devices) {
   if (!options_.client) return;
   reads_.Post([this, c, devices = std::move(devices)] {
-    // One entry per device (and share) of this driver: its key, Ready, and
-    // what the module set up for it.
-    std::vector<Json> entries;
-    for (const PreparedDevice& d : devices) {
-      auto same = std::find_if(entries.begin(), entries.end(), [&](const Json& e) {
-        return e["device"] == d.device && e.value("shareID", "") == d.share_id;
-      });
-      if (same != entries.end()) {
-        for (const std::string& id : d.cdi_ids) (*same)["data"]["cdiDevices"].push_back(id);
-        (*same)["data"]["moduleDevices"].push_back(d.id);
-        continue;
-      }
-      Json e = {
-          {"driver", options_.driver},
-          {"pool", d.pool},
-          {"device", d.device},
-          {"conditions",
-           Json::array({{{"type", "Ready"},
-                         {"status", "True"},
-                         {"reason", "Prepared"},
-                         {"message", StrCat("devplugd on ", options_.node, " prepared it")},
-                         {"lastTransitionTime", UtcTime(std::chrono::system_clock::now())}}})},
-          {"data", {{"moduleDevices", {d.id}}, {"cdiDevices", d.cdi_ids}}}};
-      if (!d.share_id.empty()) e["shareID"] = d.share_id;
-      entries.push_back(std::move(e));
-    }
+    std::vector<Json> entries = StatusEntries(options_.driver, options_.node, devices,
+                                              UtcTime(std::chrono::system_clock::now()));
     auto written = options_.client->Update(StrCat(ClaimPath(c), "/status"), [&](Json& claim) {
       if (claim.value("metadata", Json::object()).value("uid", "") != c.uid)
         return Status(StatusCode::kNotFound, "the claim was made again");
-      Json& status = claim["status"];
-      Json kept = Json::array();
-      if (status.contains("devices") && status["devices"].is_array())
-        for (const Json& e : status["devices"])
-          if (!e.is_object() || e.value("driver", "") != options_.driver ||
-              e.value("pool", "") != options_.node)
-            kept.push_back(e);
-      for (const Json& e : entries) kept.push_back(e);
-      if (kept.empty())
-        status.erase("devices");
-      else
-        status["devices"] = std::move(kept);
+      ReplaceStatusEntries(claim["status"], options_.driver, options_.node, std::move(entries));
       return OkStatus();
     });
     if (!written.ok() && written.status().code() != StatusCode::kNotFound)
       spdlog::warn("resource \"{}\": DRA: the status of claim {}/{} ({}): {}", options_.resource,
                    c.ns, c.name, c.uid, written.status().message());
   });
-}
-
-Status ClaimPreparer::WriteMetadataFile(const std::string& file, const std::string& content) const {
-  const std::string path = StrCat(Dir(), "/", file);
-  const std::string dir = path.substr(0, path.rfind('/'));
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return InternalError(StrCat("cannot create ", dir, ": ", ec.message()));
-  return ReplaceFile(dir, path.substr(path.rfind('/') + 1), content, 0644, ".devplug-");
-}
-
-Status ClaimPreparer::RemoveMetadata(const std::string& uid) const {
-  const std::string dir = StrCat(Dir(), "/", MetadataClaimDir(options_.driver, uid));
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  if (ec) return InternalError(StrCat("cannot remove ", dir, ": ", ec.message()));
-  return OkStatus();
 }
 
 // ---- the kubelet's calls -------------------------------------------------------------------
@@ -364,7 +293,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   {
     MutexLock lock(mu_);
     if (const PreparedClaim* p = checkpoint_.Find(c.uid)) {
-      result.devices = Answer(p->devices);
+      result.devices = KubeletDevices(p->devices);
       return result;
     }
   }
@@ -400,51 +329,20 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
 
   // Before any module call: every device is here, no other prepared claim
   // holds it (a device, or one share of a shared one, is set up and
-  // released for one claim), and no release of it still runs. A share of a
-  // shared device is as many of its module devices as it consumes, free
-  // ones, the first in list order.
-  struct Pick {
-    const ClaimResult* result;
-    std::string id;  // the module device
-  };
-  std::vector<Pick> picks;
-  auto releasing = [&](const std::string& id) -> std::string {
-    MutexLock lock(mu_);
-    for (const auto& [uid, pending] : pending_)
-      if (!pending->done() && std::count(pending->ids().begin(), pending->ids().end(), id))
-        return uid;
+  // released for one claim), and no release of it still runs.
+  auto picked = PickDevices(read->results, ids, [&](const std::string& id) -> std::string {
+    {
+      MutexLock lock(mu_);
+      for (const auto& [uid, pending] : pending_)
+        if (!pending->done() && std::count(pending->ids().begin(), pending->ids().end(), id))
+          return StrCat("is still being released for claim ", uid);
+    }
+    if (const PreparedClaim* other = HolderOf(id, c.uid))
+      return StrCat("is prepared for claim ", other->ns, "/", other->name, " (", other->uid, ")");
     return "";
-  };
-  for (const ClaimResult& r : read->results) {
-    auto it = ids.find(r.device);
-    if (it == ids.end()) return fail(StrCat("device \"", r.device, "\" is not on this node now"));
-    if (r.share_id.empty() && it->second.size() == 1) {
-      const std::string& id = it->second.front();
-      if (std::string uid = releasing(id); !uid.empty())
-        return fail(StrCat("device \"", r.device, "\" is still being released for claim ", uid));
-      if (const PreparedClaim* other = HolderOf(id, c.uid))
-        return fail(StrCat("device \"", r.device, "\" is prepared for claim ", other->ns, "/",
-                           other->name, " (", other->uid, ")"));
-      picks.push_back({&r, id});
-      continue;
-    }
-    int64_t wanted = r.shares;
-    for (const std::string& id : it->second) {
-      if (wanted == 0) break;
-      if (std::any_of(picks.begin(), picks.end(), [&](const Pick& p) { return p.id == id; }) ||
-          !releasing(id).empty() || HolderOf(id, c.uid) != nullptr)
-        continue;
-      picks.push_back({&r, id});
-      --wanted;
-    }
-    if (wanted > 0)
-      return fail(StrCat("device \"", r.device, "\" has ", r.shares - wanted, " free share(s) of ",
-                         it->second.size(), " now, and the claim's result",
-                         r.share_id.empty() ? "" : StrCat(" (share ", r.share_id, ")"), " takes ",
-                         r.shares,
-                         ": the others are prepared for other claims or "
-                         "still being released"));
-  }
+  });
+  if (!picked.ok()) return fail(std::string(picked.status().message()));
+  const std::vector<Pick>& picks = *picked;
   // From here on the module may ask who holds these devices (pod_of() in
   // pre_start(): cex checks `namespaces`): this claim, until the answer.
   std::vector<std::string> claimed;
@@ -478,7 +376,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   // What the module set up so far: released if the prepare fails after it.
   std::vector<std::string> set_up;
   auto fail_after = [&](const std::string& why) {
-    if (!prepared.metadata.empty()) (void)RemoveMetadata(c.uid);
+    if (!prepared.metadata.empty()) (void)RemoveClaimMetadata(Dir(), options_.driver, c.uid);
     {
       MutexLock lock(mu_);  // released now: this claim holds them no more
       for (const std::string& id : claimed) preparing_.erase(id);
@@ -547,7 +445,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
       if (!file.ok()) return fail_after(std::string(file.status().message()));
       // A request split into subrequests has one file, and one mount.
       if (!prepared.metadata.count(file->file)) {
-        if (Status st = WriteMetadataFile(file->file, file->content); !st.ok()) {
+        if (Status st = WriteMetadataFile(Dir(), file->file, file->content); !st.ok()) {
           prepared.metadata[file->file] = "";  // its folder is removed
           return fail_after(StrCat("device metadata: ", st.message()));
         }
@@ -609,7 +507,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
   }
   spdlog::info("resource \"{}\": DRA: prepared claim {}/{} ({}): {}", options_.resource, c.ns,
                c.name, c.uid, StrJoin(set_up, ","));
-  result.devices = Answer(prepared.devices);
+  result.devices = KubeletDevices(prepared.devices);
   return result;
 }
 
@@ -707,7 +605,8 @@ std::string ClaimPreparer::UnprepareOne(const ClaimRef& c, Clock::time_point unt
     if (Status st = cdi::RemoveSpecFile(Dir(), prepared.spec_file); !st.ok())
       return std::string(st.message());
   if (!prepared.metadata.empty())
-    if (Status st = RemoveMetadata(c.uid); !st.ok()) return std::string(st.message());
+    if (Status st = RemoveClaimMetadata(Dir(), options_.driver, c.uid); !st.ok())
+      return std::string(st.message());
   checkpoint_.Remove(c.uid);
   UpdateHoldersLocked();
   if (Status st = checkpoint_.Save(); !st.ok()) {

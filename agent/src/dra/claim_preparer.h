@@ -171,9 +171,6 @@ class ClaimPreparer {
   // Writes `devices`' entries in the claim's status.devices, replacing
   // this driver's (none: removes them); on "dra:claims".
   void PostStatus(const ClaimRef& claim, std::vector<PreparedDevice> devices);
-  // A claim's device metadata file (relative to Dir()), and its folder.
-  Status WriteMetadataFile(const std::string& file, const std::string& content) const;
-  Status RemoveMetadata(const std::string& uid) const;
   // Runs `call` (a call into `src` that does not block) unless `src` is no
   // longer the source: ClearSource waits for such calls to end, so that the
   // runtime may free a source once it is cleared. False: not run.

@@ -1,5 +1,7 @@
 #include "dra/claim_results.h"
 
+#include <algorithm>
+
 #include "dra/resource_slice.h"
 
 namespace devplug::dra {
@@ -70,6 +72,40 @@ StatusOr<std::vector<ClaimResult>> ClaimResults(const ClaimRef& c, const Json& c
     return FailedPreconditionError(
         StrCat("claim ", c.ns, "/", c.name, " is malformed: ", e.what()));
   }
+}
+
+StatusOr<std::vector<Pick>> PickDevices(
+    const std::vector<ClaimResult>& results,
+    const std::map<std::string, std::vector<std::string>>& ids,
+    const std::function<std::string(const std::string& id)>& busy) {
+  std::vector<Pick> picks;
+  for (const ClaimResult& r : results) {
+    auto it = ids.find(r.device);
+    if (it == ids.end())
+      return FailedPreconditionError(StrCat("device \"", r.device, "\" is not on this node now"));
+    if (r.share_id.empty() && it->second.size() == 1) {
+      if (std::string why = busy(it->second.front()); !why.empty())
+        return FailedPreconditionError(StrCat("device \"", r.device, "\" ", why));
+      picks.push_back({&r, it->second.front()});
+      continue;
+    }
+    int64_t wanted = r.shares;
+    for (const std::string& id : it->second) {
+      if (wanted == 0) break;
+      if (std::any_of(picks.begin(), picks.end(), [&](const Pick& p) { return p.id == id; }) ||
+          !busy(id).empty())
+        continue;
+      picks.push_back({&r, id});
+      --wanted;
+    }
+    if (wanted > 0)
+      return FailedPreconditionError(
+          StrCat("device \"", r.device, "\" has ", r.shares - wanted, " free share(s) of ",
+                 it->second.size(), " now, and the claim's result",
+                 r.share_id.empty() ? "" : StrCat(" (share ", r.share_id, ")"), " takes ", r.shares,
+                 ": the others are prepared for other claims or still being released"));
+  }
+  return picks;
 }
 
 }  // namespace devplug::dra

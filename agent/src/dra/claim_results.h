@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,5 +41,23 @@ struct ClaimResult {
 // that are no whole number, or with a field of the wrong type. Never throws.
 StatusOr<std::vector<ClaimResult>> ClaimResults(const ClaimRef& claim, const nlohmann::json& object,
                                                 const std::string& driver, const std::string& node);
+
+// One module device a result is prepared as.
+struct Pick {
+  const ClaimResult* result;
+  std::string id;
+};
+
+// The module devices `results` are prepared as, from `ids` (a DRA device's
+// name -> its module devices: one, or a shared device's shares). `busy`
+// says why another claim has a module device ("is prepared for claim ...",
+// "is still being released for claim ..."), "" when it is free. An unshared
+// device must be free; a share takes as many free shares of its device as
+// it consumes, the first in `ids`' order. FAILED_PRECONDITION, naming the
+// device, when a device is not there or not enough of it is free.
+StatusOr<std::vector<Pick>> PickDevices(
+    const std::vector<ClaimResult>& results,
+    const std::map<std::string, std::vector<std::string>>& ids,
+    const std::function<std::string(const std::string& id)>& busy);
 
 }  // namespace devplug::dra

@@ -1,8 +1,10 @@
 #include "dra/device_metadata.h"
 
 #include <cctype>
+#include <filesystem>
 
 #include "model/dra_names.h"
+#include "util/replace_file.h"
 
 namespace devplug::dra {
 
@@ -77,6 +79,34 @@ Json MetadataMount(const std::string& host_path, const std::string& container_pa
           {"containerPath", container_path},
           {"type", "bind"},
           {"options", {"ro", "rbind"}}};
+}
+
+Status WriteMetadataFile(const std::string& dir, const std::string& file,
+                         const std::string& content) {
+  const std::string path = StrCat(dir, "/", file);
+  const std::string folder = path.substr(0, path.rfind('/'));
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) return InternalError(StrCat("cannot create ", folder, ": ", ec.message()));
+  return ReplaceFile(folder, path.substr(path.rfind('/') + 1), content, 0644, ".devplug-");
+}
+
+Status RemoveClaimMetadata(const std::string& dir, const std::string& driver,
+                           const std::string& uid) {
+  const std::string folder = StrCat(dir, "/", MetadataClaimDir(driver, uid));
+  std::error_code ec;
+  std::filesystem::remove_all(folder, ec);
+  if (ec) return InternalError(StrCat("cannot remove ", folder, ": ", ec.message()));
+  return OkStatus();
+}
+
+void SweepMetadata(const std::string& dir, const std::string& driver,
+                   const std::function<bool(const std::string& uid)>& keep) {
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(dir) / kMetadataDir / driver, ec))
+    if (!keep(e.path().filename().string()))
+      (void)RemoveClaimMetadata(dir, driver, e.path().filename().string());
 }
 
 }  // namespace devplug::dra

@@ -14,9 +14,10 @@
 // transient like the specs (a reboot empties them, and the checkpoint
 // writes both again), one folder per claim, removed at unprepare.
 //
-// Pure functions; thread-safe.
+// Pure functions but the file ones at the end; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,5 +72,18 @@ std::string MetadataClaimDir(const std::string& driver, const std::string& uid);
 // The CDI mount of a request's file: read-only, `host_path` as the
 // runtime sees it.
 nlohmann::json MetadataMount(const std::string& host_path, const std::string& container_path);
+
+// ---- the files, under `dir` (the spec folder as devplugd sees it) ----------
+
+// Writes `file` (a RequestMetadata's, relative to `dir`) whole, making its
+// folders.
+Status WriteMetadataFile(const std::string& dir, const std::string& file,
+                         const std::string& content);
+// Removes the folder of claim `uid`'s files; one already gone is no error.
+Status RemoveClaimMetadata(const std::string& dir, const std::string& driver,
+                           const std::string& uid);
+// Removes the folders of `driver`'s claims that `keep` (by UID) says no to.
+void SweepMetadata(const std::string& dir, const std::string& driver,
+                   const std::function<bool(const std::string& uid)>& keep);
 
 }  // namespace devplug::dra

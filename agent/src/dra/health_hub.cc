@@ -1,7 +1,6 @@
 #include "dra/health_hub.h"
 
 #include <ctime>
-#include <map>
 
 #include "dra/resource_slice.h"
 #include "util/utf8.h"
@@ -137,22 +136,10 @@ void HealthHub::Publish(const DeviceList& devices) {
   report->devices.reserve(devices.size());
   // A shared device is one entry, Unhealthy while any of its shares is
   // (one held back for a release is not).
-  std::map<std::string, size_t> shared;
-  for (const Device& d : devices) {
-    const bool healthy = d.healthy || (!d.share_of.empty() && d.held_back);
-    HealthReport::Entry e{
-        DraName(d), healthy,
-        healthy ? std::string() : PrintableUtf8(d.health_reason, kHealthMessageMax)};
-    if (!d.share_of.empty()) {
-      auto [it, added] = shared.emplace(d.share_of, report->devices.size());
-      if (!added) {
-        HealthReport::Entry& first = report->devices[it->second];
-        if (first.healthy && !e.healthy) first = std::move(e);
-        continue;
-      }
-    }
-    report->devices.push_back(std::move(e));
-  }
+  for (const DraDevice& x : DraDevices(devices))
+    report->devices.push_back(
+        {DraName(*x.device), x.unhealthy == nullptr,
+         x.unhealthy ? PrintableUtf8(x.unhealthy->health_reason, kHealthMessageMax) : ""});
   MutexLock lock(mu_);
   latest_ = report;
   for (StreamBase* s : streams_) s->Offer(latest_);

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <map>
-#include <set>
 
 #include "model/dra_names.h"
 #include "util/hash.h"
@@ -128,35 +127,30 @@ Json DeviceAttributes(const Device& d) {
   return DeviceJson(d, d.share_of.empty() ? 0 : 1)["attributes"];
 }
 
-std::vector<Json> PoolDevices(const DeviceList& devices, const UnhealthyTaint& taint) {
-  // A shared device: listed once, where its first share is, while any
-  // share is not held back; tainted while any is Unhealthy.
-  struct Shared {
-    size_t shares = 0;
-    bool listed = false;
-    const Device* unhealthy = nullptr;
-  };
-  std::map<std::string, Shared> shared;
+std::vector<DraDevice> DraDevices(const DeviceList& devices) {
+  std::vector<DraDevice> out;
+  std::map<std::string_view, size_t> shared;  // share_of -> its index in out
   for (const Device& d : devices) {
-    if (d.share_of.empty()) continue;
-    Shared& s = shared[d.share_of];
-    ++s.shares;
-    s.listed = s.listed || !d.held_back;
-    if (!d.healthy && !d.held_back && s.unhealthy == nullptr) s.unhealthy = &d;
-  }
-  std::vector<Json> listed;
-  std::set<std::string_view> done;
-  for (const Device& d : devices) {
-    const Shared* s = nullptr;
-    if (!d.share_of.empty()) {
-      s = &shared[d.share_of];
-      if (!s->listed || !done.insert(d.share_of).second) continue;
-    } else if (d.held_back) {
+    if (d.share_of.empty()) {
+      out.push_back({&d, 0, d.healthy ? nullptr : &d, !d.held_back});
       continue;
     }
-    Json dev = DeviceJson(d, s ? s->shares : 0);
-    const Device* unhealthy = s ? s->unhealthy : d.healthy ? nullptr : &d;
-    if (unhealthy) {
+    auto [it, added] = shared.emplace(d.share_of, out.size());
+    if (added) out.push_back({&d, 0, nullptr, false});
+    DraDevice& s = out[it->second];
+    ++s.shares;
+    s.offered = s.offered || !d.held_back;
+    if (!d.healthy && !d.held_back && s.unhealthy == nullptr) s.unhealthy = &d;
+  }
+  return out;
+}
+
+std::vector<Json> PoolDevices(const DeviceList& devices, const UnhealthyTaint& taint) {
+  std::vector<Json> listed;
+  for (const DraDevice& x : DraDevices(devices)) {
+    if (!x.offered) continue;
+    Json dev = DeviceJson(*x.device, x.shares);
+    if (const Device* unhealthy = x.unhealthy) {
       Json t = {{"key", kUnhealthyTaintKey}, {"effect", taint.effect}};
       if (std::string value = TaintValue(unhealthy->health_reason); !value.empty())
         t["value"] = value;

@@ -50,6 +50,19 @@ std::string DeviceName(std::string_view id);
 // of a shared device, of that device.
 std::string DraName(const Device& d);
 
+// A device as DRA knows it: one module device, or the shares of a shared
+// one (ABI 1.10), in list order (where its first share is).
+struct DraDevice {
+  const Device* device;  // the module device, or the first share
+  size_t shares = 0;     // 0: not shared
+  // Why it is Unhealthy: the device, or its first Unhealthy share that is
+  // not held back for a release; null: Healthy.
+  const Device* unhealthy = nullptr;
+  // Offered in the pool: not held back, or one share at least not.
+  bool offered = true;
+};
+std::vector<DraDevice> DraDevices(const DeviceList& devices);
+
 // The capacity a shared device has of claims (ABI 1.10's set_share_of): its
 // number of shares, one taken by a claim unless it asks more.
 inline constexpr char kSharesCapacity[] = "shares";
