@@ -74,8 +74,10 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
   }
   // The metadata of claims no longer prepared (a crash between the removal
   // of a claim and of its files) goes.
+  std::set<std::string> prepared;
+  for (const auto& [uid, c] : p->checkpoint_.claims()) prepared.insert(uid);
   SweepMetadata(p->Dir(), p->options_.driver,
-                [&](const std::string& uid) { return p->checkpoint_.Find(uid) != nullptr; });
+                [&](const std::string& uid) { return prepared.count(uid) > 0; });
   if (!p->checkpoint_.claims().empty())
     spdlog::info("resource \"{}\": DRA: {} prepared claim(s) from {}{}", p->options_.resource,
                  p->checkpoint_.claims().size(), p->options_.checkpoint,
