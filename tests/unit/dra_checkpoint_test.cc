@@ -18,13 +18,14 @@ using devplug::testing::TempDir;
 using devplug::testing::WriteFile;
 
 PreparedClaim Claim(const std::string& uid, int devices = 1) {
-  PreparedClaim c{uid, "ns", "claim-" + uid, {}, "", ""};
+  PreparedClaim c{uid, "ns", "claim-" + uid, {}, "", "", {}};
   for (int i = 0; i < devices; ++i)
     c.devices.push_back({"gpu",
                          "node-1",
                          "tun" + std::to_string(i),
                          "tun" + std::to_string(i),
-                         {"devplug.io/tun=" + uid + "-tun" + std::to_string(i)}});
+                         {"devplug.io/tun=" + uid + "-tun" + std::to_string(i)},
+                         ""});
   return c;
 }
 
