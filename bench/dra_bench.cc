@@ -2,9 +2,10 @@
 // fake, tests/support/fake_apiserver.py: Python on loopback, so its own
 // per-request time is in every row):
 //   1. NodePrepareResources through the simulator's DRA client: the claim's
-//      GET, the module's allocate(), the claim's CDI spec and the
-//      checkpoint (fsync), for a claim of one kvm device; then
-//      NodeUnprepareResources of it;
+//      GET, the module's allocate(), the claim's CDI spec, its device
+//      metadata file and the checkpoint (fsync), for a claim of one share
+//      of the kvm device (8 shares); how soon the claim's status.devices
+//      is on the API server after; then NodeUnprepareResources of it;
 //   2. a device node made under host_root (generic module, a glob watched
 //      by inotify) -> the ResourceSlice on the API server lists it, polled
 //      every millisecond; a literal node removed or made again -> the
@@ -24,7 +25,12 @@
 //   5. SIGTERM -> exit with three DRA resources and an API server that
 //      accepts connections and never answers.
 //
+//   6. spawn -> 1,000 devices (a generic glob) on the API server as 8
+//      slices, each start with none there;
+//   7. the requests and writes devplugd makes over 10 idle minutes after.
+//
 //   devplug_dra_bench [--claims 300] [--changes 50] [--reloads 5] [--exits 5]
+//                     [--devices 1000] [--starts 5] [--idle 600]
 //   (needs root: mknod)
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -80,11 +86,14 @@ int SliceDevices(devplug::kube::Client& api, const std::string& driver) {
 
 int main(int argc, char** argv) {
   CLI::App app{"devplug DRA benchmark"};
-  int claims = 300, changes = 50, reloads = 5, exits = 5;
+  int claims = 300, changes = 50, reloads = 5, exits = 5, many = 1000, starts = 5, idle = 600;
   app.add_option("--claims", claims, "claims prepared and unprepared");
   app.add_option("--changes", changes, "device nodes made and removed");
   app.add_option("--reloads", reloads, "reloads with a prepare in flight");
   app.add_option("--exits", exits, "exits with an API server that does not answer");
+  app.add_option("--devices", many, "device nodes of the publish-at-start row");
+  app.add_option("--starts", starts, "starts of devplugd with them");
+  app.add_option("--idle", idle, "seconds the last of them is left idle (writes counted)");
   CLI11_PARSE(app, argc, argv);
 
   devplug::testing::TempDir tmp;
@@ -161,8 +170,8 @@ int main(int argc, char** argv) {
     const bool up =
         sim.WaitForResource("bench.example/kvm", 1, 30s) &&
         (k != 1 || sim.WaitForResource("bench.example/dpkvm", 1, 30s)) &&
-        (k < 2 || wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s)) &&
-        (k < 3 || wait([&] { return SliceDevices(api, "drakvm2.bench.example") == 8; }, 30s));
+        (k < 2 || wait([&] { return SliceDevices(api, "drakvm.bench.example") == 1; }, 30s)) &&
+        (k < 3 || wait([&] { return SliceDevices(api, "drakvm2.bench.example") == 1; }, 30s));
     std::this_thread::sleep_for(300ms);
     rss[k] = devplug::bench::StatusKb(agent, "VmRSS");
     anon[k] = devplug::bench::StatusKb(agent, "RssAnon");
@@ -185,11 +194,12 @@ int main(int argc, char** argv) {
                    !h->health.empty();
           },
           30s) ||
-      !wait([&] { return SliceDevices(api, "drakvm.bench.example") == 8; }, 30s)) {
+      !wait([&] { return SliceDevices(api, "drakvm.bench.example") == 1; }, 30s)) {
     std::fprintf(stderr, "devplugd did not register; see %s/dra.log\n", dir.c_str());
     return 1;
   }
-  std::vector<double> prep, unprep;
+  std::vector<double> prep, unprep, status_ms;
+  size_t status_timeouts = 0;
   for (int i = 0; i < claims; ++i) {
     Json claim = {
         {"apiVersion", "resource.k8s.io/v1"},
@@ -201,7 +211,9 @@ int main(int argc, char** argv) {
              {{"results", Json::array({{{"request", "r"},
                                         {"driver", "drakvm.bench.example"},
                                         {"pool", "bench"},
-                                        {"device", "kvm-" + std::to_string(i % 8)}}})}}}}}}}};
+                                        {"device", "kvm"},
+                                        {"shareID", "share-" + std::to_string(i)},
+                                        {"consumedCapacity", {{"shares", "1"}}}}})}}}}}}}};
     auto made = api.Create(kClaims, claim);
     if (!made.ok()) return 1;
     const std::string uid = (*made)["metadata"]["uid"];
@@ -215,15 +227,32 @@ int main(int argc, char** argv) {
                    st.ok() ? p.claims().at(uid).error().c_str() : "");
       return 1;
     }
+    // devplugd writes the claim's status.devices after its answer, on a
+    // lane of its own: how soon the API server has it, from the call.
+    if (!wait(
+            [&] {
+              auto c = api.Get(std::string(kClaims) + "/c" + std::to_string(i));
+              return c.ok() && c->contains("status") && (*c)["status"].contains("devices") &&
+                     !(*c)["status"]["devices"].empty();
+            },
+            5s))
+      ++status_timeouts;
+    else
+      status_ms.push_back(Ms(Clock::now() - t));
     devplug::sim::drav1::NodeUnprepareResourcesResponse u;
     t = Clock::now();
     st = sim.NodeUnprepareResources("drakvm.bench.example", {ref}, &u);
     unprep.push_back(Ms(Clock::now() - t));
     if (!st.ok() || !u.claims().at(uid).error().empty()) return 1;
   }
-  PrintRow("NodePrepareResources, 1 device (claim GET, allocate, CDI spec, checkpoint)",
-           Summarize(prep), "p50 <= 5 ms", 5.0, /*by_p50=*/true);
-  PrintRow("NodeUnprepareResources, 1 device (spec removed, checkpoint)", Summarize(unprep), "", 0);
+  PrintRow(
+      "NodePrepareResources, 1 share of a device (claim GET, allocate, CDI spec, metadata file, "
+      "checkpoint)",
+      Summarize(prep), "p50 <= 5 ms", 5.0, /*by_p50=*/true);
+  PrintRow("NodePrepareResources called -> the claim's status.devices on the API server",
+           Summarize(status_ms, status_timeouts), "", 0);
+  PrintRow("NodeUnprepareResources, 1 share (spec and metadata removed, checkpoint)",
+           Summarize(unprep), "", 0);
 
   std::vector<double> slice_ms;
   size_t timeouts = 0;
@@ -405,6 +434,93 @@ int main(int argc, char** argv) {
   }
   PrintRow("exit, 3 DRA resources, API server not answering: SIGTERM -> reaped", Summarize(exit_ms),
            "<= 1000 ms", 1000.0);
+  // 6. 1,000 device nodes (generic, a glob), published through DRA: from
+  //    the spawn of devplugd until the API server holds all 8 slices with
+  //    every device (the poll, every 10 ms, lists them; the fake API server
+  //    is Python, so the poll and the writes share its time). Each start
+  //    begins with no slice of the driver on the server.
+  std::vector<double> publish_ms;
+  size_t publish_timeouts = 0;
+  const std::string many_driver = "dramany.bench.example";
+  fs::create_directories(host_root + "/dev/bench/many");
+  for (int i = 0; i < many; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "n%04d", i);
+    if (!devplug::testing::MakeCharDevice(host_root + "/dev/bench/many/" + name, 1, 3)) return 1;
+  }
+  const size_t want_slices = (static_cast<size_t>(many) + 127) / 128;
+  auto published = [&] {
+    auto l = api.List(kSlices, {"spec.nodeName=bench,spec.driver=" + many_driver, ""});
+    if (!l.ok() || (*l)["items"].size() != want_slices) return false;
+    size_t n = 0;
+    for (const Json& sl : (*l)["items"]) n += sl["spec"]["devices"].size();
+    return n == static_cast<size_t>(many);
+  };
+  const std::string many_dra =
+      "[[resource]]\nname = \"bench.example/dramany\"\nmodule = \"generic\"\npaths = "
+      "[\"/dev/bench/many/n*\"]\napi = \"dra\"\n";
+  pid_t many_agent = -1;
+  for (int i = 0; i < starts; ++i) {
+    if (!api.DeleteCollection(kSlices, {"spec.driver=" + many_driver, ""}).ok()) return 1;
+    const auto t = Clock::now();
+    many_agent = start(many_dra, "many");
+    std::optional<Clock::time_point> done;
+    while (Clock::now() < t + 30s) {
+      if (published()) {
+        done = Clock::now();
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    if (done)
+      publish_ms.push_back(Ms(*done - t));
+    else
+      ++publish_timeouts;
+    if (i + 1 < starts) devplug::testing::StopProcess(many_agent, SIGTERM);
+  }
+  PrintRow("spawn -> " + std::to_string(many) + " devices (generic glob) on the API server as " +
+               std::to_string(want_slices) + " slices",
+           Summarize(publish_ms, publish_timeouts), "<= 1000 ms", 1000.0);
+
+  // 7. The last of those devplugd left alone: every request it makes to
+  //    the API server over `idle` seconds (the bench asks nothing then).
+  //    Slices are re-listed every 5 minutes (±20%); writes must be none.
+  {
+    auto agent_requests = [&](size_t* writes) -> std::optional<size_t> {
+      auto r = api.Get("/_fake/requests");
+      if (!r.ok()) return std::nullopt;
+      size_t n = 0;
+      *writes = 0;
+      for (const Json& q : (*r)["items"]) {
+        const std::string path = q["path"], method = q["method"];
+        if (path.rfind("/_fake/", 0) == 0) continue;
+        ++n;
+        if (method != "GET") ++*writes;
+      }
+      return n;
+    };
+    size_t writes0 = 0, writes1 = 0;
+    std::this_thread::sleep_for(1s);  // what the start wrote has settled
+    auto before = agent_requests(&writes0);
+    // The bench's own polls of the publish above went before this line;
+    // from here on only devplugd speaks to the API server.
+    std::this_thread::sleep_for(std::chrono::seconds(idle));
+    auto after = agent_requests(&writes1);
+    devplug::testing::StopProcess(many_agent, SIGTERM);
+    if (!before || !after) return 1;
+    const size_t requests = *after - *before, writes = writes1 - writes0;
+    std::printf(
+        "| idle %d s, 1 DRA resource of %d devices: requests to the API server | %zu (%.2f per "
+        "minute) | | | |\n",
+        idle, many, requests, requests * 60.0 / std::max(idle, 1));
+    std::printf(
+        "| idle %d s, 1 DRA resource of %d devices: writes to the API server | %zu | | | 0 over 10 "
+        "minutes (%s) |\n",
+        idle, many, writes,
+        writes > 0    ? "MISSED"
+        : idle >= 600 ? "met"
+                      : "not judged: a shorter window");
+  }
   devplug::testing::StopProcess(api_pid, SIGTERM);
 
   // RSS counts the library pages a first TLS client touches (libcurl's
