@@ -15,10 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -110,9 +113,91 @@ bool AllocateOne(KubeletSim& sim, const std::string& name, int count, bool recor
   return st.ok();
 }
 
+// A claim the simulated kubelet prepares with a DRA driver: what the
+// kubelet sends, {namespace, uid, name}, and the driver it is allocated to.
+struct DraClaim {
+  std::string driver;
+  std::array<std::string, 3> ref;  // namespace, uid, name
+  bool tried = false;              // NodePrepareResources called
+  bool prepared = false;           // ... and it succeeded, not unprepared since
+};
+
+// "<driver>=<namespace>/<name>/<uid>"; the error names what is wrong.
+std::optional<DraClaim> ParseDraClaim(const std::string& arg, std::string* error) {
+  const size_t eq = arg.find('=');
+  std::vector<std::string> parts;
+  if (eq != std::string::npos) {
+    size_t from = eq + 1;
+    for (size_t slash; (slash = arg.find('/', from)) != std::string::npos; from = slash + 1)
+      parts.push_back(arg.substr(from, slash - from));
+    parts.push_back(arg.substr(from));
+  }
+  if (eq == std::string::npos || eq == 0 || parts.size() != 3 ||
+      std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); })) {
+    *error = "--prepare \"" + arg + "\": expected <driver>=<namespace>/<claim name>/<claim uid>";
+    return std::nullopt;
+  }
+  return DraClaim{arg.substr(0, eq), {parts[0], parts[2], parts[1]}, false, false};
+}
+
+std::string ClaimName(const DraClaim& c) { return c.ref[0] + "/" + c.ref[2]; }
+
+// NodePrepareResources of one claim, as the kubelet calls it before the
+// pod's containers start; prints the answer. False when it failed.
+bool PrepareClaim(KubeletSim& sim, DraClaim& c) {
+  c.tried = true;
+  devplug::sim::drav1::NodePrepareResourcesResponse resp;
+  const grpc::Status st = sim.NodePrepareResources(c.driver, {c.ref}, &resp);
+  const auto it = resp.claims().find(c.ref[1]);
+  const std::string error = !st.ok()                    ? st.error_message()
+                            : it == resp.claims().end() ? "no answer for the claim's UID"
+                                                        : it->second.error();
+  if (!error.empty()) {
+    std::printf("NodePrepareResources %s (%s) failed: %s\n", ClaimName(c).c_str(), c.driver.c_str(),
+                error.c_str());
+  } else {
+    c.prepared = true;
+    std::printf("NodePrepareResources %s (%s) ->\n%s\n", ClaimName(c).c_str(), c.driver.c_str(),
+                ToJson(it->second).c_str());
+  }
+  std::fflush(stdout);
+  return error.empty();
+}
+
+// NodeUnprepareResources, as the kubelet calls it after the pod ended.
+bool UnprepareClaim(KubeletSim& sim, DraClaim& c) {
+  devplug::sim::drav1::NodeUnprepareResourcesResponse resp;
+  const grpc::Status st = sim.NodeUnprepareResources(c.driver, {c.ref}, &resp);
+  const auto it = resp.claims().find(c.ref[1]);
+  const std::string error = !st.ok()                    ? st.error_message()
+                            : it == resp.claims().end() ? "no answer for the claim's UID"
+                                                        : it->second.error();
+  c.prepared = false;
+  std::printf("NodeUnprepareResources %s (%s): %s\n", ClaimName(c).c_str(), c.driver.c_str(),
+              error.empty() ? "OK" : error.c_str());
+  std::fflush(stdout);
+  return error.empty();
+}
+
 int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
-                    const std::string& plugins_registry, int allocate, double duration_s,
-                    bool quiet) {
+                    const std::string& plugins_registry, int allocate,
+                    const std::vector<std::string>& prepare, double unprepare_after_s,
+                    double duration_s, bool quiet) {
+  std::vector<DraClaim> claims;
+  for (const std::string& arg : prepare) {
+    std::string error;
+    auto c = ParseDraClaim(arg, &error);
+    if (!c) {
+      std::fprintf(stderr, "devplugctl: %s\n", error.c_str());
+      return 1;
+    }
+    claims.push_back(*c);
+  }
+  if (!claims.empty() && plugins_registry.empty()) {
+    std::fprintf(stderr,
+                 "devplugctl: --prepare needs --plugins-registry: DRA drivers register there\n");
+    return 1;
+  }
   KubeletSim::Options o;
   o.dir = dir;
   o.pod_resources_socket = pod_resources;
@@ -128,10 +213,31 @@ int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
               plugins_registry.empty() ? "" : ", plugin watcher on ", plugins_registry.c_str());
   std::fflush(stdout);
   std::set<std::string> allocated;
-  const auto end = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(duration_s * 1000));
-  while (!g_stop && (duration_s <= 0 || std::chrono::steady_clock::now() < end)) {
+  int failed = 0;
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto after = [&](double s) {
+    return now() + std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  };
+  const auto end = after(duration_s);
+  // With --unprepare-after: when the last claim was prepared, plus that.
+  std::optional<std::chrono::steady_clock::time_point> unprepare_at;
+  bool unprepared = false;
+  while (!g_stop && (duration_s <= 0 || now() < end)) {
     std::this_thread::sleep_for(100ms);
+    for (DraClaim& c : claims) {
+      if (c.tried) continue;
+      auto d = sim.dra_driver(c.driver);
+      if (!d || !d->registered) continue;
+      if (!PrepareClaim(sim, c)) ++failed;
+      if (unprepare_after_s > 0 &&
+          std::all_of(claims.begin(), claims.end(), [](const DraClaim& x) { return x.tried; }))
+        unprepare_at = after(unprepare_after_s);
+    }
+    if (unprepare_at && !unprepared && now() >= *unprepare_at) {
+      unprepared = true;
+      for (DraClaim& c : claims)
+        if (c.prepared && !UnprepareClaim(sim, c)) ++failed;
+    }
     if (allocate <= 0) continue;
     for (const std::string& name : sim.resource_names()) {
       auto r = sim.resource(name);
@@ -140,9 +246,18 @@ int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
       AllocateOne(sim, name, allocate, !pod_resources.empty());
     }
   }
+  // The pods end with the simulated kubelet: what it prepared is unprepared.
+  for (DraClaim& c : claims) {
+    if (c.prepared && !UnprepareClaim(sim, c)) ++failed;
+    if (!c.tried) {
+      std::printf("%s: DRA driver %s did not register\n", ClaimName(c).c_str(), c.driver.c_str());
+      ++failed;
+    }
+  }
   sim.Stop();
   for (const std::string& v : sim.violations()) std::printf("violation: %s\n", v.c_str());
-  return sim.violations().empty() ? 0 : 2;
+  if (!sim.violations().empty()) return 2;
+  return failed == 0 ? 0 : 3;
 }
 
 std::string SelfDir() {
@@ -284,7 +399,8 @@ int main(int argc, char** argv) {
                                  "print every registration and device list");
   std::string dir, pod_resources, plugins_registry;
   int allocate = 0;
-  double duration = 0;
+  std::vector<std::string> prepare;
+  double duration = 0, unprepare_after = 0;
   bool quiet = false;
   sim->add_option("--dir", dir,
                   "Device plugin directory (required; refused while a live kubelet serves "
@@ -301,6 +417,16 @@ int main(int argc, char** argv) {
   sim->add_option("--allocate", allocate,
                   "After a resource's first device list, Allocate this many healthy devices "
                   "and print the answer");
+  sim->add_option(
+      "--prepare", prepare,
+      "With --plugins-registry: once DRA driver <driver> registers, call its "
+      "NodePrepareResources for the claim, as the kubelet does before a pod starts, and "
+      "print the answer; NodeUnprepareResources at the end. The claim must be "
+      "allocated to the driver on the API server devplugd reads "
+      "(<driver>=<namespace>/<claim name>/<claim uid>; repeatable)");
+  sim->add_option("--unprepare-after", unprepare_after,
+                  "Unprepare the --prepare claims this many seconds after they are prepared "
+                  "(default: at the end)");
   sim->add_option("--duration", duration, "Stop after this many seconds (default: until Ctrl-C)");
   sim->add_flag("-q,--quiet", quiet, "Print only violations");
 
@@ -334,6 +460,8 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
-  if (*sim) return SimulateKubelet(dir, pod_resources, plugins_registry, allocate, duration, quiet);
+  if (*sim)
+    return SimulateKubelet(dir, pod_resources, plugins_registry, allocate, prepare, unprepare_after,
+                           duration, quiet);
   return Demo(agent, module_dir, config);
 }

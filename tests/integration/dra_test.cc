@@ -723,6 +723,69 @@ TEST_F(DraTest, ATemplatesClaimHasItsMetadataUnderThePodsNameForIt) {
   EXPECT_FALSE(testing::FileExists(MetadataPath(uid, "main")));
 }
 
+// `devplugctl simulate-kubelet --prepare`: a person tries a DRA resource
+// without a kubelet. It registers the driver through the plugin watcher,
+// prints the health the driver streams, prepares the claim (the CDI device
+// in its answer) and unprepares it; bad arguments and a refused claim are
+// its exit status.
+TEST_F(DraTest, SimulateKubeletPreparesAndUnpreparesAClaim) {
+  StartDra();  // no simulator of the test's own: devplugctl is the kubelet
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  const std::string uid = Claim("c1", {"fake-1"});
+  const std::string kubelet_dir = dir_ / "ctl-kubelet";
+  std::filesystem::create_directories(kubelet_dir);
+  auto ctl = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> argv{
+        testing::DevplugctlPath(), "simulate-kubelet", "--dir", kubelet_dir,
+        "--plugins-registry",      registry()};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return testing::RunProcess(argv);
+  };
+  const std::string claim = std::string(kDriver) + "=default/c1/" + uid;
+  testing::RunResult r = ctl({"--prepare", claim, "--unprepare-after", "0.5", "--duration", "4"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const std::string prepared = "NodePrepareResources default/c1 (" + std::string(kDriver) + ") ->";
+  const size_t at = r.output.find(prepared);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("devplug.fake.example/dra=" + uid + "-req", at), std::string::npos)
+      << r.output;
+  EXPECT_NE(
+      r.output.find("NodeUnprepareResources default/c1 (" + std::string(kDriver) + "): OK", at),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("DRA driver " + std::string(kDriver) + ": fake-1 Healthy"),
+            std::string::npos)
+      << r.output;
+  // Unprepared: the claim's CDI spec is gone, and the module released it.
+  EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+  EXPECT_TRUE(Eventually([&] {
+    return ReadFile(release_log()).find("fake-1") != std::string::npos;
+  })) << ReadFile(release_log());
+
+  // A claim the API server does not hold is refused: exit status 3.
+  r = ctl({"--prepare", std::string(kDriver) + "=default/nosuch/0000", "--duration", "3"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(
+      r.output.find("NodePrepareResources default/nosuch (" + std::string(kDriver) + ") failed: "),
+      std::string::npos)
+      << r.output;
+  // A driver that never registers is a failure too.
+  r = ctl({"--prepare", "other.example=default/c1/" + uid, "--duration", "1"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("DRA driver other.example did not register"), std::string::npos)
+      << r.output;
+  // A malformed claim, or no plugin watcher, is refused at once.
+  r = ctl({"--prepare", "default/c1"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("expected <driver>=<namespace>/<claim name>/<claim uid>"),
+            std::string::npos)
+      << r.output;
+  r = testing::RunProcess(
+      {testing::DevplugctlPath(), "simulate-kubelet", "--dir", kubelet_dir, "--prepare", claim});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--prepare needs --plugins-registry"), std::string::npos) << r.output;
+}
+
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
   StartSim();
   StartDra(Resource(kFull, FakeModule("fake_full"), "count = 2"));
