@@ -148,12 +148,15 @@ class Macvtap : public Instance {
     try {
       for (std::string_view id_view : ids) {
         const std::string id(id_view);
-        const int ifindex = Recreate(id, lower->link);
+        const LinkInfo link = Recreate(id, lower->link);
+        const int ifindex = link.ifindex;
         made.emplace_back(id, ifindex);
         if (std::string why = nodes.Wait(ifindex, steady_clock::now() + kNodeWait); !why.empty())
           throw ModuleError(ETIMEDOUT, "macvtap link " + id + ": " + why);
         const std::string node = "/dev/tap" + std::to_string(ifindex);
         resp.Node(node, node, "rw");
+        // For DRA's claim status: the link, and the address the kernel gave it.
+        resp.Network(id, id, common::FormatHwAddress(link.address));
         names += (names.empty() ? "" : ",") + id;
       }
     } catch (...) {
@@ -212,8 +215,8 @@ class Macvtap : public Instance {
   };
 
   // Makes link `id` anew on `lower`, replacing a macvtap link of that name
-  // (a sandbox that failed before the CNI took it); its ifindex.
-  int Recreate(const std::string& id, const LinkInfo& lower) {
+  // (a sandbox that failed before the CNI took it); the link made.
+  LinkInfo Recreate(const std::string& id, const LinkInfo& lower) {
     LinkInfo old;
     const int rc = rt_.Link(id, &old);
     if (rc == 0) {
@@ -248,7 +251,7 @@ class Macvtap : public Instance {
     LinkInfo made;
     if (const int get = rt_.Link(id, &made); get < 0)
       throw ModuleError(-get, "the new link " + id + " is gone: " + strerror(-get));
-    return made.ifindex;
+    return made;
   }
 
   void StartWatcher() {

@@ -20,13 +20,14 @@
 #define PIN_OFFSET(T, m, n) DEVPLUG_STATIC_ASSERT(offsetof(struct T, m) == (n), #T "." #m)
 
 #if defined(__LP64__)
-PIN_SIZE(devplug_recipe, 56);
+PIN_SIZE(devplug_recipe, 64);
 PIN_OFFSET(devplug_recipe, agent_data, 8);
 PIN_OFFSET(devplug_recipe, add_device_node, 16);
 PIN_OFFSET(devplug_recipe, add_mount, 24);
 PIN_OFFSET(devplug_recipe, add_env, 32);
 PIN_OFFSET(devplug_recipe, add_annotation, 40);
 PIN_OFFSET(devplug_recipe, add_cdi_device, 48);
+PIN_OFFSET(devplug_recipe, set_network, 56);
 
 PIN_SIZE(devplug_device_sink, 96);
 PIN_OFFSET(devplug_device_sink, add_device, 16);

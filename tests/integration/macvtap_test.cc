@@ -16,6 +16,7 @@
 
 #include "agent_fixture.h"
 #include "devplug/common/netlink.h"
+#include "kube/client.h"
 
 namespace devplug {
 namespace {
@@ -426,6 +427,89 @@ TEST_F(MacvtapTest, IdsMustBeInterfaceNames) {
   WriteFile(config_path(), Config(Module(lower_, "link_prefix = \"abcdefghijklm\"")));
   testing::RunResult ok = testing::RunDevplugd({"--config", config_path(), "--check-config"});
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+// ABI 1.11 end to end: a macvtap device served through DRA (a fake API
+// server holds the claim) makes its link at prepare, and the claim's status
+// names it with the address the kernel gave it (networkData), for the tools
+// that wire pods to networks; unprepare deletes the link and the entry.
+TEST_F(MacvtapTest, ADraClaimsStatusNamesItsLinkAndAddress) {
+  const auto api =
+      testing::StartFakeApiServer(DEVPLUG_FAKE_APISERVER, dir_ / "api.port", dir_ / "api.log");
+  ASSERT_GT(api.pid, 0) << testing::ReadFile(dir_ / "api.log");
+  struct Stop {
+    pid_t pid;
+    ~Stop() { testing::StopProcess(pid, SIGTERM); }
+  } stop{api.pid};
+  kube::Client::Options co;
+  co.credentials.server = "http://127.0.0.1:" + api.port;
+  kube::Client client(co);
+  const std::string registry = dir_ / "plugins_registry";
+  std::filesystem::create_directories(registry);
+  sim_plugins_registry_ = registry;
+  sim_reconcile_period_ = std::chrono::milliseconds(200);
+  StartSim();
+  const std::string link = tag_ + "m0";
+  cleanup_.push_back(link);
+  Start(Module(lower_, "api = \"dra\"\ncapacity = 2\nlink_prefix = \"" + tag_ + "m\"",
+               "net.example/mvt"),
+        "plugins_registry_dir = \"" + registry + "\"\nnode_name = \"node-1\"\napi_server = \"" +
+            co.credentials.server + "\"\ndra_state_dir = \"" + (dir_ / "dra") + "\"\ncdi_dir = \"" +
+            (dir_ / "cdi") + "\"");
+  const std::string driver = "mvt.net.example";
+  ASSERT_TRUE(Eventually([&] {
+    auto d = sim_->dra_driver(driver);
+    return d && d->registered;
+  })) << (KeepLog(), "");
+  const std::string claims = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims";
+  nlohmann::json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                          {"kind", "ResourceClaim"},
+                          {"metadata", {{"name", "n1"}, {"namespace", "default"}}},
+                          {"status",
+                           {{"allocation",
+                             {{"devices",
+                               {{"results", nlohmann::json::array({{{"request", "net"},
+                                                                    {"driver", driver},
+                                                                    {"pool", "node-1"},
+                                                                    {"device", link}}})}}}}}}}};
+  auto made = client.Create(claims, claim);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const std::string uid = (*made)["metadata"]["uid"];
+  sim::drav1::NodePrepareResourcesResponse resp;
+  grpc::Status st = sim_->NodePrepareResources(driver, {{"default", uid, "n1"}}, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.claims().at(uid).error(), "") << (KeepLog(), "");
+
+  // The link the module made, and what the claim's status says of it.
+  const auto made_link = Link(link);
+  ASSERT_TRUE(made_link);
+  EXPECT_EQ(made_link->kind, "macvtap");
+  const std::string mac = common::FormatHwAddress(made_link->address);
+  auto status_devices = [&]() -> nlohmann::json {
+    auto got = client.Get(claims + "/n1");
+    if (!got.ok() || !got->contains("status") || !(*got)["status"].contains("devices"))
+      return nullptr;
+    return (*got)["status"]["devices"];
+  };
+  nlohmann::json entry;
+  ASSERT_TRUE(Eventually([&] { return !(entry = status_devices()).is_null(); }));
+  ASSERT_EQ(entry.size(), 1u) << entry.dump(1);
+  EXPECT_EQ(entry[0]["device"], link);
+  EXPECT_EQ(entry[0]["networkData"],
+            (nlohmann::json{{"interfaceName", link}, {"hardwareAddress", mac}}))
+      << entry.dump(1);
+
+  // The module keeps a link younger than 2 s (a CNI may be taking it):
+  // the kubelet calls again until the unprepare succeeds, as here.
+  std::string error;
+  EXPECT_TRUE(Eventually([&] {
+    sim::drav1::NodeUnprepareResourcesResponse un;
+    grpc::Status s = sim_->NodeUnprepareResources(driver, {{"default", uid, "n1"}}, &un);
+    error = s.ok() ? un.claims().at(uid).error() : s.error_message();
+    return error.empty();
+  })) << error;
+  EXPECT_TRUE(Eventually([&] { return status_devices().is_null(); }));
+  EXPECT_FALSE(Link(link)) << "the link was not deleted";
 }
 
 }  // namespace

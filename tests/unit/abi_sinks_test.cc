@@ -185,5 +185,42 @@ TEST(AbiHelpersTest, MembersAnOlderAgentLacksAnswerENOTSUP) {
   EXPECT_TRUE(sink.list.back().attributes.empty());
 }
 
+// ABI 1.11: a device's network interface, for DRA's claim status. What the
+// API server would refuse is refused here; a second call for one device
+// replaces the first; an agent before 1.11 answers -ENOTSUP.
+TEST(AbiSinksTest, SetNetworkKeepsOneInterfacePerDevice) {
+  Recipe recipe;
+  RecipeSink sink(&recipe);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap0", "tap0", "52:54:00:12:34:56"), 0);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap1", nullptr, "52:54:00:00:00:01"), 0);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap0", "dp0", ""), 0);
+  ASSERT_EQ(recipe.networks.size(), 2u);
+  EXPECT_EQ(*recipe.NetworkOf("tap0"), (NetworkData{"tap0", "dp0", ""}));
+  EXPECT_EQ(*recipe.NetworkOf("tap1"), (NetworkData{"tap1", "", "52:54:00:00:00:01"}));
+  EXPECT_EQ(recipe.NetworkOf("tap2"), nullptr);
+
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap2", "", nullptr), -EINVAL);  // says nothing
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "", "eth0", ""), -EINVAL);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "a,b", "eth0", ""), -EINVAL);  // no device ID
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap2", std::string(257, 'x').c_str(), ""),
+            -EINVAL);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap2", std::string(256, 'x').c_str(), ""), 0);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap3", "", std::string(129, '0').c_str()),
+            -EINVAL);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap3", "eth\n0", ""), -EINVAL);
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap3", "\xC0\xAE", ""), -EINVAL);
+  EXPECT_EQ(recipe.networks.size(), 3u);
+
+  // Merged recipes (one Allocate of several devices) keep each device's.
+  Recipe other;
+  other.networks.push_back({"tap1", "dp1", ""});
+  recipe.Merge(other);
+  EXPECT_EQ(recipe.networks.size(), 3u);
+  EXPECT_EQ(recipe.NetworkOf("tap1")->interface_name, "dp1");
+
+  sink.c.struct_size = offsetof(devplug_recipe, set_network);  // as a minor 10 agent
+  EXPECT_EQ(devplug_recipe_set_network(&sink.c, "tap4", "eth0", ""), -ENOTSUP);
+}
+
 }  // namespace
 }  // namespace devplug::modules

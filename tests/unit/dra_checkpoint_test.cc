@@ -25,6 +25,8 @@ PreparedClaim Claim(const std::string& uid, int devices = 1) {
                          "tun" + std::to_string(i),
                          "tun" + std::to_string(i),
                          {"devplug.io/tun=" + uid + "-tun" + std::to_string(i)},
+                         "",
+                         "",
                          ""});
   return c;
 }
@@ -44,6 +46,10 @@ TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
   PreparedClaim shared = Claim("uid-b");
   shared.devices[0].share_id = "5b1e0e0c-share";  // one share of a shared device
   cp->Put(shared);
+  PreparedClaim nic = Claim("uid-c");
+  nic.devices[0].interface_name = "mvt0";  // a module's network interface (ABI 1.11)
+  nic.devices[0].hardware_address = "52:54:00:12:34:56";
+  cp->Put(nic);
   ASSERT_TRUE(cp->Save().ok());
   struct stat st;
   ASSERT_EQ(stat((dir / "prepared.json").c_str(), &st), 0);
@@ -57,10 +63,11 @@ TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
 
   auto again = Checkpoint::Load(dir / "prepared.json");
   ASSERT_TRUE(again.ok()) << again.status().message();
-  ASSERT_EQ(again->claims().size(), 2u);
+  ASSERT_EQ(again->claims().size(), 3u);
   ASSERT_NE(again->Find("uid-a"), nullptr);
   EXPECT_EQ(*again->Find("uid-a"), Claim("uid-a", 2));
   EXPECT_EQ(*again->Find("uid-b"), shared);
+  EXPECT_EQ(*again->Find("uid-c"), nic);
 
   // Unprepared: gone from the file too.
   EXPECT_TRUE(again->Remove("uid-a"));
@@ -68,7 +75,7 @@ TEST(DraCheckpointTest, ClaimsSurviveASaveAndALoad) {
   ASSERT_TRUE(again->Save().ok());
   auto last = Checkpoint::Load(dir / "prepared.json");
   ASSERT_TRUE(last.ok());
-  EXPECT_EQ(last->claims().size(), 1u);
+  EXPECT_EQ(last->claims().size(), 2u);
   EXPECT_EQ(last->Find("uid-a"), nullptr);
 }
 

@@ -22,8 +22,8 @@
  * config_value, config_member, watch_path in 1.3; prestart_timeout_ms,
  * resource_index in 1.4; use_pre_start in 1.5), sink members
  * (set_health_reason in 1.2, set_numa_nodes in 1.6, the PCI address,
- * attributes and capacities a DRA ResourceSlice publishes in 1.9; set_share_of in 1.10) and
- * descriptor flags
+ * attributes and capacities a DRA ResourceSlice publishes in 1.9; set_share_of in 1.10), recipe
+ * members (set_network in 1.11) and descriptor flags
  * (concurrency in 1.7, per-device slow calls and max_slow_calls in 1.8). The devplug_*() helpers
  * below call a member an older agent may lack, returning -ENOTSUP when it does.
  *
@@ -89,7 +89,7 @@ extern "C" {
 /** ABI major version; part of the entry symbol's name. */
 #define DEVPLUG_MODULE_ABI_MAJOR 1
 /** ABI minor version of this header. */
-#define DEVPLUG_MODULE_ABI_MINOR 10
+#define DEVPLUG_MODULE_ABI_MINOR 11
 
 /** Name of the one symbol a module exports, for dlsym(). */
 #define DEVPLUG_MODULE_ENTRY_SYMBOL "devplug_module_entry_v1"
@@ -180,6 +180,24 @@ struct devplug_recipe {
   int (*add_annotation)(struct devplug_recipe *r, const char *key, const char *value);
   /** A fully qualified CDI device name (vendor.example/class=name). */
   int (*add_cdi_device)(struct devplug_recipe *r, const char *name);
+
+  /* ---- ABI minor 11 ---- */
+
+  /**
+   * The network interface device `device_id` gives the container: its name
+   * (the link this call made, as the pod's network namespace will know
+   * it) and its hardware address ("52:54:00:12:34:56"). DRA writes them
+   * into the claim's status (status.devices[].networkData) for the tools
+   * that wire pods to networks; the device plugin API has nowhere to put
+   * them. Either may be NULL or "" (not known), not both. The interface
+   * name is at most 256 bytes, the address at most 128, both UTF-8 with no
+   * control character; a second call for one device replaces the first.
+   * Returns 0, -EINVAL for what breaks these rules. Check
+   * DEVPLUG_HAS_MEMBER(r, struct devplug_recipe, set_network) first, or
+   * call devplug_recipe_set_network(): older agents lack it.
+   */
+  int (*set_network)(struct devplug_recipe *r, const char *device_id, const char *interface_name,
+                     const char *hardware_address);
 };
 
 /**
@@ -585,6 +603,12 @@ static inline int devplug_sink_set_capacity(struct devplug_device_sink *s, const
 static inline int devplug_sink_set_share_of(struct devplug_device_sink *s, const char *device) {
   return DEVPLUG_CALL_OPTIONAL_(s, struct devplug_device_sink, set_share_of,
                                 s->set_share_of(s, device));
+}
+static inline int devplug_recipe_set_network(struct devplug_recipe *r, const char *device_id,
+                                             const char *interface_name,
+                                             const char *hardware_address) {
+  return DEVPLUG_CALL_OPTIONAL_(r, struct devplug_recipe, set_network,
+                                r->set_network(r, device_id, interface_name, hardware_address));
 }
 static inline int devplug_host_config_int_array(const struct devplug_host *h, const char *key,
                                                 const int64_t **ret, size_t *ret_n) {

@@ -31,6 +31,8 @@ Json ToJson(const PreparedClaim& c) {
                        {"cdiIDs", d.cdi_ids}});
     // Only where there is one: a file of before shares reads the same.
     if (!d.share_id.empty()) devices.back()["shareID"] = d.share_id;
+    if (!d.interface_name.empty()) devices.back()["interfaceName"] = d.interface_name;
+    if (!d.hardware_address.empty()) devices.back()["hardwareAddress"] = d.hardware_address;
   }
   Json out = {{"uid", c.uid},
               {"namespace", c.ns},
@@ -50,7 +52,8 @@ PreparedClaim FromJson(const Json& j) {
   for (const Json& d : j.at("devices"))
     c.devices.push_back({d.at("request").get<std::string>(), d.at("pool").get<std::string>(),
                          d.at("device").get<std::string>(), d.at("id").get<std::string>(),
-                         d.at("cdiIDs").get<std::vector<std::string>>(), d.value("shareID", "")});
+                         d.at("cdiIDs").get<std::vector<std::string>>(), d.value("shareID", ""),
+                         d.value("interfaceName", ""), d.value("hardwareAddress", "")});
   c.spec_file = j.value("specFile", "");
   c.spec = j.value("spec", "");
   if (j.contains("metadata"))

@@ -31,6 +31,9 @@ struct PreparedDevice {
   // a share that consumes several of the device's shares is one entry per
   // module device, all with the same share_id.
   std::string share_id;
+  // The network interface the module says the device gives the container
+  // (ABI 1.11; "" both: none), for the claim's status.
+  std::string interface_name, hardware_address;
   bool operator==(const PreparedDevice&) const = default;
 };
 

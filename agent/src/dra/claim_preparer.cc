@@ -462,9 +462,12 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
       cdi_ids.push_back(cdi::QualifiedName(kind_, name));
       cdi_devices.emplace_back(name, std::move(edits));
     }
-    for (const Pick* p : devices)
-      prepared.devices.push_back(
-          {request, options_.node, p->result->device, p->id, cdi_ids, p->result->share_id});
+    for (const Pick* p : devices) {
+      const NetworkData* net = (*r)->NetworkOf(p->id);
+      prepared.devices.push_back({request, options_.node, p->result->device, p->id, cdi_ids,
+                                  p->result->share_id, net ? net->interface_name : "",
+                                  net ? net->hardware_address : ""});
+    }
   }
   if (pre_start) {
     // Time queued behind other devices' work does not count, up to the

@@ -33,6 +33,10 @@ std::vector<Json> StatusEntries(const std::string& driver, const std::string& no
                                      {"lastTransitionTime", now}}})},
         {"data", {{"moduleDevices", {d.id}}, {"cdiDevices", d.cdi_ids}}}};
     if (!d.share_id.empty()) e["shareID"] = d.share_id;
+    // The interface the module made for it (macvtap's link), as the tools
+    // that wire pods to networks read it.
+    if (!d.interface_name.empty()) e["networkData"]["interfaceName"] = d.interface_name;
+    if (!d.hardware_address.empty()) e["networkData"]["hardwareAddress"] = d.hardware_address;
     entries.push_back(std::move(e));
   }
   return entries;

@@ -21,8 +21,9 @@ std::vector<PreparedDevice> KubeletDevices(const std::vector<PreparedDevice>& de
 
 // The entries for a claim's prepared `devices` of `driver` on `node`: the
 // device's key (driver, pool, device, shareID), condition Ready (reason
-// Prepared, since `now`, RFC 3339) and `data` with the module's devices and
-// the CDI devices.
+// Prepared, since `now`, RFC 3339), `data` with the module's devices and
+// the CDI devices, and `networkData` where the module named the device's
+// network interface (a share of several module devices: the first's).
 std::vector<nlohmann::json> StatusEntries(const std::string& driver, const std::string& node,
                                           const std::vector<PreparedDevice>& devices,
                                           const std::string& now);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,21 +28,34 @@ struct MountSpec {
   bool operator==(const MountSpec&) const = default;
 };
 
+// The network interface a device gives the container (ABI 1.11): DRA's
+// status.devices[].networkData. Either field may be empty, not both.
+struct NetworkData {
+  std::string device_id;  // the module's device
+  std::string interface_name;
+  std::string hardware_address;
+  bool operator==(const NetworkData&) const = default;
+};
+
 // What Allocate returns for one container: device nodes, mounts, envs,
-// annotations, CDI device names. Insertion order is kept.
+// annotations, CDI device names; and what DRA says of the devices in the
+// claim's status (networks). Insertion order is kept.
 struct Recipe {
   std::vector<DeviceNode> device_nodes;
   std::vector<MountSpec> mounts;
   std::vector<std::pair<std::string, std::string>> envs;
   std::vector<std::pair<std::string, std::string>> annotations;
   std::vector<std::string> cdi_devices;
+  std::vector<NetworkData> networks;  // one per device at most
   bool operator==(const Recipe&) const = default;
 
   // Adds `other` to this recipe: device nodes and mounts deduplicated by
   // container path (first wins), env values of one key merged as
   // comma-separated lists (each item once, in order), annotations
-  // last-wins, CDI names deduplicated.
+  // last-wins, CDI names deduplicated, networks by device (last wins).
   void Merge(const Recipe& other);
+  // The network of `device_id` (null: none).
+  const NetworkData* NetworkOf(std::string_view device_id) const;
 };
 
 // One attribute or capacity of a device, as a DRA ResourceSlice publishes

@@ -242,6 +242,34 @@ int DeviceSink::SetCapacity(devplug_device_sink* s, const char* name, uint64_t v
       ->AddAttribute(name, DeviceAttribute::Type::kCapacity, nullptr, n);
 }
 
+namespace {
+
+// Whether `text` may go into an API field as it is: UTF-8 with no control
+// character, at most `max` bytes.
+bool PlainText(std::string_view text, size_t max) {
+  return text.size() <= max && IsValidUtf8(text) &&
+         std::none_of(text.begin(), text.end(),
+                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
+}  // namespace
+
+int RecipeSink::SetNetwork(devplug_recipe* r, const char* device_id, const char* interface_name,
+                           const char* hardware_address) {
+  if (r == nullptr || Empty(device_id) || (Empty(interface_name) && Empty(hardware_address)))
+    return -EINVAL;
+  const std::string_view name = interface_name == nullptr ? "" : interface_name;
+  const std::string_view address = hardware_address == nullptr ? "" : hardware_address;
+  if (BadDeviceId(device_id) != nullptr || !PlainText(name, kMaxInterfaceNameBytes) ||
+      !PlainText(address, kMaxHardwareAddressBytes))
+    return -EINVAL;
+  return Guarded(r, [&](Recipe& x) {
+    Recipe one;
+    one.networks.push_back({device_id, std::string(name), std::string(address)});
+    x.Merge(one);
+  });
+}
+
 int DeviceSink::SetShareOf(devplug_device_sink* s, const char* device) {
   if (s == nullptr) return -EINVAL;
   auto* self = static_cast<DeviceSink*>(s->agent_data);

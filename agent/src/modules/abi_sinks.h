@@ -39,6 +39,7 @@ struct RecipeSink {
     c.add_env = &AddEnv;
     c.add_annotation = &AddAnnotation;
     c.add_cdi_device = &AddCdi;
+    c.set_network = &SetNetwork;
   }
   // Runs `add` on the target recipe; no exception crosses into C.
   template <typename F>
@@ -75,6 +76,11 @@ struct RecipeSink {
     if (r == nullptr || Empty(name)) return -EINVAL;
     return Guarded(r, [&](Recipe& x) { x.cdi_devices.emplace_back(name); });
   }
+  // ABI 1.11. The limits are the API server's for NetworkDeviceData.
+  static constexpr size_t kMaxInterfaceNameBytes = 256;
+  static constexpr size_t kMaxHardwareAddressBytes = 128;
+  static int SetNetwork(devplug_recipe* r, const char* device_id, const char* interface_name,
+                        const char* hardware_address);
 };
 
 // ---- devplug_device_sink collecting a DeviceList ----------------------------

@@ -157,6 +157,14 @@ Recipe& Recipe::Cdi(const std::string& name) {
   return *this;
 }
 
+Recipe& Recipe::Network(const std::string& device_id, const std::string& interface_name,
+                        const std::string& hardware_address) {
+  const int rc = devplug_recipe_set_network(r_, device_id.c_str(), interface_name.c_str(),
+                                            hardware_address.c_str());
+  if (rc != -ENOTSUP) Check(rc, "a device's network interface");
+  return *this;
+}
+
 std::optional<Recipe> DeviceSink::Add(const std::string& id, bool healthy, int32_t numa_node,
                                       const std::string& reason) {
   devplug_recipe* r = nullptr;

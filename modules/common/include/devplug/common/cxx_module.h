@@ -132,6 +132,11 @@ class Recipe {
   Recipe& Env(const std::string& key, const std::string& value);
   Recipe& Annotation(const std::string& key, const std::string& value);
   Recipe& Cdi(const std::string& name);
+  // ABI 1.11: the network interface `device_id` gives the container, for
+  // DRA's claim status (devplug_recipe.set_network); agents older than 1.11
+  // ignore it.
+  Recipe& Network(const std::string& device_id, const std::string& interface_name,
+                  const std::string& hardware_address);
 
  private:
   static void Check(int rc, const char* what);
