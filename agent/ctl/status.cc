@@ -183,6 +183,23 @@ int PrintStatus(const StatusOptions& o) {
                   Str(agent, "version").c_str());
       return 1;
     }
+    // Ready means serving: every resource whose module instance runs is
+    // registered with the kubelet (a rolling update stops the old devplugd
+    // only then). One left out (its module failed; retried in the
+    // background) does not hold it back: a node without that hardware
+    // would never be ready. (An agent without "running" is not waited on.)
+    std::vector<std::string> waiting;
+    if (answer->contains("resources") && (*answer)["resources"].is_array())
+      for (const json& r : (*answer)["resources"])
+        if (r.is_object() && r.value("running", false) && !r.value("registered", false))
+          waiting.push_back(Str(r, "name") + " (" + Str(r, "state") + ")");
+    if (!waiting.empty()) {
+      std::string names;
+      for (const std::string& w : waiting) names += (names.empty() ? "" : ", ") + w;
+      std::printf("not ready: devplugd %s does not serve yet: %s\n", Str(agent, "version").c_str(),
+                  names.c_str());
+      return 1;
+    }
     std::printf("ready: devplugd %s, %s\n", Str(agent, "version").c_str(),
                 Str(agent, "status").c_str());
     return 0;

@@ -27,10 +27,10 @@ void AddStatusCommands(CLI::App& app, StatusCommands* out) {
   out->status->add_flag("--json", so.json, "Print devplugd's answer as JSON");
   out->status->add_flag("--devices", so.devices, "One row per device for every resource");
   out->status->add_flag("--ready", so.ready,
-                        "Readiness probe: exit 0 once devplugd answers and every resource's first "
-                        "start attempt has ended (created, failed or given up), 1 before that or "
-                        "when devplugd cannot be reached; device health and registrations do not "
-                        "count");
+                        "Readiness probe: exit 0 once devplugd answers, every resource's first "
+                        "start attempt has ended (created, failed or given up) and every resource "
+                        "whose module runs is registered with the kubelet; 1 before that or when "
+                        "devplugd cannot be reached; device health does not count");
 }
 
 int RunStatusCommands(const StatusCommands& c) {

@@ -355,6 +355,31 @@ TEST_F(OperationsTest, NotReadyUntilEveryResourceHasStarted) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// Ready means serving: a resource whose module runs and that no kubelet
+// has registered (none is there) keeps the probe at 1, naming it; once the
+// kubelet registers it, 0. A resource left out does not count (above).
+TEST_F(OperationsTest, NotReadyUntilEveryRunningResourceIsRegistered) {
+  StartAgent(Resource(kFull, FakeModule("fake_full"), "count = 1"));
+  const std::string sock = control_socket();
+  ASSERT_TRUE(Eventually([&] {
+    auto st = ops::ControlRequest(sock, "{\"status\": {}}", 1s);
+    const auto j = nlohmann::json::parse(st.ok() ? *st : "", nullptr, false);
+    return j.is_object() && j.contains("resources") && j["resources"].size() == 1 &&
+           j["resources"][0].value("running", false);
+  }));
+  auto r = Ctl({"status", "--ready", "--socket", sock});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(
+      r.output.find("does not serve yet: " + std::string(kFull) + " (waiting for the kubelet)"),
+      std::string::npos)
+      << r.output;
+  StartSim();
+  ASSERT_TRUE(Registered(kFull));
+  EXPECT_TRUE(Eventually([&] {
+    return Ctl({"status", "--ready", "--socket", sock}).exit_code == 0;
+  }));
+}
+
 // A client that trickles its request one byte at a time holds up neither
 // `status` nor the readiness probe, and is cut off at its deadline.
 TEST_F(OperationsTest, ASlowControlClientBlocksNobody) {

@@ -91,6 +91,9 @@ json ResourceJson(const ResourceView& r, bool devices) {
       {"socket", r.socket},
       {"registration", config::RegistrationModeName(r.registration)},
       {"kubelet_status", std::move(kubelet_status)},
+      // Its module instance runs: devplugctl status --ready waits for it
+      // to be registered.
+      {"running", r.running},
       {"registered", r.registered},
       {"state", StateText(r)},
       {"registered_since", r.registered_since ? json(UtcTime(*r.registered_since)) : json(nullptr)},
