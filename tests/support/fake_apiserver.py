@@ -20,6 +20,10 @@ For the tests, under /_fake/:
                                   know the field)
   GET  /_fake/requests            every request so far: method, path, query,
                                   authorization
+  POST /_fake/throttle?count=N&retry_after=S
+                                  the next N requests answer 429
+                                  TooManyRequests with "Retry-After: S" (API
+                                  Priority and Fairness rejecting them)
 Usage: fake_apiserver.py --port-file F [--cert C --key K] [--token-file T]
        [--page-limit N]. It binds 127.0.0.1 on a free port and writes it to F.
 """
@@ -118,9 +122,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return json.loads(self.rfile.read(n) or b"null") if n else None
 
-    def answer(self, code, obj):
+    def answer(self, code, obj, retry_after=None):
         data = json.dumps(obj).encode()
         self.send_response(code)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -133,8 +139,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with LOCK:
             REQUESTS.append({"method": method, "path": url.path, "query": url.query,
                              "authorization": self.headers.get("Authorization", "")})
-            code, obj = self.route(method, url.path, query, body)
-        self.answer(code, obj)
+            if STATE.get("throttle", 0) > 0 and not url.path.startswith("/_fake/"):
+                STATE["throttle"] -= 1
+                code, obj = status(429, "TooManyRequests", "Too many requests, please try again "
+                                   "later.")
+                retry_after = STATE["retry_after"]
+            else:
+                code, obj = self.route(method, url.path, query, body)
+                retry_after = None
+        self.answer(code, obj, retry_after)
 
     def route(self, method, path, query, body):
         if path == "/_fake/conflicts":
@@ -145,6 +158,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return 200, {}
         if path == "/_fake/prune":
             STATE.setdefault("prune", set()).add(query["key"][0])
+            return 200, {}
+        if path == "/_fake/throttle":
+            STATE["throttle"] = int(query["count"][0])
+            STATE["retry_after"] = query["retry_after"][0]
             return 200, {}
         if path == "/_fake/requests":
             return 200, {"items": REQUESTS[:-1]}

@@ -185,6 +185,41 @@ TEST_F(KubeClientTest, UpdateRetriesAConflictFromAFreshRead) {
   EXPECT_EQ(c.Replace(std::string(kSlices) + "/s", stale).status().code(), StatusCode::kAborted);
 }
 
+// API Priority and Fairness: a 429 with Retry-After is asked again after
+// at least that long, up to the request's timeout; what is still refused
+// then is RESOURCE_EXHAUSTED with the server's words.
+TEST_F(KubeClientTest, ATooManyRequestsAnswerIsAskedAgainAfterRetryAfter) {
+  Client c(Opts());
+  ASSERT_TRUE(c.Create(kSlices, Slice("s", "node-1")).ok());
+  ASSERT_TRUE(c.Create("/_fake/throttle?count=2&retry_after=1", Json::object()).ok());
+  const auto t = std::chrono::steady_clock::now();
+  auto got = c.Get(std::string(kSlices) + "/s");
+  const auto took = std::chrono::steady_clock::now() - t;
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_GE(took, std::chrono::seconds(2)) << "Retry-After was not waited for";
+  int gets = 0;
+  for (const Json& r : Requests(c))
+    if (r["method"] == "GET" && r["path"] == std::string(kSlices) + "/s") ++gets;
+  EXPECT_EQ(gets, 3);
+
+  // No time left for another try within the timeout: the 429 is the answer,
+  // without a wait that could not help.
+  Client::Options o = Opts();
+  o.timeout = std::chrono::milliseconds(900);
+  Client hurried(o);
+  ASSERT_TRUE(c.Create("/_fake/throttle?count=5&retry_after=1", Json::object()).ok());
+  auto refused = hurried.Get(std::string(kSlices) + "/s");
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("HTTP 429 TooManyRequests"), std::string::npos)
+      << refused.status().message();
+  // Asked no more than it may: with retries off, one request.
+  o.timeout = std::chrono::milliseconds(10'000);
+  o.throttle_retries = 0;
+  Client once(o);
+  ASSERT_TRUE(c.Create("/_fake/throttle?count=5&retry_after=1", Json::object()).ok());
+  EXPECT_EQ(once.Get(std::string(kSlices) + "/s").status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST_F(KubeClientTest, ErrorsCarryTheServersCodeAndMessage) {
   Client c(Opts());
   auto missing = c.Get(std::string(kSlices) + "/nothing");

@@ -1,11 +1,14 @@
 #include "dra/slice_publisher.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "dra/resource_slice.h"
+#include "util/backoff.h"
 #include "util/hash.h"
 #include "util/utc_time.h"
 
@@ -31,7 +34,8 @@ SlicePublisher::SlicePublisher(Options options)
               listed_ = false;
               SyncOnLane();
             }),
-      taint_effect_(options_.taint_effect) {}
+      taint_effect_(options_.taint_effect),
+      jitter_(Fnv1a32(StrCat(options_.node, "/", options_.driver, "/", getpid()))) {}
 
 SlicePublisher::~SlicePublisher() {
   RequestStop(false);
@@ -112,7 +116,8 @@ void SlicePublisher::SyncOnLane() {
   sync_error_ = st.message();
   listed_ = false;  // read the server's state again
   backoff_ = std::clamp(backoff_ * 2, options_.retry, kMaxRetry);
-  if (!stopping_) lane_.WakeAt(Clock::now() + backoff_);
+  // Jittered: a fleet whose API server went away does not come back in step.
+  if (!stopping_) lane_.WakeAt(Clock::now() + Jittered(backoff_, jitter_()));
 }
 
 Status SlicePublisher::Sync(const DeviceList& list) {

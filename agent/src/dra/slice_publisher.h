@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -140,6 +141,8 @@ class SlicePublisher final : public modules::ListSink {
   // timeAdded, kept while it stays Unhealthy), by DRA name.
   std::map<std::string, std::string> tainted_since_;
   std::chrono::milliseconds backoff_{0};
+  // Spreads the retry waits (Jittered): seeded per process, node and driver.
+  std::minstd_rand jitter_;
 };
 
 }  // namespace devplug::dra

@@ -4,14 +4,23 @@
 #include <dlfcn.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "model/api_server_url.h"
 
 namespace devplug::kube {
 namespace {
+
+// A request asked again after a Retry-After gets at least this long.
+constexpr std::chrono::milliseconds kMinAttempt{200};
+// A Retry-After longer than this is taken as this.
+constexpr int64_t kMaxRetryAfterS = 60;
 
 // libcurl, loaded when the first client is made: devplugd links no libcurl,
 // so a node serving only the device plugin API never maps it and its
@@ -216,6 +225,31 @@ std::string Client::Bearer() {
 StatusOr<Client::Response> Client::Call(const char* method, const std::string& path_and_query,
                                         const std::string* body,
                                         std::optional<std::chrono::milliseconds> timeout) {
+  using Clock = std::chrono::steady_clock;
+  const std::chrono::milliseconds limit = timeout.value_or(options_.timeout);
+  const auto until = Clock::now() + limit;
+  for (int retries = 0;; ++retries) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    StatusOr<Response> r =
+        CallOnce(method, path_and_query, body, retries == 0 ? limit : std::max(left, kMinAttempt));
+    if (!r.ok() || (r->code != 429 && r->code != 503) || r->retry_after_s <= 0 ||
+        retries >= options_.throttle_retries)
+      return r;
+    // Retry-After, plus up to a quarter more: agents told alike spread.
+    thread_local std::minstd_rand jitter(
+        static_cast<uint32_t>(std::hash<std::thread::id>()(std::this_thread::get_id()) ^
+                              static_cast<size_t>(Clock::now().time_since_epoch().count())));
+    const int64_t base_ms = std::min<int64_t>(r->retry_after_s, kMaxRetryAfterS) * 1000;
+    const auto wait = std::chrono::milliseconds(
+        base_ms + static_cast<int64_t>(jitter() % static_cast<uint32_t>(base_ms / 4 + 1)));
+    if (Clock::now() + wait + kMinAttempt > until) return r;  // no time for another
+    std::this_thread::sleep_for(wait);
+  }
+}
+
+StatusOr<Client::Response> Client::CallOnce(const char* method, const std::string& path_and_query,
+                                            const std::string* body,
+                                            std::chrono::milliseconds timeout) {
   MutexLock lock(mu_);
   const Curl& lib = LoadCurl();
   if (!lib.error.empty()) return UnavailableError(lib.error);
@@ -241,7 +275,7 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
   lib.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   lib.easy_setopt(curl, CURLOPT_USERAGENT, options_.user_agent.c_str());
   lib.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  const long timeout_ms = static_cast<long>(timeout.value_or(options_.timeout).count());
+  const long timeout_ms = static_cast<long>(timeout.count());
   lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   lib.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
@@ -281,6 +315,9 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
                                    path_and_query.substr(0, path_and_query.find('?')), ": ",
                                    error[0] ? error : lib.easy_strerror(rc)));
   lib.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.code);
+  curl_off_t retry_after = 0;  // seconds; libcurl reads the header (an HTTP date too)
+  if (lib.easy_getinfo(curl, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after > 0)
+    response.retry_after_s = static_cast<int64_t>(retry_after);
   return response;
 }
 

@@ -55,9 +55,14 @@ class Client {
     Credentials credentials;
     std::chrono::milliseconds timeout{10'000};  // per request, connecting included
     int conflict_retries = 5;                   // Update: fresh GETs after a 409
-    int64_t page_size = 500;                    // List: items per page (0: no limit)
-    int64_t max_pages = 10'000;                 // List: more pages than this is an error
-    size_t max_response_bytes = 64u << 20;      // a longer answer is an error, not read
+    // A 429 (API Priority and Fairness) or 503 with Retry-After is asked
+    // again after that many seconds (plus up to a quarter more, so that a
+    // fleet told alike does not come back in step), up to this many times
+    // and while the request's timeout allows; then it is the error.
+    int throttle_retries = 10;
+    int64_t page_size = 500;                // List: items per page (0: no limit)
+    int64_t max_pages = 10'000;             // List: more pages than this is an error
+    size_t max_response_bytes = 64u << 20;  // a longer answer is an error, not read
     std::string user_agent = "devplug";
   };
   explicit Client(Options options);
@@ -86,7 +91,12 @@ class Client {
   struct Response {
     long code = 0;
     std::string body;
+    int64_t retry_after_s = 0;  // the Retry-After header's seconds (0: none)
   };
+  // One request; Call repeats it while the server asks to (Retry-After).
+  StatusOr<Response> CallOnce(const char* method, const std::string& path_and_query,
+                              const std::string* body, std::chrono::milliseconds timeout)
+      DEVPLUG_EXCLUDES(mu_);
   StatusOr<Response> Call(const char* method, const std::string& path_and_query,
                           const std::string* body,
                           std::optional<std::chrono::milliseconds> timeout = std::nullopt)
