@@ -1,8 +1,9 @@
 // devplugctl: operator tools for devplug.
 //
 //   devplugctl simulate-kubelet  run the kubelet's side of the device plugin
-//                                protocol in a directory and print what
-//                                plugins register and report
+//                                protocol in a directory (and of DRA, with
+//                                its plugin watcher) and print what plugins
+//                                register and report
 //   devplugctl demo              run devplugd against a simulated kubelet in a
 //                                temporary directory, end to end
 //   devplugctl inspect-module    load a module as devplugd does; print what it
@@ -142,23 +143,28 @@ std::optional<DraClaim> ParseDraClaim(const std::string& arg, std::string* error
 
 std::string ClaimName(const DraClaim& c) { return c.ref[0] + "/" + c.ref[2]; }
 
+// Why the driver's answer for the claim `uid` is a failure ("": it is not).
+template <typename Response>
+std::string ClaimError(const grpc::Status& st, const Response& resp, const std::string& uid) {
+  if (!st.ok()) return st.error_message();
+  const auto it = resp.claims().find(uid);
+  return it == resp.claims().end() ? "no answer for the claim's UID" : it->second.error();
+}
+
 // NodePrepareResources of one claim, as the kubelet calls it before the
 // pod's containers start; prints the answer. False when it failed.
 bool PrepareClaim(KubeletSim& sim, DraClaim& c) {
   c.tried = true;
   devplug::sim::drav1::NodePrepareResourcesResponse resp;
   const grpc::Status st = sim.NodePrepareResources(c.driver, {c.ref}, &resp);
-  const auto it = resp.claims().find(c.ref[1]);
-  const std::string error = !st.ok()                    ? st.error_message()
-                            : it == resp.claims().end() ? "no answer for the claim's UID"
-                                                        : it->second.error();
+  const std::string error = ClaimError(st, resp, c.ref[1]);
   if (!error.empty()) {
     std::printf("NodePrepareResources %s (%s) failed: %s\n", ClaimName(c).c_str(), c.driver.c_str(),
                 error.c_str());
   } else {
     c.prepared = true;
     std::printf("NodePrepareResources %s (%s) ->\n%s\n", ClaimName(c).c_str(), c.driver.c_str(),
-                ToJson(it->second).c_str());
+                ToJson(resp.claims().at(c.ref[1])).c_str());
   }
   std::fflush(stdout);
   return error.empty();
@@ -168,10 +174,7 @@ bool PrepareClaim(KubeletSim& sim, DraClaim& c) {
 bool UnprepareClaim(KubeletSim& sim, DraClaim& c) {
   devplug::sim::drav1::NodeUnprepareResourcesResponse resp;
   const grpc::Status st = sim.NodeUnprepareResources(c.driver, {c.ref}, &resp);
-  const auto it = resp.claims().find(c.ref[1]);
-  const std::string error = !st.ok()                    ? st.error_message()
-                            : it == resp.claims().end() ? "no answer for the claim's UID"
-                                                        : it->second.error();
+  const std::string error = ClaimError(st, resp, c.ref[1]);
   c.prepared = false;
   std::printf("NodeUnprepareResources %s (%s): %s\n", ClaimName(c).c_str(), c.driver.c_str(),
               error.empty() ? "OK" : error.c_str());
