@@ -56,6 +56,8 @@ struct Recipe {
   void Merge(const Recipe& other);
   // The network of `device_id` (null: none).
   const NetworkData* NetworkOf(std::string_view device_id) const;
+  // Sets its device's network, replacing one set before.
+  void SetNetwork(const NetworkData& network);
 };
 
 // One attribute or capacity of a device, as a DRA ResourceSlice publishes

@@ -63,20 +63,22 @@ void Recipe::Merge(const Recipe& other) {
     if (std::find(cdi_devices.begin(), cdi_devices.end(), cdi) == cdi_devices.end())
       cdi_devices.push_back(cdi);
   }
-  for (const NetworkData& n : other.networks) {
-    auto it = std::find_if(networks.begin(), networks.end(),
-                           [&](const NetworkData& x) { return x.device_id == n.device_id; });
-    if (it == networks.end())
-      networks.push_back(n);
-    else
-      *it = n;
-  }
+  for (const NetworkData& n : other.networks) SetNetwork(n);
 }
 
 const NetworkData* Recipe::NetworkOf(std::string_view device_id) const {
   for (const NetworkData& n : networks)
     if (n.device_id == device_id) return &n;
   return nullptr;
+}
+
+void Recipe::SetNetwork(const NetworkData& network) {
+  auto it = std::find_if(networks.begin(), networks.end(),
+                         [&](const NetworkData& n) { return n.device_id == network.device_id; });
+  if (it == networks.end())
+    networks.push_back(network);
+  else
+    *it = network;
 }
 
 Recipe DefaultRecipe(const DeviceList& devices, const std::vector<std::string>& ids) {

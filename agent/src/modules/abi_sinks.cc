@@ -264,9 +264,7 @@ int RecipeSink::SetNetwork(devplug_recipe* r, const char* device_id, const char*
       !PlainText(address, kMaxHardwareAddressBytes))
     return -EINVAL;
   return Guarded(r, [&](Recipe& x) {
-    Recipe one;
-    one.networks.push_back({device_id, std::string(name), std::string(address)});
-    x.Merge(one);
+    x.SetNetwork({device_id, std::string(name), std::string(address)});
   });
 }
 
