@@ -324,6 +324,10 @@ evictionHard:
   nodefs.available: "1%"
   nodefs.inodesFree: "1%"
   imagefs.available: "1%"
+# the images are imported, never pulled: image GC on a nearly full disk would
+# delete them before the first pod starts (100 turns it off)
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 """
 
 
