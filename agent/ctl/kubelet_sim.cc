@@ -264,17 +264,21 @@ grpc::Status KubeletSim::Connect(const std::string& name, const std::string& pat
                                  const v1beta1::DevicePluginOptions* register_options,
                                  const std::string& via) {
   bool stream_open = false;
-  std::string open_via;
+  std::string open_via, open_endpoint;
   {
     std::lock_guard lock(mu_);
     auto it = resources_.find(name);
     stream_open = it != resources_.end() && it->second.connected;
     if (stream_open) open_via = it->second.via;
+    if (stream_open) open_endpoint = it->second.endpoint;
   }
+  // The kubelet (1.26 and later) holds one endpoint per socket of a
+  // resource and calls the latest: a second socket is a handover (a new
+  // devplugd beside the old one); the same socket again, a mistake.
   if (stream_open && open_via != via)
     Violation(StrCat(name, ": registered through ", via, " while registered through ", open_via,
                      " (the kubelet would hold two clients)"));
-  else if (stream_open)
+  else if (stream_open && open_endpoint == endpoint)
     Violation(StrCat(name, ": registered again while its previous ListAndWatch stream was open"));
 
   auto ep = std::make_shared<Endpoint>();

@@ -57,6 +57,7 @@ Agent::~Agent() { Shutdown(); }
 
 Status Agent::Start() {
   const auto t0 = Clock::now();
+  Resource::PinProcessStamp();
   if (mailbox_->fd() < 0) return InternalError(StrCat("eventfd: ", std::strerror(errno)));
   // One devplugd per node, before anything is bound or swept.
   if (Status st = TakeInstanceLock(); !st.ok()) return st;
@@ -410,8 +411,8 @@ void Agent::TryStart(Resource& r) {
 std::vector<kubelet::KubeletWatch::Registration> Agent::Registrations() {
   std::vector<kubelet::KubeletWatch::Registration> out;
   for (const auto& r : resources_)
-    out.push_back(
-        {r->cfg().registration, r->cfg().socket, &r->registrar(), r->instance() != nullptr});
+    out.push_back({r->cfg().registration, r->serving_name(), r->peer_name(), &r->registrar(),
+                   r->instance() != nullptr});
   return out;
 }
 

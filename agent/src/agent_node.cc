@@ -39,7 +39,7 @@ Status Agent::TakeInstanceLock() {
 
 void Agent::RemoveStaleSockets() {
   std::set<std::string> ours;
-  for (const auto& r : resources_) ours.insert(r->socket_path());
+  for (const auto& r : resources_) ours.insert(r->serving_path());
   // Both folders, whatever the resources use now: an earlier devplugd may
   // have served through the plugin watcher (its dead socket there would be
   // probed by the kubelet for ever).

@@ -1,7 +1,10 @@
 #include "resource.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +15,7 @@
 
 #include "front_end/make.h"
 #include "kubelet/registration.h"
+#include "model/kubelet_names.h"
 #include "util/sanitizers.h"
 #include "util/unix_socket.h"
 
@@ -39,6 +43,9 @@ Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64
                               ? services.running().plugins_registry_dir
                               : services.running().plugin_dir,
                           "/", cfg.socket)),
+      second_name_(kubelet::SecondSocketName(cfg.socket)),
+      second_path_(
+          StrCat(socket_path_.substr(0, socket_path_.size() - cfg.socket.size()), second_name_)),
       staged_(staged),
       metrics_(std::move(metrics)) {
   front_end::Context context;
@@ -218,16 +225,15 @@ Status Resource::Serve() {
   const bool watched = cfg_.registration == RegistrationMode::kPluginWatcher;
   if (watched)
     if (Status st = services_.WatchRegistry(); !st.ok()) return st;
-  if (UnixSocketIsLive(socket_path_))
-    return FailedPreconditionError(
-        StrCat("socket ", socket_path_, " is served by another process (a second devplugd?)"));
+  if (Status st = PickSocket(); !st.ok()) return st;
+  const std::string path = serving_path();
   // gRPC binds a hidden name, which is then renamed into place. gRPC
   // unlinks the path it bound when its server stops, whatever file is there
   // by then; bound at the shared name, that could be another process's
   // live socket. The hidden name is ours alone, and both the kubelet's
   // plugin watcher and our own watches ignore dot files. The shared name is
   // removed by us, and only while it is still the file we bound.
-  const std::string bind_path = BindPath(socket_path_);
+  const std::string bind_path = BindPath(path);
   unlink(bind_path.c_str());  // one a killed devplugd left
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + bind_path, grpc::InsecureServerCredentials());
@@ -245,7 +251,7 @@ Status Resource::Serve() {
       mailbox->Post({AgentEvent::kKubeletStatus, i, 0, std::move(st), nullptr});
     };
     registration_ =
-        std::make_unique<kubelet::RegistrationService>(front_->Info(socket_path_), std::move(cb));
+        std::make_unique<kubelet::RegistrationService>(front_->Info(path), std::move(cb));
     builder.RegisterService(registration_.get());
   }
   server_ = builder.BuildAndStart();
@@ -253,24 +259,74 @@ Status Resource::Serve() {
     registration_.reset();
     front_->DropServices(false);
     (void)services_.PluginDirGone();  // then the agent exits
-    return UnavailableError(
-        StrCat("cannot serve on ", socket_path_, " (is the directory writable?)"));
+    return UnavailableError(StrCat("cannot serve on ", path, " (is the directory writable?)"));
   }
-  if (bind_path != socket_path_ && rename(bind_path.c_str(), socket_path_.c_str()) != 0) {
+  if (bind_path != path && rename(bind_path.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     StopServing();
     unlink(bind_path.c_str());
-    return UnavailableError(StrCat("cannot serve on ", socket_path_, ": rename: ", why));
+    return UnavailableError(StrCat("cannot serve on ", path, ": rename: ", why));
   }
+  // Its time says which devplugd started later (see Superseded).
+  const timespec stamp = ProcessStamp();
+  const timespec times[2] = {stamp, stamp};
+  if (utimensat(AT_FDCWD, path.c_str(), times, 0) != 0)
+    spdlog::debug("resource \"{}\": cannot set the time of {}: {}", cfg_.name, path,
+                  std::strerror(errno));
   struct stat st;
-  if (stat(socket_path_.c_str(), &st) == 0) socket_file_ = std::make_pair(st.st_dev, st.st_ino);
-  spdlog::debug("resource \"{}\": serving on {}", cfg_.name, socket_path_);
+  if (stat(path.c_str(), &st) == 0) socket_file_ = std::make_pair(st.st_dev, st.st_ino);
+  spdlog::debug("resource \"{}\": serving on {}", cfg_.name, path);
   return OkStatus();
+}
+
+Status Resource::PickSocket() {
+  const bool device_plugin = cfg_.api == ServingApi::kDevicePlugin;
+  const std::string& mine = serving_path();
+  if (!UnixSocketIsLive(mine)) return OkStatus();
+  const std::string& other = on_second_ ? socket_path_ : second_path_;
+  // Another devplugd serves the name: a device plugin serves beside it on
+  // the other one (the kubelet takes the later registration), while both
+  // are free of a third.
+  if (!device_plugin || UnixSocketIsLive(other))
+    return FailedPreconditionError(
+        StrCat("socket ", mine, " is served by another process (a second devplugd?)"));
+  if (other.size() > kubelet::kMaxSocketPathBytes)
+    return FailedPreconditionError(StrCat("socket ", mine,
+                                          " is served by another process, and its second name ",
+                                          other, " is too long for a Unix socket"));
+  on_second_ = !on_second_;
+  spdlog::info("resource \"{}\": another devplugd serves {}; serving beside it on {}", cfg_.name,
+               mine, other);
+  registrar_->SetSocket(serving_name(), serving_path());
+  return OkStatus();
+}
+
+std::string Resource::Superseded() const {
+  if (cfg_.api != ServingApi::kDevicePlugin) return "";
+  const std::string& other = on_second_ ? socket_path_ : second_path_;
+  struct stat st;
+  if (lstat(other.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return "";
+  // Later started is newer; at the same instant, the second name's.
+  const timespec mine = ProcessStamp();
+  const bool newer = st.st_mtim.tv_sec != mine.tv_sec     ? st.st_mtim.tv_sec > mine.tv_sec
+                     : st.st_mtim.tv_nsec != mine.tv_nsec ? st.st_mtim.tv_nsec > mine.tv_nsec
+                                                          : !on_second_;
+  if (!newer || !UnixSocketIsLive(other)) return "";
+  return other;
+}
+
+timespec Resource::ProcessStamp() {
+  static const timespec stamp = [] {
+    timespec t{};
+    clock_gettime(CLOCK_REALTIME, &t);
+    return t;
+  }();
+  return stamp;
 }
 
 bool Resource::SocketIsOurs() const {
   struct stat st;
-  return socket_file_ && stat(socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+  return socket_file_ && stat(serving_path().c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
          std::make_pair(st.st_dev, st.st_ino) == *socket_file_;
 }
 
@@ -281,7 +337,7 @@ void Resource::ExpectStream(uint64_t n) { front_->ExpectStream(n); }
 std::function<void()> Resource::Register(uint64_t n) {
   v1beta1::RegisterRequest req;
   req.set_version("v1beta1");
-  req.set_endpoint(cfg_.socket);
+  req.set_endpoint(serving_name());
   req.set_resource_name(cfg_.name);
   *req.mutable_options() = front_->RegisterOptions(*instance_);
   InFlight& in_flight = services_.registers();
@@ -310,7 +366,7 @@ std::string Resource::BindPath(const std::string& socket_path) {
 void Resource::Withdraw(bool exiting) {
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
-  if (bound) UnlinkIfSame(socket_path_, *bound);
+  if (bound) UnlinkIfSame(serving_path(), *bound);
   // Exiting, every resource's front end stops at once, and
   // WaitFrontEndStopped waits for them all under one deadline.
   front_->Withdraw(instance_.get(), exiting);
@@ -399,7 +455,7 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   rv.module = module_ ? std::string(module_->name()) : cfg_.module;
   rv.module_version = module_ ? std::string(module_->version()) : std::string();
   rv.module_file = module_ ? module_->path() : modules::ResolveModulePath(cfg_.module, module_dir);
-  rv.socket = socket_path_;
+  rv.socket = serving_path();
   rv.registration = cfg_.registration;
   rv.running = instance_ != nullptr;
   rv.starting = starting_ != nullptr;

@@ -94,7 +94,14 @@ class Resource final : private kubelet::Registrar::Env {
   uint64_t id() const { return id_; }      // unique for the agent's life: how events find it
   size_t index() const { return index_; }  // its place in the configuration (for messages)
   const config::ResourceConfig& cfg() const { return cfg_; }
+  // The configured socket's path: the resource's identity across reloads.
   const std::string& socket_path() const { return socket_path_; }
+  // The socket it serves on: the configured one, or its second name while
+  // another devplugd served the configured one (kubelet::SecondSocketName).
+  const std::string& serving_name() const { return on_second_ ? second_name_ : cfg_.socket; }
+  const std::string& serving_path() const { return on_second_ ? second_path_ : socket_path_; }
+  // The other one: where a devplugd started beside this one serves.
+  const std::string& peer_name() const { return on_second_ ? cfg_.socket : second_name_; }
   bool staged() const { return staged_; }
   const std::shared_ptr<const modules::LoadedModule>& module() const { return module_; }
   // The running instance (null while starting, failed or left out).
@@ -203,7 +210,20 @@ class Resource final : private kubelet::Registrar::Env {
   bool PluginDirGone() const override { return services_.PluginDirGone(); }
   void ExpectStream(uint64_t n) override;
   std::function<void()> Register(uint64_t n) override;
+  std::string Superseded() const override;
 
+  // Keeps the socket it serves on, or moves to the other name when another
+  // devplugd serves this one (a device plugin only).
+  Status PickSocket();
+  // When this devplugd started (CLOCK_REALTIME, taken at the first call):
+  // the time its sockets carry.
+  static timespec ProcessStamp();
+
+ public:
+  // Takes ProcessStamp's time now (at the agent's start).
+  static void PinProcessStamp() { (void)ProcessStamp(); }
+
+ private:
   // Ends the streams and stops the server, if one runs.
   void StopServing(bool exiting = false);
 
@@ -212,6 +232,10 @@ class Resource final : private kubelet::Registrar::Env {
   size_t index_;
   config::ResourceConfig cfg_;
   const std::string socket_path_;
+  // Device plugin API: the second name and whether it is the one served.
+  const std::string second_name_;
+  const std::string second_path_;
+  bool on_second_ = false;
   bool staged_;
   std::shared_ptr<const modules::LoadedModule> module_;  // null: not loaded (yet)
   std::shared_ptr<ops::ResourceMetrics> metrics_;

@@ -146,13 +146,13 @@ class AgentTest : public ::testing::Test {
   // The running configuration, copied with a state folder of its own: a
   // second devplugd that is not refused by the first one's lock (to test
   // what else keeps two apart). Its path.
-  std::string ConfigWithOwnState() const {
+  std::string ConfigWithOwnState(const std::string& state = "state2") const {
     std::string text = testing::ReadFile(config_path());
     const std::string mine = "dra_state_dir = \"" + std::string(dir_ / "state") + "\"";
     const size_t at = text.find(mine);
     if (at != std::string::npos)
-      text.replace(at, mine.size(), "dra_state_dir = \"" + std::string(dir_ / "state2") + "\"");
-    const std::string path = dir_ / "etc/second.toml";
+      text.replace(at, mine.size(), "dra_state_dir = \"" + std::string(dir_ / state) + "\"");
+    const std::string path = dir_ / ("etc/" + state + ".toml");
     WriteFile(path, text);
     return path;
   }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -304,18 +305,77 @@ TEST_F(AgentTest, ASecondAgentOnTheSameStateFolderIsRefused) {
   EXPECT_TRUE(sim_->resource(kMinimal)->connected);
 }
 
-TEST_F(AgentTest, SecondAgentDoesNotStealALiveSocket) {
+// A rolling update (maxSurge): the new devplugd starts while the old one
+// serves, with state of its own (another pod). It serves beside it on the
+// second socket name and registers; the kubelet calls the newer
+// registration. The old one, stopped afterwards, fails no Allocate on the
+// way; while both run, a kubelet restart is registered by the newer only.
+TEST_F(AgentTest, ANewDevplugdTakesOverBesideTheOldOneWithoutAFailedAllocate) {
   StartSim();
-  StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
+  StartAgent(Resource(kMinimal, FakeModule("fake_minimal"), "count = 2"));
   ASSERT_TRUE(Registered(kMinimal));
+  const std::string first_socket = plugin_dir() + "/devplug-fake.example_minimal.sock";
+  const std::string second_socket = plugin_dir() + "/devplug-fake.example_minimal.b.sock";
+
+  // 100 Allocates a second, as pods admitted one after another.
+  std::atomic<bool> stop{false}, paused{false};
+  std::atomic<int> answered{0};
+  std::vector<std::string> failures;
+  std::thread allocates([&] {
+    while (!stop) {
+      if (paused) {
+        std::this_thread::sleep_for(10ms);
+        continue;
+      }
+      v1beta1::ContainerAllocateResponse resp;
+      grpc::Status st = sim_->Allocate(kMinimal, {"fake-1"}, &resp);
+      if (st.ok())
+        ++answered;
+      else
+        failures.push_back(st.error_message());
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  ASSERT_TRUE(Eventually([&] { return answered >= 10; }));
   AgentProcess second({"--config", ConfigWithOwnState()});
-  ASSERT_TRUE(second.WaitForLog("is served by another process", kWait)) << second.Log();
-  std::this_thread::sleep_for(500ms);
-  EXPECT_EQ(sim_->resource(kMinimal)->registrations, 1u);
+  const bool took_over = Registered(kMinimal, 2);
+  EXPECT_TRUE(took_over) << second.Log();
+  EXPECT_EQ(sim_->resource(kMinimal)->endpoint, "devplug-fake.example_minimal.b.sock");
+  EXPECT_TRUE(FileExists(first_socket));  // the old one still serves its own
+
+  // A kubelet restart while both run (a kubelet admits no pod meanwhile):
+  // only the newer registers; the older stands by.
+  if (took_over) {
+    paused = true;
+    std::this_thread::sleep_for(50ms);
+    ASSERT_TRUE(sim_->Restart(100ms).ok());
+    ASSERT_TRUE(Registered(kMinimal, 3));
+    EXPECT_TRUE(agent_->WaitForLog("standing by", kWait)) << agent_->Log();
+    std::this_thread::sleep_for(2500ms);  // past the older one's looks
+    EXPECT_EQ(sim_->resource(kMinimal)->registrations, 3u);
+    EXPECT_EQ(sim_->resource(kMinimal)->endpoint, "devplug-fake.example_minimal.b.sock");
+    paused = false;
+  }
+
+  // The DaemonSet stops the old pod once the new one is ready.
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  const int at_stop = answered;
+  EXPECT_TRUE(Eventually([&] { return answered >= at_stop + 30; }));
+  stop = true;
+  allocates.join();
+  EXPECT_TRUE(failures.empty()) << failures.size()
+                                << " failed Allocates, the first: " << failures.front();
+  EXPECT_FALSE(FileExists(first_socket));
+  EXPECT_TRUE(FileExists(second_socket));
   EXPECT_TRUE(sim_->resource(kMinimal)->connected);
-  EXPECT_EQ(second.Stop(SIGTERM, 10s), std::optional<int>(0));
-  // The first agent's socket survives the second one's exit.
-  EXPECT_TRUE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
+
+  // The next update finds the first name free again and takes it.
+  AgentProcess third({"--config", ConfigWithOwnState("state3")});
+  EXPECT_TRUE(Registered(kMinimal, 4)) << third.Log();
+  EXPECT_EQ(sim_->resource(kMinimal)->endpoint, "devplug-fake.example_minimal.sock");
+  EXPECT_EQ(second.Stop(SIGTERM, 15s), std::optional<int>(0)) << second.Log();
+  EXPECT_FALSE(FileExists(second_socket));
+  EXPECT_EQ(third.Stop(SIGTERM, 15s), std::optional<int>(0)) << third.Log();
 }
 
 struct ConfigErrorCase {

@@ -422,6 +422,16 @@ TEST(ConfigTest, DefaultSocketNamesAreRecognised) {
     EXPECT_FALSE(kubelet::IsDefaultSocketName(other)) << other;
 }
 
+// Beside another devplugd a socket takes its second name: still a valid
+// name, still recognised as devplugd's.
+TEST(ConfigTest, SecondSocketNamesAreValidAndRecognised) {
+  const std::string kvm = DefaultSocketName("devices.kubevirt.io/kvm");
+  EXPECT_EQ(kubelet::SecondSocketName(kvm), "devplug-devices.kubevirt.io_kvm.b.sock");
+  EXPECT_TRUE(kubelet::IsDefaultSocketName(kubelet::SecondSocketName(kvm)));
+  EXPECT_EQ(CheckSocketName(kubelet::SecondSocketName(kvm), "/var/lib/kubelet/device-plugins"), "");
+  EXPECT_EQ(kubelet::SecondSocketName("vendor-plugin"), "vendor-plugin.b");
+}
+
 TEST(ConfigTest, DropInsAddResourcesInLexicalOrder) {
   TempDir dir;
   WriteFile(dir / "devplug.toml",

@@ -44,11 +44,13 @@ class FakeEnv : public Registrar::Env {
     log.push_back(StrCat("register ", n));
     return [this, n] { cancelled.push_back(n); };
   }
+  std::string Superseded() const override { return newer; }
 
   Clock::time_point now{std::chrono::seconds(1000)};
   std::optional<KubeletId> kubelet = KubeletId{1, 100};
   Status serve_error;
   bool server = false, socket_ours = false, dir_gone = false, kubelet_answers = true;
+  std::string newer;  // a newer devplugd's socket
   int serves = 0;
   uint64_t expected_stream = 0;
   std::vector<uint64_t> sent, cancelled;
@@ -163,6 +165,67 @@ TEST_F(RegistrarTest, EndedStreamRegistersAgainAfterOneSecond) {
   // A second end of the old stream changes nothing.
   reg_.OnStreamEnded(first);
   EXPECT_EQ(reg_.state(), State::kRegistering);
+}
+
+// A newer devplugd took the kubelet's calls (a rolling update): the stream
+// the kubelet ended is not registered again while that one serves, and is
+// as soon as it is gone.
+TEST_F(RegistrarTest, ANewerDevplugdMakesItStandByUntilItIsGone) {
+  Registered();
+  env_.newer = "/p/dev.b.sock";
+  reg_.OnStreamEnded(reg_.registration());
+  Advance(Registrar::kStreamLostDelay);
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  EXPECT_EQ(env_.expected_stream, 0u);
+  // Still there at every look.
+  EXPECT_EQ(ToNextDeadline(), Registrar::kStandbyCheck);
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  // A kubelet restart does not bring it back either.
+  env_.kubelet = KubeletId{4, 4};
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  // The newer one is gone: one more look (a kubelet restart removes its
+  // socket for a moment), then registered again.
+  env_.newer.clear();
+  EXPECT_EQ(ToNextDeadline(), Registrar::kStandbyCheck);
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(ToNextDeadline(), Registrar::kStandbyCheck);
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+  ASSERT_EQ(env_.sent.size(), 2u);
+  EXPECT_EQ(env_.sent_to.back(), env_.kubelet);
+}
+
+// A kubelet restart removes every socket: the newer devplugd's too, for
+// the moment before it serves again. Seen before (its socket appeared
+// beside ours), it is given that moment: the older one does not register
+// in between.
+TEST_F(RegistrarTest, AfterAKubeletRestartTheNewerDevplugdIsGivenAMomentToServeAgain) {
+  Registered();
+  env_.newer = "/p/dev.b.sock";
+  reg_.OnPeerSocketCreated();
+  env_.newer.clear();  // the restart removed it
+  env_.kubelet = KubeletId{5, 5};
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(env_.sent.size(), 1u);
+  env_.newer = "/p/dev.b.sock";  // served again
+  EXPECT_EQ(ToNextDeadline(), Registrar::kStandbyCheck);
+  EXPECT_EQ(reg_.state(), State::kStandby);
+  EXPECT_EQ(env_.sent.size(), 1u);
+}
+
+// Without a newer one seen, a socket that appears at the other name (an
+// older devplugd's, serving again) changes nothing.
+TEST_F(RegistrarTest, AnOlderDevplugdsSocketChangesNothing) {
+  Registered();
+  reg_.OnPeerSocketCreated();  // Superseded() says "": it is older
+  env_.kubelet = KubeletId{6, 6};
+  reg_.OnKubeletRestart();
+  EXPECT_EQ(reg_.state(), State::kRegistering);
+  EXPECT_EQ(env_.sent.size(), 2u);
 }
 
 TEST_F(RegistrarTest, RetryServesAgainWhenTheSocketIsGone) {
@@ -386,6 +449,29 @@ TEST_F(WatchedRegistrarTest, AStreamEndedByARunningKubeletServesTheSocketAnew) {
   EXPECT_TRUE(watched_.registered());
   // A stale end (an earlier probe's stream) changes nothing.
   watched_.OnStreamEnded(1);
+  EXPECT_TRUE(watched_.registered());
+}
+
+// The plugin watcher probes whatever socket appears: standing by means not
+// serving anew after the stream ended, until the newer devplugd is gone.
+TEST_F(WatchedRegistrarTest, ANewerDevplugdMakesItStandByInsteadOfServingAnew) {
+  Registered();
+  env_.newer = "/r/dev.b.sock";
+  watched_.OnStreamEnded(watched_.registration());
+  Run(Registrar::kReprobeDelay);
+  EXPECT_EQ(watched_.state(), State::kStandby);
+  EXPECT_EQ(env_.serves, 1);
+  Run(Registrar::kStandbyCheck);
+  EXPECT_EQ(watched_.state(), State::kStandby);
+  EXPECT_EQ(env_.serves, 1);
+  env_.newer.clear();
+  Run(Registrar::kStandbyCheck);  // one more look first
+  EXPECT_EQ(env_.serves, 1);
+  Run(Registrar::kStandbyCheck);
+  EXPECT_EQ(env_.serves, 2);
+  EXPECT_EQ(watched_.state(), State::kWaitingKubelet);
+  Probe();
+  watched_.OnKubeletStatus(OkStatus());
   EXPECT_TRUE(watched_.registered());
 }
 

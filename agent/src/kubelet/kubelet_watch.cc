@@ -44,6 +44,11 @@ void KubeletWatch::DrainPluginDir() {
   if (ev.dir_gone) lost_ = true;
   if (lost_) return;
   if (ev.kubelet_socket_created) OnKubeletSocketCreated();
+  if (!ev.created.empty())
+    for (const Registration& r : targets_->Registrations())
+      if (r.mode == RegistrationMode::kKubelet &&
+          std::count(ev.created.begin(), ev.created.end(), r.peer) > 0)
+        r.registrar->OnPeerSocketCreated();
   if (ev.removed.empty()) return;
   for (const Registration& r : targets_->Registrations())
     if (r.mode == RegistrationMode::kKubelet &&

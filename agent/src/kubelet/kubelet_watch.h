@@ -33,6 +33,7 @@ class KubeletWatch {
   struct Registration {
     RegistrationMode mode = RegistrationMode::kKubelet;
     std::string socket;  // its socket's name, in plugin_dir or plugins_registry
+    std::string peer;    // the name another devplugd would serve it on beside us
     Registrar* registrar = nullptr;
     bool serving = false;  // its module instance runs: a kubelet restart concerns it
   };

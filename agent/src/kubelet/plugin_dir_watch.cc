@@ -65,6 +65,8 @@ PluginDirWatch::Events PluginDirWatch::Drain() {
     const std::string_view name(ev.name);
     if ((ev.mask & (IN_CREATE | IN_MOVED_TO)) && name == kKubeletSocketName)
       out.kubelet_socket_created = true;
+    else if ((ev.mask & (IN_CREATE | IN_MOVED_TO)) && name.front() != '.')
+      out.created.emplace_back(name);
     else if (ev.mask & IN_DELETE)
       out.removed.emplace_back(name);
   });

@@ -4,7 +4,8 @@
 // name: the kubelet creates it after wiping the directory on start, so it
 // means "serve again and register again". The kubelet's checkpoint file is
 // written through a dot-prefixed temp file and a rename; those events are
-// ignored.
+// ignored. Other names that appear matter to a devplugd that another one
+// starts beside (a socket's second name).
 //
 // Thread safety: not thread-safe; owned by the agent's main loop.
 #pragma once
@@ -26,6 +27,7 @@ class PluginDirWatch {
     bool kubelet_socket_created = false;
     bool dir_gone = false;             // the directory was removed or moved
     std::vector<std::string> removed;  // names of removed entries
+    std::vector<std::string> created;  // names made or moved in (not kubelet.sock, no dot files)
   };
 
   PluginDirWatch() = default;

@@ -21,6 +21,8 @@ std::string_view Registrar::StateName(State s) {
       return "registered";
     case State::kRetryWait:
       return "retrying";
+    case State::kStandby:
+      return "standing by";
   }
   return "?";
 }
@@ -42,6 +44,49 @@ void Registrar::StartAfter(milliseconds delay) {
   if (!Serve()) return;
   state_ = State::kRetryWait;
   retry_at_ = env_->Now() + delay;
+}
+
+void Registrar::SetSocket(std::string socket, std::string socket_path) {
+  names_.socket = std::move(socket);
+  names_.socket_path = std::move(socket_path);
+}
+
+void Registrar::OnPeerSocketCreated() {
+  if (!env_->Superseded().empty()) newer_seen_ = true;
+}
+
+bool Registrar::StandBy() {
+  const std::string newer = env_->Superseded();
+  if (newer.empty() && !newer_seen_) {
+    newer_told_ = false;
+    return false;
+  }
+  if (newer.empty()) {
+    // Seen, and its socket gone now: a kubelet restart removed every
+    // socket and it serves again in a moment, or it ended. One look later
+    // tells.
+    newer_seen_ = false;
+    newer_told_ = false;
+    spdlog::info(
+        "resource \"{}\": the newer devplugd that served it is not serving now; looking again in "
+        "{} ms before registering",
+        names_.resource, kStandbyCheck.count());
+  } else {
+    newer_seen_ = true;
+  }
+  if (!newer.empty() && !std::exchange(newer_told_, true))
+    spdlog::info(
+        "resource \"{}\": a newer devplugd serves it on {}; standing by (not registering) while "
+        "it does",
+        names_.resource, newer);
+  CancelPending();
+  env_->ExpectStream(0);
+  state_ = State::kStandby;
+  if (Watched())
+    reprobe_at_ = env_->Now() + kStandbyCheck;
+  else
+    retry_at_ = env_->Now() + kStandbyCheck;
+  return true;
 }
 
 void Registrar::Stop() {
@@ -89,6 +134,7 @@ void Registrar::ServeAndRegister() {
 void Registrar::Register() {
   if (Watched()) return AwaitProbe();
   retry_at_.reset();
+  if (StandBy()) return;
   pending_kubelet_ = env_->Kubelet();
   if (!pending_kubelet_) {
     if (state_ != State::kWaitingKubelet)
@@ -203,7 +249,17 @@ void Registrar::OnKubeletStatus(const Status& status) {
 }
 
 void Registrar::CheckReprobe() {
-  if (state_ != State::kWaitingKubelet) return;  // probed again, or stopped
+  // Probed again, or stopped.
+  if (state_ != State::kWaitingKubelet && state_ != State::kStandby) return;
+  if (StandBy()) return;
+  if (state_ == State::kStandby) {
+    // The newer devplugd is gone: serve anew, so the kubelet probes us.
+    spdlog::info("resource \"{}\": the newer devplugd is gone; serving {} anew", names_.resource,
+                 names_.socket_path);
+    state_ = State::kWaitingKubelet;
+    if (Serve()) AwaitProbe();
+    return;
+  }
   const auto kubelet = env_->Kubelet();
   if (kubelet && kubelet == lost_kubelet_ && env_->KubeletAnswers()) {
     // The kubelet that ended our stream still runs: its watcher probes only

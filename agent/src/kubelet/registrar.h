@@ -12,6 +12,12 @@
 // (after its stream ended) and registered after a short wait. Only the
 // stream that belongs to the current registration counts (see StreamHub).
 //
+// A newer devplugd serving the same resource on the second socket name (a
+// rolling update: the new one starts before the old one stops) has the
+// kubelet's calls once it registers, since the kubelet sends them to its
+// latest registration. The older one then never registers again while the
+// newer one serves (standby); it does when the newer one is gone.
+//
 // With the plugin watcher (RegistrationMode::kPluginWatcher) there is no
 // Register: the socket in plugins_registry serves Registration beside
 // DevicePlugin, the kubelet probes it (GetInfo, OnProbed) whenever it sees
@@ -54,6 +60,7 @@ class Registrar {
     kRegistering,     // Register in flight
     kRegistered,      // kubelet accepted us
     kRetryWait,       // serving or not; Register (and serve) again at the retry time
+    kStandby,         // serving; a newer devplugd serves this resource beside us
   };
   static std::string_view StateName(State s);
 
@@ -77,6 +84,8 @@ class Registrar {
   // Backoff of Register retries (and of serving again when that failed).
   static constexpr std::chrono::milliseconds kMinBackoff{500};
   static constexpr std::chrono::milliseconds kMaxBackoff{30'000};
+  // Standby: how often we look whether the newer devplugd still serves.
+  static constexpr std::chrono::milliseconds kStandbyCheck{1000};
 
   class Env {
    public:
@@ -99,6 +108,8 @@ class Registrar {
     // Sends Register number `n`; its answer comes back as OnRegisterDone(n,
     // ...). Returns what cancels it (its answer still comes).
     virtual std::function<void()> Register(uint64_t n) = 0;
+    // The socket of a newer devplugd serving this resource; "" when none.
+    virtual std::string Superseded() const = 0;
   };
 
   // For messages: the resource's name, its socket's name and path, and
@@ -120,6 +131,9 @@ class Registrar {
   // Cancels a Register in flight; the state is down. The agent stops the
   // server itself.
   void Stop();
+  // The socket the resource serves now (its second name beside an older
+  // devplugd), for messages.
+  void SetSocket(std::string socket, std::string socket_path);
 
   // Registered, or registering, with this very kubelet.sock.
   bool WithKubelet(const std::optional<KubeletId>& kubelet) const;
@@ -128,6 +142,11 @@ class Registrar {
   void OnKubeletRestart();
   // Our socket's name was removed from the plugin directory.
   void OnSocketRemoved();
+  // A socket appeared at the name another devplugd serves this resource on
+  // beside us. Remembered when it is newer: after a kubelet restart removed
+  // every socket, we then give it a moment to serve again before we
+  // register.
+  void OnPeerSocketCreated();
   // The answer to Register number `n`. True when it made us registered.
   bool OnRegisterDone(uint64_t n, const Status& status);
   // The kubelet's ListAndWatch stream of registration `n` ended.
@@ -176,8 +195,14 @@ class Registrar {
   void CheckReprobe();
   // Plugin watcher: serving, waiting for a probe (with its deadline).
   void AwaitProbe();
+  // A newer devplugd serves the resource: true, and we stand by.
+  bool StandBy();
+  // A newer devplugd was seen serving this resource (its socket may be
+  // gone for a moment: a kubelet restart).
+  bool newer_seen_ = false;
+  bool newer_told_ = false;  // the log says we stand by for it
 
-  const Names names_;
+  Names names_;
   Env* const env_;
   const RegistrationMode mode_;
   State state_ = State::kDown;

@@ -89,6 +89,13 @@ std::string DefaultSocketName(std::string_view resource_name) {
   return s;
 }
 
+std::string SecondSocketName(std::string_view socket) {
+  if (socket.size() > kSocketSuffix.size() &&
+      socket.substr(socket.size() - kSocketSuffix.size()) == kSocketSuffix)
+    return StrCat(socket.substr(0, socket.size() - kSocketSuffix.size()), ".b", kSocketSuffix);
+  return StrCat(socket, ".b");
+}
+
 bool IsDefaultSocketName(std::string_view f) {
   return f.size() > kSocketPrefix.size() + kSocketSuffix.size() &&
          f.substr(0, kSocketPrefix.size()) == kSocketPrefix &&

@@ -27,4 +27,10 @@ std::string DefaultSocketName(std::string_view resource_name);
 // Whether a file name has that shape (a socket some devplugd may have made).
 bool IsDefaultSocketName(std::string_view file_name);
 
+// The name a device plugin socket takes while another devplugd still serves
+// `socket` (a rolling update, or a new devplugd started before the old one
+// stops): <stem>.b.sock for <stem>.sock, else <socket>.b. The kubelet holds
+// both endpoints and sends its calls to the newer registration.
+std::string SecondSocketName(std::string_view socket);
+
 }  // namespace devplug::kubelet

@@ -33,6 +33,8 @@ const char* StateText(const ResourceView& r) {
       return "registered";
     case State::kRetryWait:
       return "registering soon";
+    case State::kStandby:
+      return "standing by (a newer devplugd serves it)";
   }
   return "?";
 }
