@@ -4,12 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include <spdlog/spdlog.h>
 
@@ -308,9 +307,9 @@ std::string Resource::Superseded() const {
   if (lstat(other.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return "";
   // Later started is newer; at the same instant, the second name's.
   const timespec mine = ProcessStamp();
-  const bool newer = st.st_mtim.tv_sec != mine.tv_sec     ? st.st_mtim.tv_sec > mine.tv_sec
-                     : st.st_mtim.tv_nsec != mine.tv_nsec ? st.st_mtim.tv_nsec > mine.tv_nsec
-                                                          : !on_second_;
+  const auto theirs_at = std::make_pair(st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  const auto ours_at = std::make_pair(mine.tv_sec, mine.tv_nsec);
+  const bool newer = theirs_at != ours_at ? theirs_at > ours_at : !on_second_;
   if (!newer || !UnixSocketIsLive(other)) return "";
   return other;
 }

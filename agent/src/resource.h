@@ -102,6 +102,8 @@ class Resource final : private kubelet::Registrar::Env {
   const std::string& serving_path() const { return on_second_ ? second_path_ : socket_path_; }
   // The other one: where a devplugd started beside this one serves.
   const std::string& peer_name() const { return on_second_ ? cfg_.socket : second_name_; }
+  // Takes the time this devplugd's sockets carry now (at the agent's start).
+  static void PinProcessStamp() { (void)ProcessStamp(); }
   bool staged() const { return staged_; }
   const std::shared_ptr<const modules::LoadedModule>& module() const { return module_; }
   // The running instance (null while starting, failed or left out).
@@ -218,12 +220,6 @@ class Resource final : private kubelet::Registrar::Env {
   // When this devplugd started (CLOCK_REALTIME, taken at the first call):
   // the time its sockets carry.
   static timespec ProcessStamp();
-
- public:
-  // Takes ProcessStamp's time now (at the agent's start).
-  static void PinProcessStamp() { (void)ProcessStamp(); }
-
- private:
   // Ends the streams and stops the server, if one runs.
   void StopServing(bool exiting = false);
 

@@ -57,28 +57,24 @@ void Registrar::OnPeerSocketCreated() {
 
 bool Registrar::StandBy() {
   const std::string newer = env_->Superseded();
-  if (newer.empty() && !newer_seen_) {
+  if (!newer.empty()) {
+    newer_seen_ = true;
+    if (!std::exchange(newer_told_, true))
+      spdlog::info(
+          "resource \"{}\": a newer devplugd serves it on {}; standing by (not registering) "
+          "while it does",
+          names_.resource, newer);
+  } else {
     newer_told_ = false;
-    return false;
-  }
-  if (newer.empty()) {
+    if (!std::exchange(newer_seen_, false)) return false;
     // Seen, and its socket gone now: a kubelet restart removed every
     // socket and it serves again in a moment, or it ended. One look later
     // tells.
-    newer_seen_ = false;
-    newer_told_ = false;
     spdlog::info(
         "resource \"{}\": the newer devplugd that served it is not serving now; looking again in "
         "{} ms before registering",
         names_.resource, kStandbyCheck.count());
-  } else {
-    newer_seen_ = true;
   }
-  if (!newer.empty() && !std::exchange(newer_told_, true))
-    spdlog::info(
-        "resource \"{}\": a newer devplugd serves it on {}; standing by (not registering) while "
-        "it does",
-        names_.resource, newer);
   CancelPending();
   env_->ExpectStream(0);
   state_ = State::kStandby;

@@ -197,11 +197,11 @@ class Registrar {
   void AwaitProbe();
   // A newer devplugd serves the resource: true, and we stand by.
   bool StandBy();
-  // A newer devplugd was seen serving this resource (its socket may be
-  // gone for a moment: a kubelet restart).
-  bool newer_seen_ = false;
-  bool newer_told_ = false;  // the log says we stand by for it
 
+  // A newer devplugd was seen serving this resource (its socket may be
+  // gone for a moment: a kubelet restart), and the log said we stand by.
+  bool newer_seen_ = false;
+  bool newer_told_ = false;
   Names names_;
   Env* const env_;
   const RegistrationMode mode_;
