@@ -163,6 +163,50 @@ TEST_F(DraDriverTest, SlicesFollowTheListsAndAnUnchangedListWritesNothing) {
   EXPECT_EQ(driver_->sync_error(), "");
 }
 
+// A restart (a fleet's DaemonSet update, a node's package upgrade) that
+// finds its pool whole, as it would write it, writes nothing: no PUT, the
+// same generation. A pool left half written (its slices disagree) is
+// passed: every slice is written anew at a newer generation.
+TEST_F(DraDriverTest, ARestartFindingItsPoolWholeWritesNothingAndAHalfWrittenPoolIsPassed) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const int64_t generation = driver_->generation();
+  const int writes = Requests("PUT") + Requests("POST");
+  auto restart = [&] {
+    (void)inst_->Stop(5s);
+    inst_.reset();
+    ASSERT_TRUE(driver_->Stop(false));
+    driver_.reset();
+    Start();
+    ASSERT_TRUE(Eventually([&] { return driver_->syncs() >= 1; }));
+  };
+  restart();
+  EXPECT_EQ(Requests("PUT") + Requests("POST"), writes);
+  EXPECT_EQ(driver_->generation(), generation);
+  EXPECT_EQ(driver_->sync_error(), "");
+
+  auto l = client_->List(kSlices, {"spec.nodeName=node-1,spec.driver=" + std::string(kDriver), ""});
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  ASSERT_EQ((*l)["items"].size(), 1u);
+  Json slice = (*l)["items"][0];
+  slice["spec"]["pool"]["generation"] = generation + 5;
+  slice["spec"]["pool"]["resourceSliceCount"] = 2;  // its sibling never came
+  ASSERT_TRUE(
+      client_
+          ->Replace(std::string(kSlices) + "/" + slice["metadata"]["name"].get<std::string>(),
+                    slice)
+          .ok());
+  restart();
+  EXPECT_EQ(driver_->generation(), generation + 6);
+  auto after =
+      client_->List(kSlices, {"spec.nodeName=node-1,spec.driver=" + std::string(kDriver), ""});
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  ASSERT_EQ((*after)["items"].size(), 1u);
+  EXPECT_EQ((*after)["items"][0]["spec"]["pool"]["generation"], generation + 6);
+  EXPECT_EQ((*after)["items"][0]["spec"]["pool"]["resourceSliceCount"], 1);
+  EXPECT_EQ(Devices(), 2);
+}
+
 // The API server refuses a slice of more than 128 devices. The pool's
 // generation moves when its set of slices does, or a device changes slice
 // (the scheduler then waits for the whole new set), and only then.

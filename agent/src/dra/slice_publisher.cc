@@ -15,6 +15,35 @@
 namespace devplug::dra {
 namespace {
 
+// What one list of this node's slices of the driver says of their pool.
+struct PoolSeen {
+  using Json = nlohmann::json;
+  int64_t max = 0;     // the highest generation
+  int64_t min = -1;    // the lowest (-1: no slice)
+  int64_t count = -1;  // resourceSliceCount, where all slices agree (-2: they do not)
+  int64_t slices = 0;
+  bool twice = false;  // a device in two slices
+  std::set<std::string> devices;
+
+  void Add(const Json& spec) {
+    const Json pool = spec.value("pool", Json::object());
+    const Json g = pool.value("generation", Json());
+    const Json n = pool.value("resourceSliceCount", Json());
+    const int64_t gen = g.is_number_integer() ? g.get<int64_t>() : 0;
+    const int64_t cnt = n.is_number_integer() ? n.get<int64_t>() : 0;
+    max = std::max(max, gen);
+    min = min < 0 ? gen : std::min(min, gen);
+    count = count == -1 || count == cnt ? cnt : -2;
+    ++slices;
+    const Json list = spec.value("devices", Json::array());
+    if (!list.is_array()) return;
+    for (const Json& d : list)
+      if (d.is_object() && d.value("name", Json()).is_string())
+        twice |= !devices.insert(d["name"].get<std::string>()).second;
+  }
+  bool whole() const { return slices > 0 && min == max && count == slices && !twice; }
+};
+
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kMaxRetry{30'000};
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
@@ -131,6 +160,7 @@ Status SlicePublisher::Sync(const DeviceList& list) {
     // written again. Any other is compared as the server holds it.
     std::map<std::string, std::string> versions;
     std::map<std::string, Json> written;
+    PoolSeen seen;
     for (const Json& item : (*existing)["items"]) {
       const Json meta = item.value("metadata", Json::object());
       const std::string name = meta.value("name", "");
@@ -140,14 +170,21 @@ Status SlicePublisher::Sync(const DeviceList& list) {
           known != versions_.end() && known->second == versions[name] && written_.count(name)
               ? written_[name]
               : item.value("spec", Json::object());
-      // Generations only grow: a pool an earlier devplugd wrote may be ahead
-      // (at the first list, ours must pass it); later, only a generation
-      // someone else wrote past ours moves it.
-      const Json::json_pointer at("/spec/pool/generation");
-      const int64_t g =
-          item.contains(at) && item.at(at).is_number_integer() ? item.at(at).get<int64_t>() : 0;
+      seen.Add(item.value("spec", Json::object()));
+    }
+    {
+      // Generations only grow. At the first list, a pool an earlier devplugd
+      // left whole (one generation, every slice there, no device twice) is
+      // taken over at its generation: where it already holds what we would
+      // write, nothing is written (a restart of a fleet costs no writes),
+      // and Layout moves the generation where slices or devices move. A
+      // pool left half written is passed. Later, only a generation someone
+      // else wrote past ours moves it.
       MutexLock lock(mu_);
-      if (ever_listed_ ? g > generation_ : g >= generation_) generation_ = g + 1;
+      if (!ever_listed_ && seen.slices > 0)
+        generation_ = std::max(generation_, seen.whole() ? seen.max : seen.max + 1);
+      else if (seen.max > generation_)
+        generation_ = seen.max + 1;
     }
     size_t gone = 0;
     for (const auto& [name, version] : versions_) gone += versions.count(name) == 0;

@@ -16,8 +16,12 @@
 //   listed by dropped_fields().
 // - The first sync lists what is there (spec.nodeName and spec.driver) and
 //   replaces or deletes it, so slices an earlier devplugd left are taken
-//   over; a slice whose resourceVersion is still the one our write got is
-//   not written again.
+//   over. A pool left whole (one generation, every slice there, no device
+//   twice) keeps its generation, and its slices that already hold what we
+//   would write are not written: a restarted fleet costs the API server
+//   one LIST per resource and node. A pool left half written gets a newer
+//   generation. A slice whose resourceVersion is still the one our write
+//   got is not written again.
 // - The kubelet deletes every slice of its node when it starts: Resync
 //   (at each confirmed registration) and a periodic re-list write back
 //   what is missing or changed.
