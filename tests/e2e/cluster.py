@@ -422,9 +422,13 @@ class Node:
 
 
 class Cluster:
-    def __init__(self, bin_dir, nodes=1):
+    def __init__(self, bin_dir, nodes=1, extra_args=None):
+        """extra_args: program name -> arguments added to its command line
+        (the fleet bench turns on audit logging and raises client QPS)."""
         self.bin = bin_dir
         self.nodes = [Node(self, i) for i in range(1, nodes + 1)]
+        self.extra_args = extra_args or {}
+        self.argv = {}  # program name -> its command line, for restart()
         self.env = dict(os.environ, KUBECONFIG=f"{WORK}/admin.kubeconfig")
 
     # -- kubectl ------------------------------------------------------------------------
@@ -488,7 +492,7 @@ class Cluster:
                        "--initial-cluster", "e2e=http://127.0.0.1:23800",
                        "--listen-metrics-urls", "http://127.0.0.1:23810",
                        "--quota-backend-bytes", str(1 << 30), "--log-level", "warn"])
-        start("kube-apiserver", [
+        self.start("kube-apiserver", [
             f"{b}/kube-apiserver", "--etcd-servers", ETCD, "--bind-address", API_IP,
             "--advertise-address", API_IP, "--secure-port", "6443",
             "--tls-cert-file", f"{PKI}/apiserver.crt", "--tls-private-key-file", f"{PKI}/apiserver.key",
@@ -502,11 +506,8 @@ class Cluster:
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
             "--allow-privileged=true", "--profiling=false", "--v=1"])
-        admin = tls()
-        wait_for("the API server's /readyz",
-                 lambda: alive("etcd", "kube-apiserver") and get("/readyz", admin, 2)[0] == 200,
-                 90, 0.2)
-        start("kube-controller-manager", [
+        self.wait_apiserver()
+        self.start("kube-controller-manager", [
             f"{b}/kube-controller-manager", "--kubeconfig", kubeconfig("controller-manager"),
             "--authentication-kubeconfig", kubeconfig("controller-manager"),
             "--authorization-kubeconfig", kubeconfig("controller-manager"),
@@ -514,7 +515,7 @@ class Cluster:
             "--service-account-private-key-file", f"{PKI}/sa.key",
             "--root-ca-file", f"{PKI}/ca.crt", "--use-service-account-credentials",
             "--leader-elect=false", "--v=1"])
-        start("kube-scheduler", [
+        self.start("kube-scheduler", [
             f"{b}/kube-scheduler", "--kubeconfig", kubeconfig("scheduler"),
             "--authentication-kubeconfig", kubeconfig("scheduler"),
             "--authorization-kubeconfig", kubeconfig("scheduler"),
@@ -524,6 +525,20 @@ class Cluster:
         wait_for("the default service account",
                  lambda: alive("kube-controller-manager", "kube-scheduler")
                  and self.get("serviceaccount", "default", "-n", "default"), 60, 0.2)
+
+    def start(self, name, argv):
+        self.argv[name] = argv + list(self.extra_args.get(name, []))
+        return start(name, self.argv[name])
+
+    def restart(self, name):
+        """Starts NAME again with the command line it had (after stop())."""
+        return start(name, self.argv[name])
+
+    def wait_apiserver(self, timeout=90):
+        admin = tls()
+        wait_for("the API server's /readyz",
+                 lambda: alive("etcd", "kube-apiserver") and get("/readyz", admin, 2)[0] == 200,
+                 timeout, 0.05)
 
     def start_nodes(self, archives):
         t0 = time.monotonic()
