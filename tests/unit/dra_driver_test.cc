@@ -16,6 +16,7 @@
 #include "cdi/spec_dir.h"
 #include "module_harness.h"
 #include "test_util.h"
+#include "util/file_lock.h"
 
 namespace devplug::dra {
 namespace {
@@ -513,6 +514,84 @@ TEST_F(DraDriverTest, ARestartRemembersItsClaimsAndWritesTheirSpecsAgain) {
   const PrepareResult same = Prepare(c);
   EXPECT_EQ(same.error, "");
   EXPECT_EQ(same.devices, r.devices);
+}
+
+// A rolling update: two devplugd serve the node with one state folder.
+// Each call takes its turn on the checkpoint's lock and reads the file
+// again when the other one wrote it: the newer one refuses a device the
+// older one prepared, and unprepares (releases) the older one's claim;
+// a call that cannot have its turn by the kubelet's deadline fails.
+TEST_F(DraDriverTest, TwoDriversOnOneStateFolderTakeTurnsAndSeeEachOthersClaims) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  const ClaimRef c0{"default", Claim(0, "fake-1"), "c0"};
+  ASSERT_EQ(Prepare(c0).error, "");  // the older one
+
+  auto made = Driver::Make(Opts());
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  std::shared_ptr<Driver> newer(std::move(*made));
+  modules::ModuleInstance::Options o;
+  o.lists = newer;
+  auto inst = modules::harness::OpenFile(
+      devplug::testing::FakeModuleDir() + "/fake_release.so", "fake.example/dra", "/",
+      "count_file = \"" + (dir_ / "count") + "\"\nrelease_log = \"" + (dir_ / "release.log") +
+          "\"\n",
+      0, o);
+  ASSERT_TRUE(inst.ok()) << inst.status().message();
+  newer->SetInstance(inst->get());
+  auto call = [&](Driver& d, const ClaimRef& c, std::chrono::milliseconds within) {
+    std::promise<std::map<std::string, PrepareResult>> p;
+    d.Prepare({c}, std::chrono::steady_clock::now() + within,
+              [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
+    return p.get_future().get()[c.uid];
+  };
+  auto uncall = [&](Driver& d, const ClaimRef& c) {
+    std::promise<std::map<std::string, std::string>> p;
+    d.Unprepare({c}, std::chrono::steady_clock::now() + 45s,
+                [&](std::map<std::string, std::string> out) { p.set_value(out); });
+    return p.get_future().get()[c.uid];
+  };
+
+  // A claim prepared by the older one after the newer one started.
+  const ClaimRef c1{"default", Claim(1, "fake-0"), "c1"};
+  ASSERT_EQ(Prepare(c1).error, "");
+  const ClaimRef c2{"default", Claim(2, "fake-0"), "c2"};
+  const PrepareResult taken = call(*newer, c2, 45s);
+  EXPECT_NE(taken.error.find("device \"fake-0\" is prepared for claim default/c1"),
+            std::string::npos)
+      << taken.error;
+  ASSERT_EQ(newer->prepared().size(), 2u);
+  ASSERT_TRUE(newer->ClaimOf("fake-0").has_value());
+
+  // The newer one unprepares what the older one prepared: released once.
+  EXPECT_EQ(uncall(*newer, c1), "");
+  EXPECT_EQ(uncall(*newer, c0), "");
+  const std::string log = ReadFile(dir_ / "release.log");
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2) << log;
+  EXPECT_TRUE(newer->prepared().empty());
+  EXPECT_TRUE(cdi::OwnedFiles(dir_ / "cdi").empty());
+  // The older one, asked again, knows they are gone: its repeated
+  // unprepare releases nothing more.
+  EXPECT_EQ(Unprepare(c0), "");
+  EXPECT_TRUE(driver_->prepared().empty());
+  EXPECT_EQ(ReadFile(dir_ / "release.log"), log);
+
+  // Busy past the kubelet's deadline: the call fails, nothing is set up.
+  auto held = FileLock::Open(dir_ / "claims.json.lock");
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  ASSERT_TRUE(held->Lock(std::chrono::steady_clock::now()).ok());
+  const PrepareResult busy = call(*newer, c2, 300ms);
+  EXPECT_NE(busy.error.find("held " + (dir_ / "claims.json.lock")), std::string::npos)
+      << busy.error;
+  held->Unlock();
+  EXPECT_EQ(call(*newer, c2, 45s).error, "");
+  EXPECT_EQ(driver_->prepared().size(), 0u);  // not asked since
+  EXPECT_EQ(Prepare(c2).error, "");           // answered from the file the newer one wrote
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2);
+
+  (void)(*inst)->Stop(5s);
+  newer->ClearInstance(inst->get());
+  EXPECT_TRUE(newer->Stop(false));
 }
 
 TEST_F(DraDriverTest, ADamagedCheckpointIsRefusedNamingTheFile) {

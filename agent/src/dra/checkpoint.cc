@@ -71,6 +71,7 @@ std::string Checksum(const Json& claims) {
 
 StatusOr<Checkpoint> Checkpoint::Load(const std::string& path, const std::string& node) {
   Checkpoint cp(path);
+  cp.version_ = VersionOf(path);
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return cp;
@@ -130,8 +131,19 @@ Status Checkpoint::Save() const {
   if (Status st = ReplaceFile(dir, name, text, 0600, StrCat(".", name, "."), /*durable=*/true);
       !st.ok())
     return UnavailableError(StrCat("checkpoint ", st.message()));
+  version_ = VersionOf(path_);
   return OkStatus();
 }
+
+Checkpoint::Version Checkpoint::VersionOf(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return {};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+          static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+bool Checkpoint::ChangedOnDisk() const { return !(VersionOf(path_) == version_); }
 
 const PreparedClaim* Checkpoint::Find(const std::string& uid) const {
   auto it = claims_.find(uid);

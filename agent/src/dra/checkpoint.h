@@ -13,6 +13,7 @@
 // Thread safety: not thread-safe; one owner.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,6 +61,11 @@ class Checkpoint {
   // Writes every claim to the file, replacing it whole.
   Status Save() const;
 
+  // Whether the file is another than the one this read or wrote last:
+  // another devplugd serving the node beside this one (a rolling update)
+  // wrote it. Load it again then, under the lock they share.
+  bool ChangedOnDisk() const;
+
   const std::string& path() const { return path_; }
   const std::map<std::string, PreparedClaim>& claims() const { return claims_; }  // by UID
   const PreparedClaim* Find(const std::string& uid) const;
@@ -72,6 +78,16 @@ class Checkpoint {
   std::string path_;
   std::map<std::string, PreparedClaim> claims_;
   std::vector<PreparedClaim> foreign_;  // other nodes' claims, kept as they were
+  // The file as last read or written: device, inode, size, mtime (ns); all
+  // 0 for none. Every write replaces the file, so another inode is another
+  // writer's file.
+  struct Version {
+    uint64_t dev = 0, ino = 0;
+    int64_t size = 0, mtime_ns = 0;
+    bool operator==(const Version&) const = default;
+  };
+  static Version VersionOf(const std::string& path);
+  mutable Version version_;
 };
 
 }  // namespace devplug::dra

@@ -37,6 +37,9 @@ std::string ClaimPath(const ClaimRef& c) {
   return StrCat("/apis/resource.k8s.io/v1/namespaces/", c.ns, "/resourceclaims/", c.name);
 }
 
+// How long a start waits for its turn on the shared files.
+constexpr std::chrono::milliseconds kStartTurn{1000};
+
 std::string Seconds(Clock::duration d) {
   return StrCat(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000, " s");
 }
@@ -52,9 +55,31 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Make(Options options) {
   if (!checkpoint.ok()) return checkpoint.status();
   std::unique_ptr<ClaimPreparer> p(
       new ClaimPreparer(std::move(options), std::move(*checkpoint), *kind));
+  // Two devplugd serve the node during a rolling update: they take turns
+  // on the checkpoint, the specs and the metadata files.
+  auto shared = FileLock::Open(p->options_.checkpoint + ".lock");
+  if (shared.ok())
+    p->shared_ = std::move(*shared);
+  else
+    spdlog::warn(
+        "resource \"{}\": DRA: {}; a devplugd started beside this one (a rolling update) "
+        "would not take turns with it",
+        p->options_.resource, shared.status().message());
+  FileLockHold turn(p->shared_, Clock::now() + kStartTurn);
+  MutexLock lock(p->mu_);
+  if (!turn.status().ok()) {
+    // The other one prepares (a slow pre_start): its claims are its own
+    // to write; a reboot, which empties the spec folder, left no other.
+    spdlog::info(
+        "resource \"{}\": DRA: another devplugd serving this node is busy with {}; its spec "
+        "and metadata files are left as they are",
+        p->options_.resource, p->shared_.path());
+    p->UpdateHoldersLocked();
+    return p;
+  }
+  if (std::string why = p->RefreshLocked(); !why.empty()) return DataLossError(why);
   // A reboot empties /var/run/cdi; the claims stay prepared for their pods.
   size_t rewritten = 0;
-  MutexLock lock(p->mu_);
   p->UpdateHoldersLocked();
   for (const auto& [uid, c] : p->checkpoint_.claims()) {
     for (const auto& [file, content] : c.metadata) {
@@ -199,9 +224,14 @@ void ClaimPreparer::Prepare(std::vector<ClaimRef> claims, Clock::time_point unti
                  done = std::move(done), start] {
       std::map<std::string, PrepareResult> out;
       bool ok = true;
-      for (size_t i = 0; i < claims.size(); ++i) {
-        out[claims[i].uid] = PrepareOne(claims[i], reads[i], until);
-        ok = ok && out[claims[i].uid].error.empty();
+      {
+        FileLockHold turn(shared_, until);
+        const std::string busy = TurnError(turn);
+        for (size_t i = 0; i < claims.size(); ++i) {
+          out[claims[i].uid] =
+              busy.empty() ? PrepareOne(claims[i], reads[i], until) : PrepareResult{{}, busy};
+          ok = ok && out[claims[i].uid].error.empty();
+        }
       }
       if (options_.observer)
         options_.observer->Rpc(Rpc::kNodePrepareResources,
@@ -226,15 +256,19 @@ void ClaimPreparer::Unprepare(std::vector<ClaimRef> claims, Clock::time_point un
       std::map<std::string, std::string> out;
       bool ok = true;
       std::vector<ClaimRef> unprepared;
-      for (const ClaimRef& c : claims) {
-        bool was = false;
-        {
-          MutexLock lock(mu_);
-          was = checkpoint_.Find(c.uid) != nullptr;
+      {
+        FileLockHold turn(shared_, until);
+        const std::string busy = TurnError(turn);
+        for (const ClaimRef& c : claims) {
+          bool was = false;
+          {
+            MutexLock lock(mu_);
+            was = checkpoint_.Find(c.uid) != nullptr;
+          }
+          out[c.uid] = busy.empty() ? UnprepareOne(c, until) : busy;
+          ok = ok && out[c.uid].empty();
+          if (was && out[c.uid].empty()) unprepared.push_back(c);
         }
-        out[c.uid] = UnprepareOne(c, until);
-        ok = ok && out[c.uid].empty();
-        if (was && out[c.uid].empty()) unprepared.push_back(c);
       }
       if (options_.observer)
         options_.observer->Rpc(Rpc::kNodeUnprepareResources,
@@ -243,6 +277,33 @@ void ClaimPreparer::Unprepare(std::vector<ClaimRef> claims, Clock::time_point un
       for (const ClaimRef& c : unprepared) PostStatus(c, {});
     });
   });
+}
+
+std::string ClaimPreparer::TurnError(const FileLockHold& turn) {
+  if (!turn.status().ok()) {
+    std::string why = turn.status().code() == StatusCode::kDeadlineExceeded
+                          ? StrCat("another devplugd serving this node (a rolling update) held ",
+                                   shared_.path(), " until the kubelet's deadline")
+                          : std::string(turn.status().message());
+    spdlog::warn("resource \"{}\": DRA: {}", options_.resource, why);
+    return why;
+  }
+  MutexLock lock(mu_);
+  return RefreshLocked();
+}
+
+std::string ClaimPreparer::RefreshLocked() {
+  if (!checkpoint_.ChangedOnDisk()) return "";
+  auto fresh = Checkpoint::Load(options_.checkpoint, options_.node);
+  if (!fresh.ok()) {
+    spdlog::error("resource \"{}\": DRA: {}", options_.resource, fresh.status().message());
+    return std::string(fresh.status().message());
+  }
+  spdlog::debug("resource \"{}\": DRA: {} was written by another devplugd; read again ({} claims)",
+                options_.resource, options_.checkpoint, fresh->claims().size());
+  checkpoint_ = std::move(*fresh);
+  UpdateHoldersLocked();
+  return "";
 }
 
 ClaimPreparer::Read ClaimPreparer::ReadClaim(const ClaimRef& c, bool unless_prepared) const {

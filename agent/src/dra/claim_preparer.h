@@ -30,6 +30,11 @@
 //   through the request's CDI device, removed at unprepare.
 // - A reboot empties /var/run/cdi: Make writes again the specs and
 //   metadata files of the checkpoint's claims.
+// - Two devplugd serve the node during a rolling update, with one state
+//   folder: each call, and Make, takes its turn on `<checkpoint>.lock`
+//   and reads the checkpoint again when the other one wrote it, so either
+//   one unprepares what the other prepared, and neither acts on a claim
+//   the other is busy with.
 //
 // Thread safety: thread-safe; the kubelet's calls arrive on gRPC threads,
 // the rest from the agent's main thread.
@@ -53,6 +58,7 @@
 #include "model/rpc.h"
 #include "modules/device_source.h"
 #include "modules/lane.h"
+#include "util/file_lock.h"
 #include "util/mutex.h"
 #include "util/status.h"
 
@@ -159,6 +165,13 @@ class ClaimPreparer {
   Read ReadClaim(const ClaimRef& claim, bool unless_prepared) const;
   PrepareResult PrepareOne(const ClaimRef& claim, Read read, Clock::time_point until);
   std::string UnprepareOne(const ClaimRef& claim, Clock::time_point until);
+  // The checkpoint's turn taken (or not) by `turn`: "" when it is this
+  // thread's and the checkpoint is read again if another devplugd wrote
+  // it, else why every claim of the call fails.
+  std::string TurnError(const FileLockHold& turn);
+  // Reads the checkpoint again when its file is not the one last read or
+  // written here; "" or why it cannot be read.
+  std::string RefreshLocked() DEVPLUG_REQUIRES(mu_);
   // A release of `claim` a call gave up on: waited for until `until`.
   // "" when none was pending or it ended well (*released then says whether
   // one did), else why the claim must wait.
@@ -187,6 +200,11 @@ class ClaimPreparer {
   modules::Lane reads_;
   modules::Lane calls_;
   const std::shared_ptr<Holders> holders_ = std::make_shared<Holders>();
+
+  // `<checkpoint>.lock`: whose turn it is, this devplugd's or another's
+  // serving the node beside it; taken around each call ("dra:calls" only,
+  // and Make before the threads start). Not open: no turns taken.
+  FileLock shared_;
 
   mutable Mutex mu_;
   modules::DeviceSource* source_ DEVPLUG_GUARDED_BY(mu_) = nullptr;
