@@ -213,11 +213,21 @@ void KubeletSim::Deregister(const std::string& socket) {
   {
     std::lock_guard lock(mu_);
     for (auto& [name, d] : dra_drivers_) {
-      if (d.socket != socket || !d.registered) continue;
+      auto& instances = dra_instances_[name];
+      if (std::erase_if(instances, [&](const DraInstance& i) { return i.socket == socket; }) == 0)
+        continue;
+      d.instances = instances.size();
+      if (!instances.empty()) {
+        // Another instance of the driver serves (a rolling update).
+        d.socket = instances.back().socket;
+        d.endpoint = instances.back().endpoint;
+        Event(StrCat("kubelet: plugin watcher: ", socket, " removed; DRA driver ", name,
+                     " is served at ", d.endpoint));
+        continue;
+      }
       Event(
           StrCat("kubelet: plugin watcher: ", socket, " removed; deregistering DRA driver ", name));
       d.registered = false;
-      dra_channels_.erase(name);
       gone.push_back(name);
     }
   }

@@ -85,8 +85,11 @@ struct ResourceView {
 // A DRA driver the plugin watcher registered (type "DRAPlugin").
 struct DraDriverView {
   std::string name;      // the driver name
-  std::string socket;    // its registration socket
-  std::string endpoint;  // where its DRAPlugin service is
+  std::string socket;    // its latest registration socket
+  std::string endpoint;  // where that one's DRAPlugin service is
+  // Instances registered (1.33+: a rolling update runs two; the calls go
+  // to the latest, and back to the one before when it goes).
+  size_t instances = 0;
   std::vector<std::string> versions;
   uint64_t probes = 0;
   uint64_t registrations = 0;
@@ -251,12 +254,17 @@ class KubeletSim {
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<std::string, ResourceView> resources_;                       // guarded by mu_
-  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;          // guarded by mu_
-  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;                // guarded by mu_
-  std::vector<std::string> violations_;                                 // guarded by mu_
-  std::map<std::string, DraDriverView> dra_drivers_;                    // guarded by mu_
-  std::map<std::string, std::shared_ptr<grpc::Channel>> dra_channels_;  // guarded by mu_
+  std::map<std::string, ResourceView> resources_;               // guarded by mu_
+  std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;  // guarded by mu_
+  std::vector<std::shared_ptr<Endpoint>> all_endpoints_;        // guarded by mu_
+  std::vector<std::string> violations_;                         // guarded by mu_
+  std::map<std::string, DraDriverView> dra_drivers_;            // guarded by mu_
+  struct DraInstance {
+    std::string socket, endpoint;
+    std::shared_ptr<grpc::Channel> channel;
+  };
+  // By driver, oldest first.
+  std::map<std::string, std::vector<DraInstance>> dra_instances_;  // guarded by mu_
   // The health streams open, by driver.
   std::map<std::string, std::unique_ptr<HealthWatch>> health_watches_;  // guarded by mu_
   uint64_t total_registrations_ = 0;                                    // guarded by mu_

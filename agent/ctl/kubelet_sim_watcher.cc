@@ -269,7 +269,10 @@ std::string KubeletSim::ProbeDra(const std::string& socket,
     d.registrations++;
     d.registered = true;
     d.health_service = health;
-    dra_channels_[name] = channel;
+    auto& instances = dra_instances_[name];
+    std::erase_if(instances, [&](const DraInstance& i) { return i.socket == socket; });
+    instances.push_back({socket, endpoint, channel});
+    d.instances = instances.size();
     cv_.notify_all();
   }
   Event(StrCat("kubelet: DRA driver ", name, " registered at ", endpoint,
@@ -288,13 +291,13 @@ std::optional<DraDriverView> KubeletSim::dra_driver(const std::string& name) con
 std::shared_ptr<grpc::Channel> KubeletSim::DraChannel(const std::string& driver,
                                                       grpc::Status* err) const {
   std::lock_guard lock(mu_);
-  auto it = dra_channels_.find(driver);
-  if (it == dra_channels_.end()) {
+  auto it = dra_instances_.find(driver);
+  if (it == dra_instances_.end() || it->second.empty()) {
     *err = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         StrCat("DRA driver ", driver, " is not registered"));
     return nullptr;
   }
-  return it->second;
+  return it->second.back().channel;
 }
 
 namespace {

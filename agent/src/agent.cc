@@ -220,6 +220,7 @@ int Agent::NextTimeoutMs() const {
     if (t && (!next || *t < *next)) next = t;
   };
   consider(next_watchdog_);
+  consider(lock_retry_at_);
   consider(config_watch_.deadline());
   consider(releases_.NextDeadline());
   if (reload_) consider(reload_->deadline());
@@ -238,6 +239,7 @@ void Agent::FireTimers() {
     next_watchdog_ = now + watchdog_interval_;
   }
   if (reload_ && reload_->deadline() <= now) FinishReload();
+  RetryInstanceLock(now);
   SendPodListIfDue();
   if (next_resync_ && *next_resync_ <= now) {
     next_resync_ = now + config_.resync_interval;

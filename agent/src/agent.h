@@ -148,9 +148,12 @@ class Agent final : private Hotplug::Targets,
   InFlight& registers() override { return registers_; }
 
   // ---- the node (agent_node.cc) ----
-  // Locks the state folder: FAILED_PRECONDITION while another devplugd
-  // holds it; a folder that cannot be written only costs a warning.
+  // Locks the state folder. Another devplugd holding it (a rolling
+  // update): this one serves beside it, and RetryInstanceLock takes the
+  // lock once it is gone. A folder that cannot be written only costs a
+  // warning.
   Status TakeInstanceLock();
+  void RetryInstanceLock(Clock::time_point now);
   // ---- serving and registering ----
   // kubelet::KubeletWatch::Targets
   std::vector<kubelet::KubeletWatch::Registration> Registrations() override;
@@ -161,6 +164,7 @@ class Agent final : private Hotplug::Targets,
   void RemoveStaleSockets();
   // devplugd's CDI specs that no resource of the running configuration
   // writes (`also`: the folders of the configuration before a reload).
+  // None while an older devplugd serves beside this one.
   void RemoveStaleSpecs(const config::AgentConfig* also = nullptr);
 
   // ---- reload (agent_reload.cc) ----
@@ -199,6 +203,8 @@ class Agent final : private Hotplug::Targets,
   const Options options_;
   // One devplugd per node: held from the start to the process's end.
   InstanceLock lock_;
+  // Serving beside an older devplugd that holds lock_: when to try again.
+  std::optional<Clock::time_point> lock_retry_at_;
   const std::shared_ptr<Mailbox> mailbox_;
   const std::shared_ptr<ops::Metrics> metrics_;
   std::shared_ptr<prometheus::Exposer> exposer_;

@@ -18,23 +18,42 @@ namespace devplug {
 namespace {
 
 // How long a start waits for the devplugd before it to let go of the
-// state folder (an exit takes about a second at most).
-constexpr std::chrono::milliseconds kInstanceLockWait{3000};
+// state folder (a restart: an exit takes about a second at most) before it
+// serves beside it.
+constexpr std::chrono::milliseconds kInstanceLockWait{1000};
+// How often one serving beside an older devplugd tries to take the lock.
+constexpr std::chrono::milliseconds kInstanceLockRetry{1000};
 
 }  // namespace
 
 Status Agent::TakeInstanceLock() {
   auto lock = InstanceLock::Take(config_.dra_state_dir, kInstanceLockWait);
-  if (lock.ok()) {
-    lock_ = std::move(*lock);
+  if (!lock.ok()) {
+    spdlog::warn(
+        "cannot lock the state folder: {}; a second devplugd on this node would go "
+        "unnoticed",
+        lock.status().message());
     return OkStatus();
   }
-  if (lock.status().code() == StatusCode::kFailedPrecondition) return lock.status();
-  spdlog::warn(
-      "cannot lock the state folder: {}; a second devplugd on this node would go "
-      "unnoticed",
-      lock.status().message());
+  lock_ = std::move(*lock);
+  if (lock_.held()) return OkStatus();
+  // A rolling update starts the new devplugd before it stops the old one.
+  spdlog::info(
+      "another devplugd ({}) holds {}: serving beside it as its successor (it stands by while "
+      "this one serves; the CDI specs it may still use are not swept)",
+      lock_.holder().empty() ? "its PID unknown" : lock_.holder(), lock_.path());
+  lock_retry_at_ = Clock::now() + kInstanceLockRetry;
   return OkStatus();
+}
+
+void Agent::RetryInstanceLock(Clock::time_point now) {
+  if (!lock_retry_at_ || *lock_retry_at_ > now) return;
+  lock_retry_at_.reset();
+  if (!lock_.TryTake()) {
+    lock_retry_at_ = now + kInstanceLockRetry;
+    return;
+  }
+  spdlog::info("the devplugd this one started beside is gone; this one holds {}", lock_.path());
 }
 
 void Agent::RemoveStaleSockets() {
@@ -65,6 +84,8 @@ void Agent::RemoveStaleSockets() {
 }
 
 void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
+  // An older devplugd serving beside this one still uses its specs.
+  if (lock_retry_at_) return;
   std::set<std::string> dirs;
   std::vector<std::pair<std::string, cdi::Kind>> keep;
   for (const config::AgentConfig* c : {static_cast<const config::AgentConfig*>(&config_), also}) {

@@ -279,14 +279,13 @@ Status Resource::Serve() {
 }
 
 Status Resource::PickSocket() {
-  const bool device_plugin = cfg_.api == ServingApi::kDevicePlugin;
   const std::string& mine = serving_path();
   if (!UnixSocketIsLive(mine)) return OkStatus();
   const std::string& other = on_second_ ? socket_path_ : second_path_;
-  // Another devplugd serves the name: a device plugin serves beside it on
-  // the other one (the kubelet takes the later registration), while both
-  // are free of a third.
-  if (!device_plugin || UnixSocketIsLive(other))
+  // Another devplugd serves the name: we serve beside it on the other one
+  // (the kubelet calls the later registration, of a device plugin or a DRA
+  // driver), while both are free of a third.
+  if (UnixSocketIsLive(other))
     return FailedPreconditionError(
         StrCat("socket ", mine, " is served by another process (a second devplugd?)"));
   if (other.size() > kubelet::kMaxSocketPathBytes)
@@ -301,7 +300,6 @@ Status Resource::PickSocket() {
 }
 
 std::string Resource::Superseded() const {
-  if (cfg_.api != ServingApi::kDevicePlugin) return "";
   const std::string& other = on_second_ ? socket_path_ : second_path_;
   struct stat st;
   if (lstat(other.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return "";
@@ -363,6 +361,8 @@ std::string Resource::BindPath(const std::string& socket_path) {
 }
 
 void Resource::Withdraw(bool exiting) {
+  // Looked at now: what serves beside us decides what stays of ours.
+  if (front_->Streamless()) front_->SetSuperseded(!Superseded().empty());
   const std::optional<std::pair<dev_t, ino_t>> bound = socket_file_;
   StopServer(exiting);
   if (bound) UnlinkIfSame(serving_path(), *bound);
@@ -463,6 +463,7 @@ ops::ResourceView Resource::View(const std::string& module_dir) const {
   rv.retrying = start_at_.has_value();
   const kubelet::Registrar& reg = *registrar_;
   rv.state = reg.state();
+  rv.superseded = reg.superseded();
   rv.registered = reg.registered();
   rv.registered_since = reg.registered_since();
   rv.kubelet_status = reg.kubelet_status();

@@ -213,6 +213,8 @@ class Resource final : private kubelet::Registrar::Env {
   void ExpectStream(uint64_t n) override;
   std::function<void()> Register(uint64_t n) override;
   std::string Superseded() const override;
+  bool Streamless() const override { return front_->Streamless(); }
+  void SetSuperseded(bool superseded) override { front_->SetSuperseded(superseded); }
 
   // Keeps the socket it serves on, or moves to the other name when another
   // devplugd serves this one (a device plugin only).

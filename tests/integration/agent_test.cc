@@ -287,21 +287,28 @@ TEST_F(AgentTest, RequiredResourceFailureStopsStartup) {
   EXPECT_FALSE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
 }
 
-// A second devplugd with the same state folder is refused at once, naming
-// the first one; it touches nothing of the first one's (review: it would
-// have swept its specs and deleted its slices at exit).
-TEST_F(AgentTest, ASecondAgentOnTheSameStateFolderIsRefused) {
+// A second devplugd with the same state folder (a DaemonSet's hostPath
+// during a rolling update) serves beside the first as its successor,
+// naming it, and sweeps nothing of the first one's; it holds the folder's
+// lock once the first is gone, so that a third one knows of it.
+TEST_F(AgentTest, ASecondAgentOnTheSameStateFolderServesBesideTheFirstAndTakesItsLockAfter) {
   StartSim();
   StartAgent(Resource(kMinimal, FakeModule("fake_minimal")));
   ASSERT_TRUE(Registered(kMinimal));
+  const std::string lock = std::string(dir_ / "state") + "/devplugd.lock";
   AgentProcess second({"--config", config_path()});
-  EXPECT_EQ(second.Wait(kWait), std::optional<int>(1)) << second.Log();
-  EXPECT_NE(second.Log().find("another devplugd (pid " + std::to_string(agent_->pid()) +
-                              ") holds " + std::string(dir_ / "state") + "/devplugd.lock"),
-            std::string::npos)
+  EXPECT_TRUE(Registered(kMinimal, 2)) << second.Log();
+  EXPECT_EQ(sim_->resource(kMinimal)->endpoint, "devplug-fake.example_minimal.b.sock");
+  EXPECT_TRUE(second.WaitForLog("another devplugd (pid " + std::to_string(agent_->pid()) +
+                                    ") holds " + lock + ": serving beside it",
+                                kWait))
       << second.Log();
   EXPECT_TRUE(FileExists(plugin_dir() + "/devplug-fake.example_minimal.sock"));
-  EXPECT_EQ(sim_->resource(kMinimal)->registrations, 1u);
+  EXPECT_EQ(testing::ReadFile(lock), std::to_string(agent_->pid()) + "\n");
+
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  EXPECT_TRUE(second.WaitForLog("this one holds " + lock, kWait)) << second.Log();
+  EXPECT_EQ(testing::ReadFile(lock), std::to_string(second.pid()) + "\n");
   EXPECT_TRUE(sim_->resource(kMinimal)->connected);
 }
 

@@ -78,6 +78,16 @@ class DraTest : public AgentTest {
   void StartDra(const std::string& more_resources = "") {
     StartAgent(DraResource() + more_resources, "0s", DraAgent());
   }
+  // The simulated kubelet and devplugd with the DRA resource: its driver
+  // registered, its two devices published.
+  void StartPublishing() {
+    StartSim();
+    StartDra();
+    ASSERT_TRUE(DriverRegistered());
+    ASSERT_TRUE(Eventually([&] {
+      return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+    })) << Json(Slices()).dump(1);
+  }
   bool DriverRegistered(uint64_t n = 1) {
     const bool ok = Eventually([&] {
       auto d = sim_->dra_driver(kDriver);
@@ -236,10 +246,7 @@ TEST_F(DraTest, TheModulesAttributesReachTheSlice) {
 }
 
 TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-1"});
   auto resp = Prepare("c1", uid);
   ASSERT_EQ(resp.claims().count(uid), 1u);
@@ -348,10 +355,7 @@ TEST_F(DraTest, PreparesAClaimWithACdiSpecAndReleasesItOnUnprepare) {
 }
 
 TEST_F(DraTest, AClaimOfAnotherUidOrPoolOrAnUnknownDeviceIsRefused) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-0"});
   auto resp = Prepare("c1", "0000-not-" + uid);
   EXPECT_NE(resp.claims().at("0000-not-" + uid).error().find("has UID " + uid), std::string::npos)
@@ -373,10 +377,7 @@ TEST_F(DraTest, AClaimOfAnotherUidOrPoolOrAnUnknownDeviceIsRefused) {
 }
 
 TEST_F(DraTest, ARestartBetweenPrepareAndUnprepareLeaksNothing) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-0", "fake-1"});
   ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
   ASSERT_TRUE(testing::FileExists(SpecPath(uid)));
@@ -478,12 +479,7 @@ TEST_F(DraTest, SlicesAnEarlierAgentLeftAreTakenOverAndOtherNodesAreLeftAlone) {
 // instance, the pool follows the new list. A reload that removes the
 // resource deletes its slices.
 TEST_F(DraTest, AReloadKeepsPreparedClaimsAndRemovingTheResourceDeletesItsSlices) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] {
-    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
-  })) << Json(Slices()).dump(1);
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-1"});
   auto prepared = Prepare("c1", uid);
   ASSERT_EQ(prepared.claims().at(uid).error(), "");
@@ -524,10 +520,7 @@ TEST_F(DraTest, AReloadKeepsPreparedClaimsAndRemovingTheResourceDeletesItsSlices
 // prepared for a second claim). Once they are unprepared the same reload
 // goes through.
 TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-1"});
   ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
 
@@ -582,10 +575,7 @@ TEST_F(DraTest, PodOfNamesTheClaimsNamespaceInsidePrepare) {
 // answers one container (review D7: one allocate() and CDI device each gave
 // FAKE_DEVICES=fake-0 and FAKE_DEVICES=fake-1, and the runtime keeps one).
 TEST_F(DraTest, ARequestOfTwoDevicesIsOneAllocateAndOneCdiDevice) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-0", "fake-1"});
   auto resp = Prepare("c1", uid);
   const auto& claim = resp.claims().at(uid);
@@ -696,10 +686,7 @@ TEST_F(DraTest, ASharedDeviceIsOneDeviceWhoseSharesArePreparedPerClaim) {
 // can name it (the pod's name for the claim); a subrequest's devices are
 // their request's.
 TEST_F(DraTest, ATemplatesClaimHasItsMetadataUnderThePodsNameForIt) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   Json claim = Json::parse(R"({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
       "metadata": {"name": "pod-1-gpu-x7k2q", "namespace": "default",
                    "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"}},
@@ -784,6 +771,70 @@ TEST_F(DraTest, SimulateKubeletPreparesAndUnpreparesAClaim) {
       {testing::DevplugctlPath(), "simulate-kubelet", "--dir", kubelet_dir, "--prepare", claim});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--prepare needs --plugins-registry"), std::string::npos) << r.output;
+}
+
+// A rolling update with surge: the new devplugd starts while the old one
+// serves, with the same state folder (the DaemonSet's hostPath). It serves
+// on the socket's second name and the kubelet calls it; the old one stands
+// by and writes no slice. Either one unprepares what the other prepared,
+// and neither hands out a device the other gave a claim. The old one
+// leaves its slices at its exit: the pool is never absent.
+TEST_F(DraTest, ARollingUpdateServesBesideTheOldOneAndThePoolNeverGoes) {
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
+  const std::string before = Claim("before", {"fake-0"});
+  ASSERT_EQ(Prepare("before", before).claims().at(before).error(), "");
+  auto slice_writes = [&] {
+    auto r = api_->Get("/_fake/requests");
+    int n = 0;
+    if (r.ok())
+      for (const Json& q : (*r)["items"])
+        n += q["method"] != "GET" &&
+             q["path"].get<std::string>().find("resourceslices") != std::string::npos;
+    return n;
+  };
+  const int writes = slice_writes();
+
+  AgentProcess newer({"--config", config_path()});
+  const bool beside = DriverRegistered(2);
+  ASSERT_TRUE(beside) << newer.Log();
+  EXPECT_EQ(sim_->dra_driver(kDriver)->instances, 2u);
+  EXPECT_EQ(sim_->dra_driver(kDriver)->socket, registry() + "/dra.fake.example.b.sock")
+      << sim_->dra_driver(kDriver)->socket;
+  EXPECT_TRUE(newer.WaitForLog("serving beside it as its successor", kWait)) << newer.Log();
+  EXPECT_TRUE(agent_->WaitForLog("a newer devplugd serves it on", kWait)) << agent_->Log();
+
+  // The kubelet calls the newer one, which knows the older one's claim.
+  const std::string taken = Claim("taken", {"fake-0"});
+  EXPECT_NE(Prepare("taken", taken)
+                .claims()
+                .at(taken)
+                .error()
+                .find("prepared for claim "
+                      "default/before"),
+            std::string::npos);
+  const std::string during = Claim("during", {"fake-1"});
+  ASSERT_EQ(Prepare("during", during).claims().at(during).error(), "");
+  EXPECT_TRUE(newer.WaitForLog("prepared claim default/during", kWait)) << newer.Log();
+
+  // The DaemonSet stops the old pod once the new one is ready.
+  EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("its slices stay"), std::string::npos) << agent_->Log();
+  EXPECT_EQ(SliceDevices(), (std::vector<std::string>{"fake-0", "fake-1"}));
+  EXPECT_EQ(slice_writes(), writes);  // no write, no delete, by either
+  ASSERT_TRUE(Eventually([&] { return sim_->dra_driver(kDriver)->instances == 1u; }));
+  EXPECT_TRUE(sim_->dra_driver(kDriver)->registered);
+  EXPECT_TRUE(newer.WaitForLog("this one holds", kWait)) << newer.Log();
+
+  // The newer one releases what the older one prepared, then its own.
+  EXPECT_EQ(Unprepare("before", before), "");
+  EXPECT_EQ(Unprepare("during", during), "");
+  const std::string log = ReadFile(release_log());
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2) << log;
+  EXPECT_FALSE(FileExists(SpecPath(before)));
+  EXPECT_FALSE(FileExists(SpecPath(during)));
+  // Alone now, its exit takes the slices with it.
+  EXPECT_EQ(newer.Stop(SIGTERM, 15s), std::optional<int>(0)) << newer.Log();
+  EXPECT_TRUE(Slices().empty());
 }
 
 TEST_F(DraTest, ServesDraAndTheDevicePluginApiSideBySide) {
@@ -877,10 +928,7 @@ TEST_F(DraTest, AReloadDoesNotWaitForAPrepareInFlight) {
 }
 
 TEST_F(DraTest, AKubeletOfV1beta1IsServedToo) {
-  StartSim();
-  StartDra();
-  ASSERT_TRUE(DriverRegistered());
-  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+  ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string uid = Claim("c1", {"fake-0"});
   namespace b1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
   auto stub = b1::DRAPlugin::NewStub(grpc::CreateChannel(

@@ -594,6 +594,25 @@ TEST_F(DraDriverTest, TwoDriversOnOneStateFolderTakeTurnsAndSeeEachOthersClaims)
   EXPECT_TRUE(newer->Stop(false));
 }
 
+// Superseded (a newer devplugd serves the driver beside this one), the
+// publisher writes nothing; once the newer one is gone it lists the pool
+// and writes what differs.
+TEST_F(DraDriverTest, ASupersededDriverWritesNoSliceUntilTheNewerOneGoes) {
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  driver_->SetSuperseded(true);
+  const int puts = Requests("PUT"), posts = Requests("POST");
+  WriteFile(dir_ / "count", "3");
+  inst_->RequestRescan();
+  modules::harness::Settle(*inst_);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(Devices(), 2);
+  EXPECT_EQ(Requests("PUT"), puts);
+  EXPECT_EQ(Requests("POST"), posts);
+  driver_->SetSuperseded(false);
+  EXPECT_TRUE(Eventually([&] { return Devices() == 3; }));
+}
+
 TEST_F(DraDriverTest, ADamagedCheckpointIsRefusedNamingTheFile) {
   WriteFile(dir_ / "claims.json", "{\"version\": 1, \"claims\": []");
   auto d = Driver::Make(Opts());

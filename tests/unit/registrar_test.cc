@@ -45,12 +45,16 @@ class FakeEnv : public Registrar::Env {
     return [this, n] { cancelled.push_back(n); };
   }
   std::string Superseded() const override { return newer; }
+  bool Streamless() const override { return streamless; }
+  void SetSuperseded(bool on) override { superseded_told.push_back(on); }
 
   Clock::time_point now{std::chrono::seconds(1000)};
   std::optional<KubeletId> kubelet = KubeletId{1, 100};
   Status serve_error;
   bool server = false, socket_ours = false, dir_gone = false, kubelet_answers = true;
   std::string newer;  // a newer devplugd's socket
+  bool streamless = false;
+  std::vector<bool> superseded_told;
   int serves = 0;
   uint64_t expected_stream = 0;
   std::vector<uint64_t> sent, cancelled;
@@ -473,6 +477,35 @@ TEST_F(WatchedRegistrarTest, ANewerDevplugdMakesItStandByInsteadOfServingAnew) {
   Probe();
   watched_.OnKubeletStatus(OkStatus());
   EXPECT_TRUE(watched_.registered());
+}
+
+// DRA: the kubelet opens no stream. A newer devplugd's socket appearing
+// supersedes the resource at once, its registration left as it is (the
+// kubelet calls the later one, and falls back to ours); a look every
+// kStandbyCheck sees the newer one go.
+TEST_F(WatchedRegistrarTest, AStreamlessResourceIsSupersededWhileTheNewerOneServes) {
+  env_.streamless = true;
+  Registered();
+  watched_.OnPeerSocketCreated();  // an older one's, or already gone
+  EXPECT_FALSE(watched_.superseded());
+  EXPECT_TRUE(env_.superseded_told.empty());
+  env_.newer = "/r/dev.b.sock";
+  watched_.OnPeerSocketCreated();
+  EXPECT_TRUE(watched_.superseded());
+  EXPECT_EQ(env_.superseded_told, std::vector<bool>{true});
+  Run(Registrar::kStandbyCheck);
+  Run(Registrar::kStandbyCheck);
+  EXPECT_TRUE(watched_.superseded());
+  EXPECT_EQ(env_.superseded_told.size(), 1u);
+  EXPECT_TRUE(watched_.registered());
+  env_.newer.clear();
+  Run(Registrar::kStandbyCheck);
+  EXPECT_FALSE(watched_.superseded());
+  EXPECT_EQ(env_.superseded_told, (std::vector<bool>{true, false}));
+  EXPECT_TRUE(watched_.registered());
+  EXPECT_EQ(env_.serves, 1);
+  EXPECT_TRUE(env_.sent.empty());
+  EXPECT_FALSE(watched_.NextDeadline().has_value());
 }
 
 // The kubelet opens ListAndWatch before NotifyRegistrationStatus: when the

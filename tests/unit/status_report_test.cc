@@ -113,6 +113,10 @@ TEST(StatusReportTest, JsonNamesEachResourceItsStateAndDevicesWhenAsked) {
   EXPECT_EQ(r0["registered_since"], "2026-11-18T11:06:40Z");
   EXPECT_EQ(r0["devices_total"], 2);
   EXPECT_EQ(r0["devices_healthy"], 1);
+  // A DRA resource a newer devplugd serves beside (a rolling update).
+  v.resources[0].superseded = true;
+  EXPECT_EQ(json::parse(StatusJson(v, "", false, ""))["resources"][0]["state"],
+            "registered; standing by (a newer devplugd serves it)");
   EXPECT_EQ(r0["cdi"], nullptr);
   EXPECT_FALSE(r0.contains("devices"));
   EXPECT_EQ(all["resources"][1]["state"], "starting");

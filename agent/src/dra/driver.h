@@ -74,6 +74,8 @@ class Driver final : public modules::ListSink {
   // kubelet deletes them when it starts (call it when a registration is
   // confirmed).
   void Resync() { slices_->Resync(); }
+  // See SlicePublisher::SetSuperseded.
+  void SetSuperseded(bool superseded) { slices_->SetSuperseded(superseded); }
 
   // The kubelet's calls (see ClaimPreparer): answered by `until`.
   void Prepare(std::vector<ClaimRef> claims, Clock::time_point until,

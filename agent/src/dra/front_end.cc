@@ -187,18 +187,28 @@ void FrontEnd::DropServices([[maybe_unused]] bool exiting) {
 void FrontEnd::Withdraw(const modules::DeviceSource* instance, bool exiting) {
   if (sink_) sink_->set_active(false);
   if (!Alone()) return;  // none, or a reload's successor took it over
+  // The slices go with the last devplugd that serves them: a newer one
+  // beside this one (a rolling update) keeps them.
+  if (superseded_)
+    spdlog::info("resource \"{}\": DRA: a newer devplugd serves driver {}; its slices stay",
+                 context_.cfg.name, driver_->options().driver);
   if (exiting) {
     // Every resource's driver stops at once; WaitStopped waits for them
     // all under one deadline.
-    driver_->RequestStop(/*delete_slices=*/true);
+    driver_->RequestStop(/*delete_slices=*/!superseded_);
     return;
   }
   // The instance stays the driver's until its threads have stopped: a call
   // still queued there releases through it (review D2).
-  const bool stopped = driver_->Stop(/*delete_slices=*/true);
+  const bool stopped = driver_->Stop(/*delete_slices=*/!superseded_);
   if (instance) driver_->ClearInstance(instance);
   if (!stopped) LeakOnPurpose(driver_);  // a thread still runs in it
   driver_.reset();
+}
+
+void FrontEnd::SetSuperseded(bool superseded) {
+  superseded_ = superseded;
+  if (driver_) driver_->SetSuperseded(superseded);
 }
 
 bool FrontEnd::WaitStopped(Clock::time_point deadline) {

@@ -73,6 +73,10 @@ class FrontEnd final : public front_end::FrontEnd {
   void RegistrationConfirmed() override {
     if (driver_) driver_->Resync();
   }
+  // A newer devplugd serving this driver beside this one owns its slices:
+  // this one writes none, and leaves them at its exit.
+  bool Streamless() const override { return true; }
+  void SetSuperseded(bool superseded) override;
 
   void HandOver(const front_end::FrontEnd&) override {}
   bool ApplyAgentKeys(const config::AgentConfig&, lifecycle::ReleaseCoordinator&,
@@ -106,6 +110,7 @@ class FrontEnd final : public front_end::FrontEnd {
   const front_end::Context context_;
   bool staged_;  // a reload's, not serving yet: its lists make no slice
   std::shared_ptr<Driver> driver_;
+  bool superseded_ = false;  // a newer devplugd serves the driver beside this one
   std::shared_ptr<GatedSink> sink_;
   std::unique_ptr<DraServiceV1> v1_;
   std::unique_ptr<DraServiceV1beta1> v1beta1_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -99,6 +100,16 @@ void SlicePublisher::Resync() {
   lane_.Post([this] { SyncOnLane(); });
 }
 
+void SlicePublisher::SetSuperseded(bool superseded) {
+  MutexLock lock(mu_);
+  if (std::exchange(superseded_, superseded) == superseded || superseded) return;
+  // What the newer one wrote is listed and compared before any write.
+  relist_ = true;
+  if (sync_queued_ || stopping_ || !options_.client || !list_) return;
+  sync_queued_ = true;
+  lane_.Post([this] { SyncOnLane(); });
+}
+
 Clock::time_point SlicePublisher::NextRelist() const {
   // ±20%, fixed per node and driver: spread over a fleet, steady per node.
   const auto period = options_.relist;
@@ -117,6 +128,10 @@ void SlicePublisher::SyncOnLane() {
     MutexLock lock(mu_);
     sync_queued_ = false;
     if (stopping_ || !list_) return;
+    if (superseded_) {
+      relist_ = true;  // whatever the newer one wrote meanwhile
+      return;
+    }
     list = list_;
     if (std::exchange(relist_, false)) listed_ = false;
   }

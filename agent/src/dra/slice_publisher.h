@@ -30,6 +30,9 @@
 // - RequestStop with delete_slices deletes this node's slices of the
 //   driver (the agent exits: nothing serves them any more), bounded by
 //   stop_timeout.
+// - Superseded (a newer devplugd serves the driver beside this one), it
+//   writes nothing: two writers of one pool would raise its generation in
+//   turn.
 //
 // Thread safety: thread-safe. Publish runs on the module's worker, the rest
 // from the agent's main thread.
@@ -93,6 +96,11 @@ class SlicePublisher final : public modules::ListSink {
   // Lists this node's slices of the driver again and writes what is
   // missing or not as published.
   void Resync();
+  // A newer devplugd serves this driver beside this one (a rolling
+  // update): it owns the pool, and this one writes nothing while it does.
+  // Off again (the newer one went first: a rollback), this one lists the
+  // pool and writes what differs.
+  void SetSuperseded(bool superseded);
 
   // Queues the end (with `delete_slices`, the delete of this node's slices
   // first); WaitStopped waits for it (false: the thread still ran at the
@@ -132,6 +140,7 @@ class SlicePublisher final : public modules::ListSink {
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
+  bool superseded_ DEVPLUG_GUARDED_BY(mu_) = false;
   uint64_t syncs_ DEVPLUG_GUARDED_BY(mu_) = 0;
   std::string sync_error_ DEVPLUG_GUARDED_BY(mu_);
 

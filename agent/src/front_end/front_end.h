@@ -121,6 +121,11 @@ class FrontEnd {
   virtual bool WaitStopped(Clock::time_point deadline) = 0;
   // The kubelet confirmed a registration.
   virtual void RegistrationConfirmed() = 0;
+  // The kubelet opens no stream to this API (DRA): a newer devplugd
+  // serving the resource beside this one is watched for by its socket
+  // (kubelet::Registrar), and SetSuperseded says while it serves.
+  virtual bool Streamless() const { return false; }
+  virtual void SetSuperseded(bool) {}
 
   // ---- a reload ----
   // `successor` replaces this one's resource: release state it cannot

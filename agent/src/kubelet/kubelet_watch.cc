@@ -60,6 +60,11 @@ void KubeletWatch::DrainRegistry() {
   // The folder itself gone: every socket in it is, and each is served
   // again (the next serve watches the folder anew, making it if needed).
   const PluginDirWatch::Events ev = registry_.Drain();
+  if (!ev.created.empty())
+    for (const Registration& r : targets_->Registrations())
+      if (r.mode == RegistrationMode::kPluginWatcher &&
+          std::count(ev.created.begin(), ev.created.end(), r.peer) > 0)
+        r.registrar->OnPeerSocketCreated();
   if (!ev.dir_gone && ev.removed.empty()) return;
   for (const Registration& r : targets_->Registrations())
     if (r.mode == RegistrationMode::kPluginWatcher &&

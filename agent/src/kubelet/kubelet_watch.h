@@ -9,7 +9,8 @@
 //   itself removed means devplugd must exit (lost()).
 // - plugins_registry, once a resource serves there: a socket of ours
 //   removed, or the folder, is served again (the kubelet never removes
-//   them itself).
+//   them itself); a socket appearing at the name another devplugd would
+//   serve one of ours on (a rolling update) is told to its registrar.
 // kubelet.sock's identity (inode and change time) tells one kubelet from
 // the next.
 //

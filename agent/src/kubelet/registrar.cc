@@ -52,7 +52,25 @@ void Registrar::SetSocket(std::string socket, std::string socket_path) {
 }
 
 void Registrar::OnPeerSocketCreated() {
+  if (env_->Streamless()) return CheckPeer();
   if (!env_->Superseded().empty()) newer_seen_ = true;
+}
+
+void Registrar::CheckPeer() {
+  const std::string newer = env_->Superseded();
+  peer_check_at_.reset();
+  if (!newer.empty()) peer_check_at_ = env_->Now() + kStandbyCheck;
+  if (superseded_ == !newer.empty()) return;
+  superseded_ = !newer.empty();
+  if (superseded_)
+    spdlog::info(
+        "resource \"{}\": a newer devplugd serves it on {}; it has the kubelet's calls and "
+        "the slices while it does",
+        names_.resource, newer);
+  else
+    spdlog::info("resource \"{}\": the newer devplugd beside us is gone; serving alone again",
+                 names_.resource);
+  env_->SetSuperseded(superseded_);
 }
 
 bool Registrar::StandBy() {
@@ -365,6 +383,7 @@ void Registrar::OnStreamEnded(uint64_t n) {
 
 void Registrar::OnTimer() {
   const auto now = env_->Now();
+  if (peer_check_at_ && *peer_check_at_ <= now) CheckPeer();
   if (socket_check_at_ && *socket_check_at_ <= now) {
     socket_check_at_.reset();
     CheckSocket();
@@ -394,7 +413,7 @@ void Registrar::OnTimer() {
 
 std::optional<Registrar::Clock::time_point> Registrar::NextDeadline() const {
   std::optional<Clock::time_point> next;
-  for (const auto& t : {retry_at_, socket_check_at_, reprobe_at_, probe_due_})
+  for (const auto& t : {retry_at_, socket_check_at_, reprobe_at_, probe_due_, peer_check_at_})
     if (t && (!next || *t < *next)) next = t;
   return next;
 }

@@ -110,6 +110,11 @@ class Registrar {
     virtual std::function<void()> Register(uint64_t n) = 0;
     // The socket of a newer devplugd serving this resource; "" when none.
     virtual std::string Superseded() const = 0;
+    // The kubelet opens no stream to this resource (DRA): its registration
+    // stays as it is beside a newer devplugd's, and SetSuperseded(true)
+    // says while the newer one serves (false once it went).
+    virtual bool Streamless() const { return false; }
+    virtual void SetSuperseded(bool) {}
   };
 
   // For messages: the resource's name, its socket's name and path, and
@@ -145,8 +150,11 @@ class Registrar {
   // A socket appeared at the name another devplugd serves this resource on
   // beside us. Remembered when it is newer: after a kubelet restart removed
   // every socket, we then give it a moment to serve again before we
-  // register.
+  // register. A streamless resource is superseded at once, and looks every
+  // kStandbyCheck whether the newer one still serves.
   void OnPeerSocketCreated();
+  // Streamless: a newer devplugd serves the resource beside us.
+  bool superseded() const { return superseded_; }
   // The answer to Register number `n`. True when it made us registered.
   bool OnRegisterDone(uint64_t n, const Status& status);
   // The kubelet's ListAndWatch stream of registration `n` ended.
@@ -197,6 +205,9 @@ class Registrar {
   void AwaitProbe();
   // A newer devplugd serves the resource: true, and we stand by.
   bool StandBy();
+  // Streamless: whether a newer devplugd serves, told to the Env when that
+  // changed; looked at again every kStandbyCheck while it does.
+  void CheckPeer();
 
   // A newer devplugd was seen serving this resource (its socket may be
   // gone for a moment: a kubelet restart), and the log said we stand by.
@@ -212,7 +223,9 @@ class Registrar {
   std::optional<Clock::time_point> socket_check_at_;  // our socket was removed
   std::optional<Clock::time_point> reprobe_at_;       // plugin watcher: stream ended
   std::optional<Clock::time_point> probe_due_;        // plugin watcher: probe expected
-  std::optional<KubeletId> lost_kubelet_;             // kubelet.sock when the stream ended
+  std::optional<Clock::time_point> peer_check_at_;    // streamless and superseded
+  bool superseded_ = false;
+  std::optional<KubeletId> lost_kubelet_;  // kubelet.sock when the stream ended
   std::optional<Status> kubelet_status_;
   std::chrono::milliseconds backoff_{0};
   uint64_t failures_ = 0;

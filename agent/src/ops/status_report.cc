@@ -30,7 +30,7 @@ const char* StateText(const ResourceView& r) {
     case State::kRegistering:
       return "registering";
     case State::kRegistered:
-      return "registered";
+      return r.superseded ? "registered; standing by (a newer devplugd serves it)" : "registered";
     case State::kRetryWait:
       return "registering soon";
     case State::kStandby:

@@ -62,6 +62,9 @@ struct ResourceView {
   std::string failure;
   // The registrar's word.
   kubelet::Registrar::State state = kubelet::Registrar::State::kDown;
+  // DRA: a newer devplugd serves the driver beside this one (it has the
+  // kubelet's calls and the slices).
+  bool superseded = false;
   bool registered = false;
   std::optional<std::chrono::system_clock::time_point> registered_since;
   std::optional<Status> kubelet_status;  // the plugin watcher's
