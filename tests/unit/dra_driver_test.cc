@@ -124,16 +124,20 @@ class DraDriverTest : public ::testing::Test {
     return Claim("c" + std::to_string(i), device);
   }
   // Prepare (or unprepare) one claim and wait for the answer.
-  PrepareResult Prepare(const ClaimRef& c) {
+  // `d`: another driver than driver_; `within`: the kubelet's deadline.
+  PrepareResult Prepare(const ClaimRef& c, Driver* d = nullptr,
+                        std::chrono::milliseconds within = 45s) {
     std::promise<std::map<std::string, PrepareResult>> p;
-    driver_->Prepare({c}, std::chrono::steady_clock::now() + 45s,
-                     [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
+    (d ? *d : *driver_)
+        .Prepare({c}, std::chrono::steady_clock::now() + within,
+                 [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
     return p.get_future().get()[c.uid];
   }
-  std::string Unprepare(const ClaimRef& c) {
+  std::string Unprepare(const ClaimRef& c, Driver* d = nullptr) {
     std::promise<std::map<std::string, std::string>> p;
-    driver_->Unprepare({c}, std::chrono::steady_clock::now() + 45s,
-                       [&](std::map<std::string, std::string> out) { p.set_value(out); });
+    (d ? *d : *driver_)
+        .Unprepare({c}, std::chrono::steady_clock::now() + 45s,
+                   [&](std::map<std::string, std::string> out) { p.set_value(out); });
     return p.get_future().get()[c.uid];
   }
 
@@ -539,24 +543,12 @@ TEST_F(DraDriverTest, TwoDriversOnOneStateFolderTakeTurnsAndSeeEachOthersClaims)
       0, o);
   ASSERT_TRUE(inst.ok()) << inst.status().message();
   newer->SetInstance(inst->get());
-  auto call = [&](Driver& d, const ClaimRef& c, std::chrono::milliseconds within) {
-    std::promise<std::map<std::string, PrepareResult>> p;
-    d.Prepare({c}, std::chrono::steady_clock::now() + within,
-              [&](std::map<std::string, PrepareResult> out) { p.set_value(out); });
-    return p.get_future().get()[c.uid];
-  };
-  auto uncall = [&](Driver& d, const ClaimRef& c) {
-    std::promise<std::map<std::string, std::string>> p;
-    d.Unprepare({c}, std::chrono::steady_clock::now() + 45s,
-                [&](std::map<std::string, std::string> out) { p.set_value(out); });
-    return p.get_future().get()[c.uid];
-  };
 
   // A claim prepared by the older one after the newer one started.
   const ClaimRef c1{"default", Claim(1, "fake-0"), "c1"};
   ASSERT_EQ(Prepare(c1).error, "");
   const ClaimRef c2{"default", Claim(2, "fake-0"), "c2"};
-  const PrepareResult taken = call(*newer, c2, 45s);
+  const PrepareResult taken = Prepare(c2, newer.get());
   EXPECT_NE(taken.error.find("device \"fake-0\" is prepared for claim default/c1"),
             std::string::npos)
       << taken.error;
@@ -564,8 +556,8 @@ TEST_F(DraDriverTest, TwoDriversOnOneStateFolderTakeTurnsAndSeeEachOthersClaims)
   ASSERT_TRUE(newer->ClaimOf("fake-0").has_value());
 
   // The newer one unprepares what the older one prepared: released once.
-  EXPECT_EQ(uncall(*newer, c1), "");
-  EXPECT_EQ(uncall(*newer, c0), "");
+  EXPECT_EQ(Unprepare(c1, newer.get()), "");
+  EXPECT_EQ(Unprepare(c0, newer.get()), "");
   const std::string log = ReadFile(dir_ / "release.log");
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2) << log;
   EXPECT_TRUE(newer->prepared().empty());
@@ -580,11 +572,11 @@ TEST_F(DraDriverTest, TwoDriversOnOneStateFolderTakeTurnsAndSeeEachOthersClaims)
   auto held = FileLock::Open(dir_ / "claims.json.lock");
   ASSERT_TRUE(held.ok()) << held.status().message();
   ASSERT_TRUE(held->Lock(std::chrono::steady_clock::now()).ok());
-  const PrepareResult busy = call(*newer, c2, 300ms);
+  const PrepareResult busy = Prepare(c2, newer.get(), 300ms);
   EXPECT_NE(busy.error.find("held " + (dir_ / "claims.json.lock")), std::string::npos)
       << busy.error;
   held->Unlock();
-  EXPECT_EQ(call(*newer, c2, 45s).error, "");
+  EXPECT_EQ(Prepare(c2, newer.get()).error, "");
   EXPECT_EQ(driver_->prepared().size(), 0u);  // not asked since
   EXPECT_EQ(Prepare(c2).error, "");           // answered from the file the newer one wrote
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2);
