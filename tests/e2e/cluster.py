@@ -439,6 +439,14 @@ class Cluster:
             raise Failure(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
 
+    def helm(self, *args):
+        """helm, built beside kubectl by scripts/build-cluster."""
+        r = subprocess.run([f"{self.bin}/helm", *args], text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=self.env)
+        if r.returncode != 0:
+            raise Failure(f"helm {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
     def get(self, *args):
         out = self.kubectl("get", "-o", "json", *args, check_rc=False)
         return json.loads(out) if out else None
