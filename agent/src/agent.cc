@@ -174,6 +174,14 @@ void Agent::HandleEvent(const Event& ev) {
     OnControl(ev.control);
     return;
   }
+  if (ev.kind == Event::kReloadHolders) {
+    if (!reload_waits_) return;
+    config::AgentConfig next = std::move(*reload_waits_);
+    reload_waits_.reset();
+    const HoldersAnswer answer{ev.status, ev.pods};
+    StageReload(std::move(next), &answer);
+    return;
+  }
   Resource* found = ById(ev.resource);
   if (found == nullptr) {
     // Retired meanwhile. A release that ran in an instance a reload
@@ -195,6 +203,7 @@ void Agent::HandleEvent(const Event& ev) {
       break;
     case Event::kPodList:
     case Event::kControl:
+    case Event::kReloadHolders:
       break;  // handled above
     case Event::kStreamEnded:
       r.registrar().OnStreamEnded(ev.number);
@@ -283,7 +292,8 @@ int Agent::Run(int signal_fd) {
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
     if (!kubelet_.lost()) FireTimers();
-    if (!reload_ && reload_again_) BeginReload(*std::exchange(reload_again_, std::nullopt));
+    if (!reload_ && !reload_waits_ && reload_again_)
+      BeginReload(*std::exchange(reload_again_, std::nullopt));
     if (kubelet_.lost()) {
       // A directory created anew (kubeadm reset, an operator) is a
       // different directory: under systemd's ProtectSystem= our view of it

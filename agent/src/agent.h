@@ -170,12 +170,28 @@ class Agent final : private Hotplug::Targets,
   // ---- reload (agent_reload.cc) ----
   // `why`: what asked for it, for the log ("SIGHUP").
   void BeginReload(const char* why = "SIGHUP");
+  // Checks `next` against what runs and stages it. A resource it moves from
+  // the device plugin API to DRA first needs a fresh PodResources List:
+  // `holders` null, the List is asked for and the reload waits for it
+  // (kReloadHolders); then this runs again with its answer.
+  struct HoldersAnswer {
+    Status status;
+    kubelet::PodSnapshotPtr pods;
+  };
+  void StageReload(config::AgentConfig next, const HoldersAnswer* holders);
   // watch_config on or off as config_ says.
   void UpdateConfigWatch();
   // Why `next` may not replace the running configuration: it removes a
   // DRA resource, switches its API or renames its driver while claims are
   // prepared on it ("" when none does).
   std::string OrphanedClaims(const config::AgentConfig& next) const;
+  // The resources `next` moves from the device plugin API to DRA.
+  std::vector<std::string> MovedToDra(const config::AgentConfig& next) const;
+  // Why `next` may not move them: pods hold their devices through the
+  // device plugin API (the slices would offer those devices as free), or
+  // PodResources did not answer ("" when neither).
+  std::string HeldThroughDevicePlugin(const config::AgentConfig& next,
+                                      const HoldersAnswer& holders) const;
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();
@@ -214,6 +230,8 @@ class Agent final : private Hotplug::Targets,
   // A reload asked for while one was under way (SIGHUP, or the files
   // changed again): what asked, run as soon as that one ends.
   std::optional<const char*> reload_again_;
+  // A reload waiting for its PodResources List (StageReload).
+  std::unique_ptr<config::AgentConfig> reload_waits_;
   std::string reload_error_;  // the last reload's first error ("" after one that worked)
   // One PodResources client for every resource; shared with module workers
   // (pod_of), which may outlive the agent when given up.

@@ -4,7 +4,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <ctime>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -17,7 +21,7 @@
 namespace devplug {
 
 void Agent::BeginReload(const char* why) {
-  if (reload_) {
+  if (reload_ || reload_waits_) {
     // Applied once the one under way ends (its files may predate this).
     if (!reload_again_)
       spdlog::info("{}: a reload is already under way; reloading again once it ends", why);
@@ -39,6 +43,10 @@ void Agent::BeginReload(const char* why) {
     FailReload(next.status().message());
     return;
   }
+  StageReload(std::move(*next), nullptr);
+}
+
+void Agent::StageReload(config::AgentConfig next, const HoldersAnswer* holders) {
   std::vector<Reload::Current> running;
   for (const auto& r : resources_) {
     Reload::Current c{r->cfg(), std::nullopt, false};
@@ -49,14 +57,31 @@ void Agent::BeginReload(const char* why) {
     running.push_back(std::move(c));
   }
   StatusOr<Reload::Plan> plan =
-      Reload::Make(config_, *next, running, modules::LoadedModule::Identify);
+      Reload::Make(config_, next, running, modules::LoadedModule::Identify);
   if (!plan.ok()) {
     FailReload(plan.status().message());
     return;
   }
-  if (std::string why = OrphanedClaims(*next); !why.empty()) {
+  if (std::string why = OrphanedClaims(next); !why.empty()) {
     FailReload(why);
     return;
+  }
+  if (!holders && !MovedToDra(next).empty()) {
+    // Who holds their devices, asked now: a List of a moment ago may miss
+    // a pod admitted since.
+    reload_waits_ = std::make_unique<config::AgentConfig>(std::move(next));
+    pods_->Fetch(std::chrono::milliseconds(0),
+                 [mailbox = mailbox_](StatusOr<kubelet::PodSnapshotPtr> s) {
+                   mailbox->Post({Event::kReloadHolders, 0, 0, s.ok() ? OkStatus() : s.status(),
+                                  s.ok() ? *s : nullptr});
+                 });
+    return;
+  }
+  if (holders) {
+    if (std::string why = HeldThroughDevicePlugin(next, *holders); !why.empty()) {
+      FailReload(why);
+      return;
+    }
   }
   for (const auto& r : resources_)
     if (std::count(plan->replaced.begin(), plan->replaced.end(), r->cfg().name) > 0)
@@ -66,7 +91,7 @@ void Agent::BeginReload(const char* why) {
   std::vector<std::unique_ptr<Resource>> staged;
   auto running_of = [&](const std::string& name) { return resources_.ByName(name); };
   for (size_t i : plan->stage) {
-    auto r = NewResource(next->resources[i], i, /*staged=*/true);
+    auto r = NewResource(next.resources[i], i, /*staged=*/true);
     if (Status st = r->LoadModule(running_of(r->cfg().name)); !st.ok())
       errors.push_back(st.message());
     staged.push_back(std::move(r));
@@ -75,8 +100,8 @@ void Agent::BeginReload(const char* why) {
     FailReload(StrJoin(errors, "\n"));
     return;
   }
-  const auto deadline = Clock::now() + next->start_timeout;
-  reload_ = std::make_unique<Reload>(std::move(*next), std::move(staged), deadline);
+  const auto deadline = Clock::now() + next.start_timeout;
+  reload_ = std::make_unique<Reload>(std::move(next), std::move(staged), deadline);
   // Their create() and first scan run while everything else keeps serving,
   // under the new configuration. A restarted resource shares its
   // predecessor's release state from the start: what it holds back is held
@@ -108,6 +133,48 @@ std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
                             ", while DRA driver \"", r->cfg().driver, "\" has ", claims.size(),
                             " prepared claim(s): ", StrJoin(claims, ", "),
                             "; apply it once their pods are gone"));
+  }
+  return StrJoin(errors, "\n");
+}
+
+std::vector<std::string> Agent::MovedToDra(const config::AgentConfig& next) const {
+  std::vector<std::string> out;
+  for (const auto& r : resources_) {
+    if (r->cfg().api != ServingApi::kDevicePlugin) continue;
+    const auto after = std::find_if(next.resources.begin(), next.resources.end(),
+                                    [&](const auto& n) { return n.name == r->cfg().name; });
+    if (after != next.resources.end() && after->api == ServingApi::kDra)
+      out.push_back(r->cfg().name);
+  }
+  return out;
+}
+
+std::string Agent::HeldThroughDevicePlugin(const config::AgentConfig& next,
+                                           const HoldersAnswer& holders) const {
+  std::vector<std::string> errors;
+  for (const std::string& name : MovedToDra(next)) {
+    // Its slices would publish every device as free: one a pod holds
+    // through the device plugin API would be allocated to a claim as well.
+    if (!holders.status.ok() || !holders.pods) {
+      errors.push_back(StrCat("resource \"", name,
+                              "\": the new configuration serves it through DRA, and which pods "
+                              "hold its devices through the device plugin API is not known "
+                              "(PodResources: ",
+                              holders.status.message(), "); apply it when the kubelet answers"));
+      continue;
+    }
+    const auto held = holders.pods->holders.find(name);
+    if (held == holders.pods->holders.end() || held->second.empty()) continue;
+    std::map<std::string, std::vector<std::string>> by_pod;  // "ns/pod" -> its device IDs
+    for (const auto& [id, h] : held->second)
+      by_pod[StrCat(h.pod_namespace, "/", h.pod_name)].push_back(id);
+    std::vector<std::string> pods;
+    for (const auto& [pod, ids] : by_pod)
+      pods.push_back(StrCat(pod, " (", StrJoin(ids, ", "), ")"));
+    errors.push_back(StrCat(
+        "resource \"", name, "\": the new configuration serves it through DRA, while pods hold ",
+        held->second.size(), " of its device(s) through the device plugin API: ",
+        StrJoin(pods, ", "), "; apply it once their pods are gone"));
   }
   return StrJoin(errors, "\n");
 }

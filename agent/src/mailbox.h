@@ -25,12 +25,13 @@ struct AgentEvent {
     kKubeletStatus,   // status: the plugin watcher's NotifyRegistrationStatus
     kTrackerChanged,  // an Allocate or a release moved a device
     kPodList,         // a PodResources List finished (resource unused)
+    kReloadHolders,   // the List a reload waits for finished (resource unused)
     kControl,         // a control socket request (resource unused)
   } kind;
   uint64_t resource;  // Resource::id
   uint64_t number;
   Status status;
-  kubelet::PodSnapshotPtr pods;                         // kPodList, when it worked
+  kubelet::PodSnapshotPtr pods;                         // kPodList, kReloadHolders, when it worked
   std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
 };
 

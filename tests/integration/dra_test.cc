@@ -554,6 +554,41 @@ TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
   EXPECT_TRUE(Reload()) << agent_->Log();
 }
 
+// The other way: a reload that moves a resource from the device plugin API
+// to DRA while a pod holds one of its devices through the device plugin
+// API (PodResources lists it) is refused, naming the pod and the device:
+// the slices would offer that device as free. No slice is written. Once the
+// pod is gone the same reload goes through, and the slices offer both.
+TEST_F(DraTest, AReloadToDraWhileAPodHoldsADeviceThroughTheDevicePluginIsRefused) {
+  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
+  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
+  StartSim();
+  StartAgent(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", agent);
+  ASSERT_TRUE(Eventually([&] {
+    auto r = sim_->resource(kDra);
+    return r && r->devices.size() == 2;
+  })) << agent_->Log();
+  sim_->BindPod("default", "p1", "app", kDra, {"fake-1"});
+
+  WriteFile(config_path(), Config(DraResource(), "0s", agent));
+  EXPECT_FALSE(Reload()) << agent_->Log();
+  EXPECT_NE(agent_->Log().find(std::string("resource \"") + kDra +
+                               "\": the new configuration serves it through DRA, while pods hold "
+                               "1 of its device(s) through the device plugin API: default/p1 "
+                               "(fake-1); apply it once their pods are gone"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  EXPECT_FALSE(sim_->dra_driver(kDriver)) << "a driver registered for a refused reload";
+
+  sim_->DeletePod("default", "p1");
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(DriverRegistered());
+  EXPECT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+}
+
 // pod_of() under DRA: inside pre_start(), which runs before any container
 // of the claim's pod exists, the holder is the claim being prepared, in its
 // namespace; so cex's `namespaces` can be checked and its sweep keeps a
