@@ -19,6 +19,16 @@
 #include "util/systemd.h"
 
 namespace devplug {
+namespace {
+
+// `cfg`'s resource of that name, or null.
+const config::ResourceConfig* Named(const config::AgentConfig& cfg, const std::string& name) {
+  for (const auto& r : cfg.resources)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+}  // namespace
 
 void Agent::BeginReload(const char* why) {
   if (reload_ || reload_waits_) {
@@ -116,10 +126,9 @@ std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
   for (const auto& r : resources_) {
     const std::vector<std::string> claims = r->front_end().Holders();
     if (claims.empty()) continue;
-    const auto after = std::find_if(next.resources.begin(), next.resources.end(),
-                                    [&](const auto& n) { return n.name == r->cfg().name; });
+    const config::ResourceConfig* after = Named(next, r->cfg().name);
     std::string change;
-    if (after == next.resources.end())
+    if (!after)
       change = "removes the resource";
     else if (after->api != ServingApi::kDra)
       change = "serves it through the device plugin API";
@@ -141,10 +150,8 @@ std::vector<std::string> Agent::MovedToDra(const config::AgentConfig& next) cons
   std::vector<std::string> out;
   for (const auto& r : resources_) {
     if (r->cfg().api != ServingApi::kDevicePlugin) continue;
-    const auto after = std::find_if(next.resources.begin(), next.resources.end(),
-                                    [&](const auto& n) { return n.name == r->cfg().name; });
-    if (after != next.resources.end() && after->api == ServingApi::kDra)
-      out.push_back(r->cfg().name);
+    const config::ResourceConfig* after = Named(next, r->cfg().name);
+    if (after && after->api == ServingApi::kDra) out.push_back(r->cfg().name);
   }
   return out;
 }
