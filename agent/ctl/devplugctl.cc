@@ -18,10 +18,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -114,6 +116,71 @@ bool AllocateOne(KubeletSim& sim, const std::string& name, int count, bool recor
   return st.ok();
 }
 
+// --allocate-rate: Allocate calls at a steady rate for every device plugin
+// resource, as pods admitted one after another, from its first device list
+// on; each resource's answered and failed calls are counted, and printed at
+// the end. A restart of devplugd measured from outside: every Allocate that
+// finds nobody serving fails.
+class AllocateLoop {
+ public:
+  AllocateLoop(KubeletSim& sim, int per_second) : sim_(sim), period_(1000000 / per_second) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~AllocateLoop() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // Prints each resource's counts; the number of failed calls.
+  int Report() const {
+    int failed = 0;
+    for (const auto& [name, c] : counts_) {
+      std::printf("allocate-rate: %s: %d answered, %d failed%s%s\n", name.c_str(), c.answered,
+                  c.failed, c.failed > 0 ? "; the first: " : "", c.first_error.c_str());
+      failed += c.failed;
+    }
+    std::fflush(stdout);
+    return failed;
+  }
+
+ private:
+  struct Counts {
+    int answered = 0, failed = 0;
+    std::string first_error;
+  };
+  void Run() {
+    auto next = std::chrono::steady_clock::now();
+    while (!stop_ && !g_stop) {
+      for (const std::string& name : sim_.resource_names()) {
+        auto r = sim_.resource(name);
+        if (!counts_.count(name) && (!r->connected || r->stream_snapshots == 0)) continue;
+        std::string id;
+        for (const auto& d : r->devices)
+          if (d.health() == "Healthy") {
+            id = d.id();
+            break;
+          }
+        if (id.empty()) continue;  // as the kubelet: nothing healthy, no pod admitted
+        v1beta1::ContainerAllocateResponse resp;
+        const grpc::Status st = sim_.Allocate(name, {id}, &resp);
+        Counts& c = counts_[name];
+        if (st.ok()) {
+          ++c.answered;
+        } else if (c.failed++ == 0) {
+          c.first_error = st.error_message();
+        }
+      }
+      next += period_;
+      std::this_thread::sleep_until(next);
+    }
+  }
+  KubeletSim& sim_;
+  const std::chrono::microseconds period_;
+  std::atomic<bool> stop_{false};
+  std::map<std::string, Counts> counts_;  // the thread's until Stop()
+  std::thread thread_;
+};
+
 // A claim the simulated kubelet prepares with a DRA driver: what the
 // kubelet sends, {namespace, uid, name}, and the driver it is allocated to.
 struct DraClaim {
@@ -183,7 +250,7 @@ bool UnprepareClaim(KubeletSim& sim, DraClaim& c) {
 }
 
 int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
-                    const std::string& plugins_registry, int allocate,
+                    const std::string& plugins_registry, int allocate, int allocate_rate,
                     const std::vector<std::string>& prepare, double unprepare_after_s,
                     double duration_s, bool quiet) {
   std::vector<DraClaim> claims;
@@ -217,6 +284,8 @@ int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
   std::fflush(stdout);
   std::set<std::string> allocated;
   int failed = 0;
+  std::optional<AllocateLoop> loop;
+  if (allocate_rate > 0) loop.emplace(sim, allocate_rate);
   const auto now = [] { return std::chrono::steady_clock::now(); };
   const auto after = [&](double s) {
     return now() + std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
@@ -248,6 +317,10 @@ int SimulateKubelet(const std::string& dir, const std::string& pod_resources,
       allocated.insert(name);
       AllocateOne(sim, name, allocate, !pod_resources.empty());
     }
+  }
+  if (loop) {
+    loop->Stop();
+    failed += loop->Report();
   }
   // The pods end with the simulated kubelet: what it prepared is unprepared.
   for (DraClaim& c : claims) {
@@ -401,7 +474,7 @@ int main(int argc, char** argv) {
                                  "Serve kubelet.sock in a directory like the kubelet does and "
                                  "print every registration and device list");
   std::string dir, pod_resources, plugins_registry;
-  int allocate = 0;
+  int allocate = 0, allocate_rate = 0;
   std::vector<std::string> prepare;
   double duration = 0, unprepare_after = 0;
   bool quiet = false;
@@ -420,6 +493,12 @@ int main(int argc, char** argv) {
   sim->add_option("--allocate", allocate,
                   "After a resource's first device list, Allocate this many healthy devices "
                   "and print the answer");
+  sim->add_option(
+         "--allocate-rate", allocate_rate,
+         "Call Allocate this many times a second for every resource with a healthy "
+         "device, from its first device list on (one device each), and print at the end how many "
+         "were answered and how many failed (any failed: exit status 3)")
+      ->check(CLI::Range(1, 1000));
   sim->add_option(
       "--prepare", prepare,
       "With --plugins-registry: once DRA driver <driver> registers, call its "
@@ -464,7 +543,7 @@ int main(int argc, char** argv) {
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
   if (*sim)
-    return SimulateKubelet(dir, pod_resources, plugins_registry, allocate, prepare, unprepare_after,
-                           duration, quiet);
+    return SimulateKubelet(dir, pod_resources, plugins_registry, allocate, allocate_rate, prepare,
+                           unprepare_after, duration, quiet);
   return Demo(agent, module_dir, config);
 }
