@@ -45,14 +45,15 @@ std::string SocketPath(const StatusOptions& o, std::string* why) {
 }
 
 // Asks devplugd; the parsed answer, or nullopt (reason printed) for exit 2.
-std::optional<json> Ask(const StatusOptions& o, const json& request) {
+std::optional<json> Ask(const StatusOptions& o, const json& request,
+                        std::chrono::milliseconds timeout = kTimeout) {
   std::string why;
   const std::string path = SocketPath(o, &why);
   if (path.empty()) {
     std::fprintf(stderr, "devplugctl: %s\n", why.c_str());
     return std::nullopt;
   }
-  auto answer = ops::ControlRequest(path, request.dump(), kTimeout);
+  auto answer = ops::ControlRequest(path, request.dump(), timeout);
   if (!answer.ok()) {
     std::fprintf(stderr, "devplugctl: %s\n", answer.status().message().c_str());
     return std::nullopt;
@@ -315,6 +316,37 @@ int PrintMetrics(const StatusOptions& o) {
     return 2;
   }
   std::fputs((*answer)["metrics"].get<std::string>().c_str(), stdout);
+  return 0;
+}
+
+int Handover(const StatusOptions& o) {
+  const std::optional<json> answer =
+      Ask(o, json{{"handover", json::object()}},
+          ops::AnswerTimeout(ops::ControlQuery::Kind::kHandover) + std::chrono::seconds(5));
+  if (!answer) return 2;
+  if (o.json) std::printf("%s\n", answer->dump(2).c_str());
+  if (answer->contains("error")) {
+    const std::string error = Str(*answer, "error");
+    // One that predates handovers knows no such request.
+    if (error.starts_with("unknown request")) {
+      std::fprintf(stderr, "devplugctl: the running devplugd cannot hand over (too old): %s\n",
+                   error.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "devplugctl: %s\n", error.c_str());
+    return 1;
+  }
+  const json h = answer->value("handover", json::object());
+  if (!h.contains("pid")) {
+    std::fprintf(stderr, "devplugctl: devplugd's answer names no new process\n");
+    return 2;
+  }
+  if (!o.json)
+    std::printf(
+        "handed over: devplugd %s (pid %lld) serves in place of pid %lld, after %lld ms%s\n",
+        Str(h, "version").c_str(), h.value("pid", 0LL), h.value("previous_pid", 0LL),
+        h.value("ms", 0LL),
+        h.value("systemd_main_pid", false) ? "; it is systemd's main process now" : "");
   return 0;
 }
 

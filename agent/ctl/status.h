@@ -30,4 +30,11 @@ int StatusExitCode(const StatusOptions& options);
 // 2 when devplugd cannot be reached.
 int PrintMetrics(const StatusOptions& options);
 
+// devplugctl handover: asks the running devplugd to start the installed
+// devplugd beside itself and to leave once that one serves, so that no
+// call finds nobody serving. Exit status 0 when it did, 1 when devplugd
+// refused or the new one failed (the old one then serves on), 2 when
+// devplugd cannot be reached or does not know the request (an older one).
+int Handover(const StatusOptions& options);
+
 }  // namespace devplug::ctl

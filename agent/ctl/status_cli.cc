@@ -14,7 +14,14 @@ void AddStatusCommands(CLI::App& app, StatusCommands* out) {
       "is registered and has a healthy device; 1: not so; 2: devplugd not reached");
   out->metrics = app.add_subcommand(
       "metrics", "Print the running devplugd's metrics (Prometheus text format)");
-  for (auto* sub : {out->status, out->metrics}) {
+  out->handover = app.add_subcommand(
+      "handover",
+      "Restart devplugd without a gap: the running devplugd starts the installed one beside "
+      "itself and leaves once that one serves (under systemd it becomes the service's main "
+      "process). Exit status 0: handed over; 1: refused or the new one failed, and the old "
+      "one serves on; 2: devplugd not reached, or too old to hand over");
+  out->handover->add_flag("--json", so.json, "Print devplugd's answer as JSON");
+  for (auto* sub : {out->status, out->metrics, out->handover}) {
     auto* sock = sub->add_option("--socket", so.socket,
                                  "devplugd's control socket (default: agent.control_socket of "
                                  "the configuration)");
@@ -34,9 +41,10 @@ void AddStatusCommands(CLI::App& app, StatusCommands* out) {
 }
 
 int RunStatusCommands(const StatusCommands& c) {
-  if (!*c.status && !*c.metrics) return -1;
+  if (!*c.status && !*c.metrics && !*c.handover) return -1;
   SetupLogging("devplugctl");
   SetLogLevel(LogLevel::kWarn);
+  if (*c.handover) return Handover(c.options);
   return *c.status ? PrintStatus(c.options) : PrintMetrics(c.options);
 }
 

@@ -14,16 +14,18 @@ namespace devplug::ctl {
 struct StatusCommands {
   CLI::App* status = nullptr;
   CLI::App* metrics = nullptr;
+  CLI::App* handover = nullptr;
   StatusOptions options;
 };
 
-// Adds both subcommands to `app`; `out` must outlive the parse.
+// Adds the subcommands to `app`; `out` must outlive the parse.
 void AddStatusCommands(CLI::App& app, StatusCommands* out);
 
-// Runs whichever of them was given; -1 when neither was.
+// Runs whichever of them was given; -1 when none was.
 int RunStatusCommands(const StatusCommands& commands);
 
-// devplugd run as "devplugctl" (argv[0]): only `status` and `metrics`.
+// devplugd run as "devplugctl" (argv[0]): only `status`, `metrics` and
+// `handover`.
 int StatusOnlyMain(int argc, char** argv, const char* version);
 
 }  // namespace devplug::ctl

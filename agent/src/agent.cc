@@ -51,7 +51,8 @@ Agent::Agent(config::AgentConfig config, Options options)
       metrics_(std::make_shared<ops::Metrics>(
           options_.version, StrCat(DEVPLUG_MODULE_ABI_MAJOR, ".", DEVPLUG_MODULE_ABI_MINOR))),
       pods_(std::make_shared<kubelet::PodResourcesClient>(PodOptions(config_))),
-      releases_(config_.pod_resources_poll) {}
+      releases_(config_.pod_resources_poll),
+      predecessor_fd_(options_.predecessor_fd) {}
 
 Agent::~Agent() { Shutdown(); }
 
@@ -70,12 +71,7 @@ Status Agent::Start() {
   hotplug_.OpenPathWatch();
   // Status and metrics: useful from the first moment, and never a reason
   // not to serve the hardware.
-  if (!config_.control_socket.empty()) {
-    Status st = control_.Start(config_.control_socket, [mailbox = mailbox_](auto call) {
-      mailbox->Post({Event::kControl, 0, 0, OkStatus(), nullptr, std::move(call)});
-    });
-    if (!st.ok()) spdlog::warn("no control socket: {}", st.message());
-  }
+  StartControl();
   if (!config_.metrics_address.empty()) {
     try {
       exposer_ = std::make_shared<prometheus::Exposer>(config_.metrics_address, 1);
@@ -154,7 +150,7 @@ Status Agent::Start() {
   if (config_.resync_interval.count() > 0) next_resync_ = Clock::now() + config_.resync_interval;
   started_ = true;
   UpdateStatus();
-  sd::Notify("READY=1");
+  if (NotifiesManager()) sd::Notify("READY=1");
   if (const auto watchdog = sd::WatchdogInterval()) {
     watchdog_interval_ = *watchdog / 2;
     next_watchdog_ = Clock::now() + watchdog_interval_;
@@ -231,6 +227,7 @@ int Agent::NextTimeoutMs() const {
   consider(next_watchdog_);
   consider(lock_retry_at_);
   consider(config_watch_.deadline());
+  if (handover_) consider(handover_->deadline);
   consider(releases_.NextDeadline());
   if (reload_) consider(reload_->deadline());
   for (const auto& r : resources_) consider(r->NextDeadline());
@@ -244,9 +241,15 @@ void Agent::FireTimers() {
   if (next_watchdog_ && *next_watchdog_ <= now) {
     // Reaching this line proves the main loop runs; a loop stuck anywhere
     // stops the pings and systemd restarts the service.
-    sd::Notify("WATCHDOG=1");
+    if (NotifiesManager()) sd::Notify("WATCHDOG=1");
     next_watchdog_ = now + watchdog_interval_;
   }
+  if (handover_ && handover_->deadline <= now)
+    FailHandover(StrCat(
+        "the new devplugd (pid ", handover_->pid, ") did not serve within ",
+        std::chrono::duration_cast<std::chrono::seconds>(handover_->deadline - handover_->started)
+            .count(),
+        " s; stopped it"));
   if (reload_ && reload_->deadline() <= now) FinishReload();
   RetryInstanceLock(now);
   SendPodListIfDue();
@@ -264,11 +267,12 @@ int Agent::Run(int signal_fd) {
   int exit_status = 0;
   for (;;) {
     const int timeout_ms = NextTimeoutMs();
-    pollfd fds[7] = {{signal_fd, POLLIN, 0},          {kubelet_.plugin_dir_fd(), POLLIN, 0},
+    pollfd fds[9] = {{signal_fd, POLLIN, 0},          {kubelet_.plugin_dir_fd(), POLLIN, 0},
                      {mailbox_->fd(), POLLIN, 0},     {hotplug_.udev_fd(), POLLIN, 0},
                      {hotplug_.path_fd(), POLLIN, 0}, {kubelet_.registry_fd(), POLLIN, 0},
-                     {config_watch_.fd(), POLLIN, 0}};
-    const int n = poll(fds, 7, timeout_ms);
+                     {config_watch_.fd(), POLLIN, 0}, {handover_ ? handover_->fd : -1, POLLIN, 0},
+                     {predecessor_fd_, POLLIN, 0}};
+    const int n = poll(fds, 9, timeout_ms);
     if (n < 0 && errno != EINTR) {
       spdlog::error("poll: {}", std::strerror(errno));
       break;
@@ -291,9 +295,12 @@ int Agent::Run(int signal_fd) {
     if (fds[4].revents & POLLIN) hotplug_.DrainPaths();
     if (fds[2].revents & POLLIN)
       for (const Event& e : mailbox_->Drain()) HandleEvent(e);
+    if (fds[7].revents != 0) OnSuccessorReadable();
+    if (fds[8].revents != 0) OnPredecessorReadable();
     if (!kubelet_.lost()) FireTimers();
     if (!reload_ && !reload_waits_ && reload_again_)
       BeginReload(*std::exchange(reload_again_, std::nullopt));
+    if (handed_over_) break;  // the new devplugd serves; exit 0
     if (kubelet_.lost()) {
       // A directory created anew (kubeadm reset, an operator) is a
       // different directory: under systemd's ProtectSystem= our view of it
@@ -318,11 +325,12 @@ void Agent::Shutdown() {
   const auto t0 = Clock::now();
   // Ahead of any load on the node: each thread must run once more to end.
   RaiseExitPriority(kExitNice);
-  sd::Notify("STOPPING=1");
+  if (NotifiesManager()) sd::Notify("STOPPING=1");
+  if (handover_) FailHandover("devplugd stops");
   kubelet_.StopWatching();
   config_watch_.Stop();
   // Nothing reaches the main loop any more: a status request still waiting
-  // learns that devplugd stops.
+  // learns that devplugd stops. A handover's answer is sent.
   mailbox_->Close();
   // Its socket goes now; its thread and a client still talking to it end
   // with the process (sanitizer builds join them, so leaks still show).
@@ -331,6 +339,7 @@ void Agent::Shutdown() {
 #else
   control_.Stop();
 #endif
+  if (handed_over_) control_.WaitAnswered(milliseconds(1000));
   exposer_.reset();
   // A reload under way is dropped; its new resources stop with the rest.
   if (reload_) {

@@ -16,6 +16,8 @@
 //   mailbox.h          how other threads reach the main loop
 //   agent_status.cc    the view ops/status_report.h makes STATUS= and the status
 //                      JSON of; control answers
+//   agent_handover.cc  handing over to a new devplugd process (devplugctl
+//                      handover), and taking over from the one before
 // The registration state machine is kubelet::Registrar (kubelet/registrar.h);
 // what the kubelet's folders say reaches each registration through
 // kubelet::KubeletWatch (kubelet/kubelet_watch.h).
@@ -24,6 +26,8 @@
 // thread. Other threads (gRPC, module workers) only reach the agent through
 // its mailbox, which outlives the agent for callbacks that come late.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -87,6 +91,12 @@ class Agent final : private Hotplug::Targets,
     // The main configuration file, for [agent] watch_config ("" = none: a
     // built-in configuration).
     std::string config_path;
+    // The command line this process was started with: a handover starts
+    // it again (empty: handovers are refused).
+    std::vector<std::string> argv;
+    // Started by a devplugd that hands over to this one (util/handover.h):
+    // our end of its socket pair, or -1.
+    int predecessor_fd = -1;
   };
 
   explicit Agent(config::AgentConfig config);
@@ -103,7 +113,8 @@ class Agent final : private Hotplug::Targets,
   // fail are logged, left out and retried with backoff.
   Status Start();
 
-  // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), then
+  // Runs until a SIGTERM/SIGINT arrives on `signal_fd` (a signalfd), or a
+  // handover is done (a new devplugd serves in this one's place), then
   // stops serving and removes the sockets. SIGHUP reloads the configuration
   // (docs/design.md, "Reload, status, metrics"): resources that did not change keep serving
   // untouched, the others start, stop or restart alone, and a configuration
@@ -201,8 +212,30 @@ class Agent final : private Hotplug::Targets,
 
   // ---- status and metrics ----
   void OnControl(const std::shared_ptr<ops::ControlCall>& call);
+  // The control socket, at start and once the devplugd before this one is
+  // gone (it served the path until then).
+  void StartControl();
+  // Whether systemd hears from this process: not while the devplugd that
+  // started this one is the service's main process, nor once this one
+  // handed over.
+  bool NotifiesManager() const { return predecessor_fd_ < 0 && !handed_over_; }
   // What status reports are made of (ops/status_report.h).
   ops::AgentView View() const;
+
+  // ---- handover (agent_handover.cc) ----
+  // devplugctl handover: starts options_.argv beside this process; the
+  // answer comes once the new one serves (this one then leaves) or fails.
+  void BeginHandover(const std::shared_ptr<ops::ControlCall>& call);
+  void OnSuccessorReadable();
+  void FailHandover(const std::string& why);
+  void CompleteHandover(const std::string& version);
+  // Serving: every resource whose module runs is registered with the
+  // kubelet (with no kubelet there is nothing to register with).
+  bool Serving() const;
+  // In a process a handover started: tells the one before once this one
+  // serves, and takes over when it is gone.
+  void TellPredecessorIfServing();
+  void OnPredecessorReadable();
 
   // ---- pod identity and releases ----
   void SchedulePodList(bool now);
@@ -259,6 +292,20 @@ class Agent final : private Hotplug::Targets,
   // systemd's watchdog: pinged from the main loop at half its interval.
   std::optional<Clock::time_point> next_watchdog_;
   std::chrono::microseconds watchdog_interval_{0};
+  // A handover under way: the new process, our end of its socket pair, and
+  // the devplugctl call that waits for it.
+  struct Handover {
+    pid_t pid = -1;
+    int fd = -1;
+    std::string buffer;
+    Clock::time_point started, deadline;
+    std::shared_ptr<ops::ControlCall> call;
+  };
+  std::optional<Handover> handover_;
+  bool handed_over_ = false;  // the new process serves: Run ends
+  // The devplugd that started this one, while it runs (Options::predecessor_fd).
+  int predecessor_fd_ = -1;
+  bool told_predecessor_ = false;
 };
 
 }  // namespace devplug

@@ -27,7 +27,11 @@ constexpr std::chrono::milliseconds kInstanceLockRetry{1000};
 }  // namespace
 
 Status Agent::TakeInstanceLock() {
-  auto lock = InstanceLock::Take(config_.dra_state_dir, kInstanceLockWait);
+  // One that a handover started knows its predecessor keeps the lock until
+  // this one serves.
+  auto lock =
+      InstanceLock::Take(config_.dra_state_dir,
+                         predecessor_fd_ >= 0 ? std::chrono::milliseconds(0) : kInstanceLockWait);
   if (!lock.ok()) {
     spdlog::warn(
         "cannot lock the state folder: {}; a second devplugd on this node would go "

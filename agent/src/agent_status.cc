@@ -26,12 +26,25 @@ void Agent::UpdateStatus() {
   std::string status = ops::StatusLine(View());
   if (status != last_status_) {
     last_status_ = status;
-    sd::Notify("STATUS=" + status);
+    if (NotifiesManager()) sd::Notify("STATUS=" + status);
     spdlog::debug("status: {}", status);
     for (const auto& r : resources_)
       spdlog::trace("  {}: {}", r->cfg().name,
                     kubelet::Registrar::StateName(r->registrar().state()));
   }
+  TellPredecessorIfServing();
+}
+
+void Agent::StartControl() {
+  if (config_.control_socket.empty()) return;
+  Status st = control_.Start(config_.control_socket, [mailbox = mailbox_](auto call) {
+    mailbox->Post({Event::kControl, 0, 0, OkStatus(), nullptr, std::move(call)});
+  });
+  if (st.ok()) return;
+  if (predecessor_fd_ >= 0)
+    spdlog::info("control socket: the devplugd handing over to this one serves it until it exits");
+  else
+    spdlog::warn("no control socket: {}", st.message());
 }
 
 void Agent::OnControl(const std::shared_ptr<ops::ControlCall>& call) {
@@ -39,6 +52,8 @@ void Agent::OnControl(const std::shared_ptr<ops::ControlCall>& call) {
   std::string answer;
   if (!q.ok())
     answer = ops::ErrorJson(q.status().message());
+  else if (q->kind == ops::ControlQuery::Kind::kHandover)
+    return BeginHandover(call);  // answered once it is done
   else if (q->kind == ops::ControlQuery::Kind::kMetrics)
     answer = ops::MetricsJson(metrics_->Text());
   else

@@ -18,6 +18,7 @@
 #include "modules/module_instance.h"
 #include "ops/log.h"
 #include "status_cli.h"
+#include "util/handover.h"
 #include "util/sanitizers.h"
 
 namespace {
@@ -150,6 +151,9 @@ int main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  // Started by a devplugd that hands over to this one: its socket pair,
+  // out of the environment before anything else starts.
+  const int predecessor_fd = devplug::handover::TakePredecessorFd();
   if (f.print_builtin) {
     std::fputs(kBuiltinConfig, stdout);
     return 0;
@@ -201,6 +205,10 @@ int main(int argc, char** argv) {
     // SIGHUP reads the same files, with the same command line, again:
     // --log-level still wins over the file's log_level.
     if (!f.builtin_config) agent_opts.config_path = f.config_path;
+    // A handover starts the same command line: after a package upgrade,
+    // the installed binary at the same path.
+    agent_opts.argv.assign(argv, argv + argc);
+    agent_opts.predecessor_fd = predecessor_fd;
     if (!f.builtin_config)
       agent_opts.reload = [path = f.config_path, load_opts, level = f.log_level] {
         auto next = devplug::config::LoadFile(path, load_opts);

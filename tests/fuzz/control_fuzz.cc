@@ -26,6 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   nlohmann::json again;
   if (q->kind == ControlQuery::Kind::kMetrics) {
     again = {{"metrics", nlohmann::json::object()}};
+  } else if (q->kind == ControlQuery::Kind::kHandover) {
+    again = {{"handover", nlohmann::json::object()}};
   } else {
     again = {{"status", {{"devices", q->devices}, {"resource", q->resource}}}};
   }

@@ -27,6 +27,7 @@ namespace {
 constexpr size_t kMaxRequest = 4096;
 constexpr auto kClientTimeout = std::chrono::seconds(2);
 constexpr auto kAnswerTimeout = std::chrono::seconds(5);
+constexpr auto kHandoverAnswerTimeout = std::chrono::minutes(10);
 // Clients served at once; more are refused at once with an error.
 constexpr size_t kMaxClients = 8;
 
@@ -60,7 +61,8 @@ StatusOr<ControlQuery> ParseControlQuery(std::string_view line) {
   using nlohmann::json;
   const json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
   constexpr const char* kForms =
-      "expected {\"status\": {\"resource\": NAME, \"devices\": BOOL}} or {\"metrics\": {}}";
+      "expected {\"status\": {\"resource\": NAME, \"devices\": BOOL}}, {\"metrics\": {}} or "
+      "{\"handover\": {}}";
   if (!request.is_object() || request.size() != 1)
     return InvalidArgumentError(StrCat("unknown request (", kForms, ")"));
   ControlQuery q;
@@ -71,6 +73,11 @@ StatusOr<ControlQuery> ParseControlQuery(std::string_view line) {
   if (name == "metrics") {
     q.kind = ControlQuery::Kind::kMetrics;
     if (!body.empty()) return InvalidArgumentError("\"metrics\" takes no fields");
+    return q;
+  }
+  if (name == "handover") {
+    q.kind = ControlQuery::Kind::kHandover;
+    if (!body.empty()) return InvalidArgumentError("\"handover\" takes no fields");
     return q;
   }
   if (name != "status") return InvalidArgumentError(StrCat("unknown request (", kForms, ")"));
@@ -146,6 +153,16 @@ void ControlServer::Abandon() {
   bound_ = {0, 0};  // Stop() later removes nothing more
 }
 
+void ControlServer::WaitAnswered(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (serving_.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+std::chrono::milliseconds AnswerTimeout(ControlQuery::Kind kind) {
+  return kind == ControlQuery::Kind::kHandover ? kHandoverAnswerTimeout : kAnswerTimeout;
+}
+
 void ControlServer::Loop() {
   pthread_setname_np(pthread_self(), "dp:control");
   for (;;) {
@@ -171,10 +188,12 @@ void ControlServer::Loop() {
     // whole request: a client that sends slowly (or nothing) holds only
     // its own thread, never the next status request or readiness probe.
     auto done = std::make_shared<std::atomic<bool>>(false);
+    serving_.fetch_add(1);
     clients_.push_back({std::thread([this, fd, done] {
                           Serve(fd);
                           close(fd);
                           done->store(true);
+                          serving_.fetch_sub(1);
                         }),
                         done});
   }
@@ -205,11 +224,13 @@ void ControlServer::Serve(int fd) {
     request.append(buf, static_cast<size_t>(n));
   }
   if (const size_t nl = request.find('\n'); nl != std::string::npos) request.resize(nl);
+  const StatusOr<ControlQuery> query = ParseControlQuery(request);
+  const auto wait = AnswerTimeout(query.ok() ? query->kind : ControlQuery::Kind::kStatus);
   auto call = std::make_shared<ControlCall>();
   call->request = std::move(request);
   std::future<std::string> answer = call->reply.get_future();
   handler_(call);
-  if (answer.wait_for(kAnswerTimeout) != std::future_status::ready) {
+  if (answer.wait_for(wait) != std::future_status::ready) {
     WriteAll(fd, "{\"error\": \"devplugd did not answer in time\"}\n");
     return;
   }

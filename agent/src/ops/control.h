@@ -1,5 +1,6 @@
-// devplugd's control socket ([agent] control_socket): read-only requests
-// from devplugctl (status, metrics), one JSON line in, one answer out, then
+// devplugd's control socket ([agent] control_socket): requests from
+// devplugctl (status and metrics, which only read, and handover), one JSON
+// line in, one answer out, then
 // the connection closes. Its own thread accepts clients, and each client is
 // served on a short-lived thread of its own with one deadline for its whole
 // request, so a slow or silent client holds up neither the agent's main
@@ -29,8 +30,10 @@ namespace devplug::ops {
 // What a request line asks for. The JSON forms:
 //   {"status": {"resource": "NAME", "devices": true}}   (both fields optional)
 //   {"metrics": {}}
+//   {"handover": {}}   start the installed devplugd beside this one and
+//                      leave once it serves (answered then, or with why not)
 struct ControlQuery {
-  enum class Kind { kStatus, kMetrics };
+  enum class Kind { kStatus, kMetrics, kHandover };
   Kind kind = Kind::kStatus;
   bool devices = false;  // status: every resource's devices too
   std::string resource;  // status: only this resource ("" = all)
@@ -60,6 +63,9 @@ class ControlServer {
   Status Start(const std::string& path, Handler handler);
   // Stops serving and removes the socket (idempotent).
   void Stop();
+  // Waits up to `timeout` for the clients being served to get their
+  // answers (a handover's, before the process ends).
+  void WaitAnswered(std::chrono::milliseconds timeout);
   // The process is about to end: removes the socket (if still ours), and
   // leaves the serving threads be (they end with the process; Stop() or the
   // destructor still stops and joins them). A client already connected
@@ -82,7 +88,12 @@ class ControlServer {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Client> clients_;  // the accepting thread's only
+  std::atomic<int> serving_{0};  // clients whose thread has not ended
 };
+
+// How long a client is answered within: a handover waits for a new
+// devplugd to start (its modules' start_timeout, then registration).
+std::chrono::milliseconds AnswerTimeout(ControlQuery::Kind kind);
 
 // The client side (devplugctl): sends `request` (one line) and returns the
 // whole answer; UNAVAILABLE when nothing answers at `path`.

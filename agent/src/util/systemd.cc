@@ -14,6 +14,7 @@ namespace {
 struct Lib {
   decltype(&::sd_notify) notify = nullptr;
   decltype(&::sd_watchdog_enabled) watchdog_enabled = nullptr;
+  decltype(&::sd_notify_barrier) barrier = nullptr;  // systemd 246 and later
 };
 
 // libsystemd's entry points, or nulls when systemd does not run us (or the
@@ -28,6 +29,7 @@ const Lib& Get() {
       lib.notify = reinterpret_cast<decltype(&::sd_notify)>(dlsym(h, "sd_notify"));
       lib.watchdog_enabled =
           reinterpret_cast<decltype(&::sd_watchdog_enabled)>(dlsym(h, "sd_watchdog_enabled"));
+      lib.barrier = reinterpret_cast<decltype(&::sd_notify_barrier)>(dlsym(h, "sd_notify_barrier"));
     }
     if (lib.notify == nullptr || lib.watchdog_enabled == nullptr) {
       const char* why = dlerror();
@@ -45,6 +47,15 @@ const Lib& Get() {
 
 void Notify(const std::string& state) {
   if (const Lib& lib = Get(); lib.notify != nullptr) lib.notify(0, state.c_str());
+}
+
+bool HandMainPid(pid_t pid, std::chrono::milliseconds timeout) {
+  const Lib& lib = Get();
+  if (lib.notify == nullptr || std::getenv("NOTIFY_SOCKET") == nullptr) return false;
+  if (lib.notify(0, ("MAINPID=" + std::to_string(pid)).c_str()) <= 0) return false;
+  if (lib.barrier == nullptr) return false;
+  const auto usec = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+  return lib.barrier(0, static_cast<uint64_t>(usec)) >= 0;
 }
 
 std::optional<std::chrono::microseconds> WatchdogInterval() {

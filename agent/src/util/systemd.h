@@ -6,6 +6,8 @@
 // Thread safety: thread-safe.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <optional>
 #include <string>
@@ -15,6 +17,12 @@ namespace devplug::sd {
 // Sends `state` ("READY=1", "STATUS=...") to the service manager; nothing
 // when none listens.
 void Notify(const std::string& state);
+
+// Makes `pid` (a process of this service) its main process, and waits up
+// to `timeout` until the manager has read that (sd_notify_barrier(3)), so
+// that this process's exit afterwards is not taken for the service's end.
+// False when systemd does not run us or did not confirm it in time.
+bool HandMainPid(pid_t pid, std::chrono::milliseconds timeout);
 
 // The interval systemd's watchdog expects pings at (WatchdogSec=), if it
 // watches this process.
