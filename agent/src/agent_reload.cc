@@ -41,8 +41,10 @@ void Agent::BeginReload(const char* why) {
   config_watch_.Taken();
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  sd::Notify(StrCat("RELOADING=1\nMONOTONIC_USEC=", static_cast<uint64_t>(ts.tv_sec) * 1'000'000 +
-                                                        static_cast<uint64_t>(ts.tv_nsec / 1000)));
+  if (NotifiesManager())
+    sd::Notify(StrCat(
+        "RELOADING=1\nMONOTONIC_USEC=",
+        static_cast<uint64_t>(ts.tv_sec) * 1'000'000 + static_cast<uint64_t>(ts.tv_nsec / 1000)));
   spdlog::info("{}: reloading the configuration", why);
   if (!options_.reload) {
     FailReload("this devplugd runs a built-in configuration and cannot reload it");
@@ -222,7 +224,7 @@ void Agent::FailReload(const std::string& why) {
   reload_error_ = first;
   metrics_->Reload(false);
   UpdateStatus();
-  sd::Notify("READY=1");
+  if (NotifiesManager()) sd::Notify("READY=1");
 }
 
 void Agent::CommitReload() {
@@ -249,7 +251,7 @@ void Agent::CommitReload() {
   UpdateConfigWatch();
   metrics_->Reload(true);
   UpdateStatus();
-  sd::Notify("READY=1");
+  if (NotifiesManager()) sd::Notify("READY=1");
 }
 
 void Agent::ApplyAgentKeys(const config::AgentConfig& previous) {
