@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -587,6 +588,76 @@ TEST_F(DraTest, AReloadToDraWhileAPodHoldsADeviceThroughTheDevicePluginIsRefused
   EXPECT_TRUE(Eventually([&] {
     return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
   })) << Json(Slices()).dump(1);
+}
+
+// A reload that moves a resource from the device plugin API to DRA writes
+// no slice while the Node's allocatable still offers the name that way
+// (the kubelet drops it when the device plugin's endpoint goes, and posts
+// it within its node-status period): the scheduler, which takes the device
+// plugin's path while it is above 0, never sees both APIs offer it here.
+TEST_F(DraTest, AReloadToDraPublishesNoSliceUntilTheNodesAllocatableReadsZero) {
+  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
+  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
+  StartSim();
+  StartAgent(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", agent);
+  ASSERT_TRUE(Eventually([&] {
+    auto r = sim_->resource(kDra);
+    return r && r->devices.size() == 2;
+  })) << agent_->Log();
+  // The Node as the kubelet posted it while the device plugin served.
+  Json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata", {{"name", kNode}}},
+               {"status", {{"allocatable", {{kDra, "2"}, {"cpu", "2"}}}}}};
+  ASSERT_TRUE(api_->Create("/api/v1/nodes", node).ok());
+
+  WriteFile(config_path(), Config(DraResource(), "0s", agent));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(DriverRegistered());
+  std::this_thread::sleep_for(1500ms);  // the Node is looked at every second
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  auto status = ops::ControlRequest(control_socket(), R"({"status": {}})", 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_NE(status->find("holding the slices until node node-1's allocatable " + std::string(kDra) +
+                         " reads 0 (it reads 2"),
+            std::string::npos)
+      << *status;
+
+  // The kubelet posts the status without the device plugin's devices.
+  ASSERT_TRUE(api_->Update(std::string("/api/v1/nodes/") + kNode,
+                           [](Json& n) {
+                             n["status"]["allocatable"][kDra] = "0";
+                             return OkStatus();
+                           })
+                  .ok());
+  EXPECT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1)
+      << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog(
+      std::string("node node-1's allocatable ") + kDra + " reads 0 after", kWait))
+      << agent_->Log();
+}
+
+// Back from DRA to the device plugin API: the slices are deleted before
+// the device plugin registers, so the Node never offers the name both ways.
+TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
+  std::atomic<int> slices_at_register{-1};
+  sim_on_event_ = [&](const std::string& line) {
+    if (line.find(std::string("kubelet: registered ") + kDra + " at") != std::string::npos)
+      slices_at_register = static_cast<int>(Slices().size());
+  };
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; }));
+
+  WriteFile(config_path(),
+            Config(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", DraAgent()));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  EXPECT_EQ(slices_at_register.load(), 0);
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
 }
 
 // pod_of() under DRA: inside pre_start(), which runs before any container

@@ -26,6 +26,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options o) {
       .stop_timeout = o.stop_timeout,
       .relist = o.relist,
       .taint_effect = o.taint_effect,
+      .hold_for = o.hold_for,
   });
   std::unique_ptr<Driver> d(new Driver(std::move(o), std::move(slices), std::move(*claims)));
   d->slices_->Start();

@@ -50,6 +50,7 @@ class Driver final : public modules::ListSink {
     std::chrono::milliseconds stop_timeout{500};
     std::chrono::milliseconds relist{300'000};
     std::string taint_effect = "NoSchedule";
+    std::string hold_for;
     // See ClaimPreparer::Options.
     bool module_releases = false;
     std::shared_ptr<RpcObserver> observer;

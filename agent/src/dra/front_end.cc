@@ -82,6 +82,10 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               .prestart_timeout = cfg.prestart_timeout,
                               .client = std::make_shared<kube::Client>(std::move(client)),
                               .taint_effect = r.taint_effect,
+                              // A reload moves it from the device plugin
+                              // API: no slice while the Node still offers
+                              // the name that way.
+                              .hold_for = predecessor && !before ? r.name : std::string(),
                               .module_releases = module.has_on_release(),
                               .observer = context_.observer});
   if (!driver.ok())

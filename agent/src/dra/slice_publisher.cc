@@ -65,6 +65,7 @@ SlicePublisher::SlicePublisher(Options options)
               SyncOnLane();
             }),
       taint_effect_(options_.taint_effect),
+      held_(!options_.hold_for.empty()),
       jitter_(Fnv1a32(StrCat(options_.node, "/", options_.driver, "/", getpid()))) {}
 
 SlicePublisher::~SlicePublisher() {
@@ -135,6 +136,7 @@ void SlicePublisher::SyncOnLane() {
     list = list_;
     if (std::exchange(relist_, false)) listed_ = false;
   }
+  if (held_ && !HoldOver()) return;
   Status st;
   try {
     st = Sync(*list);
@@ -162,6 +164,51 @@ void SlicePublisher::SyncOnLane() {
   backoff_ = std::clamp(backoff_ * 2, options_.retry, kMaxRetry);
   // Jittered: a fleet whose API server went away does not come back in step.
   if (!stopping_) lane_.WakeAt(Clock::now() + Jittered(backoff_, jitter_()));
+}
+
+bool SlicePublisher::HoldOver() {
+  const auto now = Clock::now();
+  if (!held_since_) held_since_ = now;
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - *held_since_).count();
+  const std::string node_path = StrCat("/api/v1/nodes/", options_.node);
+  auto node = options_.client->Get(node_path);
+  std::string left;  // what the Node's allocatable says, while it is above 0
+  if (node.ok()) {
+    const Json status = node->is_object() ? node->value("status", Json::object()) : Json();
+    const Json allocatable =
+        status.is_object() ? status.value("allocatable", Json::object()) : Json::object();
+    auto it = allocatable.is_object() ? allocatable.find(options_.hold_for) : allocatable.end();
+    if (it != allocatable.end() && it->is_string() && it->get<std::string>() != "0")
+      left = it->get<std::string>();
+  }
+  if (!node.ok()) {
+    spdlog::warn(
+        "resource \"{}\": DRA: cannot read node {} ({}); publishing the slices without waiting "
+        "for its allocatable {} to read 0",
+        options_.resource, options_.node, node.status().message(), options_.hold_for);
+  } else if (left.empty()) {
+    spdlog::info(
+        "resource \"{}\": DRA: node {}'s allocatable {} reads 0 after {} ms: publishing the "
+        "slices",
+        options_.resource, options_.node, options_.hold_for, waited);
+  } else if (waited >= options_.hold_max.count()) {
+    spdlog::warn(
+        "resource \"{}\": DRA: node {}'s allocatable {} still reads {} after {} ms; publishing "
+        "the slices",
+        options_.resource, options_.node, options_.hold_for, left, waited);
+  } else {
+    MutexLock lock(mu_);
+    sync_error_ = StrCat("holding the slices until node ", options_.node, "'s allocatable ",
+                         options_.hold_for, " reads 0 (it reads ", left,
+                         "; the device plugin API served it before)");
+    if (!stopping_) lane_.WakeAt(now + options_.hold_poll);
+    return false;
+  }
+  held_ = false;
+  MutexLock lock(mu_);
+  sync_error_.clear();
+  return true;
 }
 
 Status SlicePublisher::Sync(const DeviceList& list) {

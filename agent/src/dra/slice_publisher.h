@@ -33,6 +33,13 @@
 // - Superseded (a newer devplugd serves the driver beside this one), it
 //   writes nothing: two writers of one pool would raise its generation in
 //   turn.
+// - Held (hold_for: a reload moved the resource from the device plugin API
+//   to DRA), the first write waits until the Node's allocatable for that
+//   extended resource reads 0, so that the scheduler never sees both APIs
+//   offer the name on this node (it takes the device plugin's path while
+//   allocatable is above 0): the kubelet drops it when the device plugin's
+//   endpoint goes and posts it within its node-status period. A Node that
+//   cannot be read, or hold_max, ends the wait (said in the log).
 //
 // Thread safety: thread-safe. Publish runs on the module's worker, the rest
 // from the agent's main thread.
@@ -78,6 +85,12 @@ class SlicePublisher final : public modules::ListSink {
     std::chrono::milliseconds relist{300'000};
     // The effect of an Unhealthy device's taint (resource_slice.h).
     std::string taint_effect = "NoSchedule";
+    // The extended resource whose allocatable on the Node must read 0
+    // before the first write ("": no wait); looked at every hold_poll, for
+    // at most hold_max.
+    std::string hold_for;
+    std::chrono::milliseconds hold_poll{1000};
+    std::chrono::milliseconds hold_max{60'000};
   };
 
   explicit SlicePublisher(Options options);
@@ -124,6 +137,9 @@ class SlicePublisher final : public modules::ListSink {
   // The slices for `list` at the pool's generation, raised first when the
   // slices, or a device's slice, would differ from those written.
   std::vector<Json> Layout(const DeviceList& list);
+  // Held (Options::hold_for): reads the Node; true once the wait is over,
+  // else the next look is queued.
+  bool HoldOver();
   // Logs (once each) the fields of `sent` that `stored` lacks.
   void CheckDropped(const std::string& name, const Json& sent, const Json& stored);
 
@@ -154,6 +170,8 @@ class SlicePublisher final : public modules::ListSink {
   // timeAdded, kept while it stays Unhealthy), by DRA name.
   std::map<std::string, std::string> tainted_since_;
   std::chrono::milliseconds backoff_{0};
+  bool held_ = false;  // Options::hold_for, until HoldOver
+  std::optional<std::chrono::steady_clock::time_point> held_since_;
   // Spreads the retry waits (Jittered): seeded per process, node and driver.
   std::minstd_rand jitter_;
 };
