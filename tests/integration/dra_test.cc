@@ -656,6 +656,8 @@ TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
             Config(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", DraAgent()));
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  // The simulator reports the registration once it has recorded it.
+  ASSERT_TRUE(Eventually([&] { return slices_at_register.load() >= 0; }));
   EXPECT_EQ(slices_at_register.load(), 0);
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
 }
