@@ -16,6 +16,7 @@
 #include "modules/conflicts.h"
 #include "modules/loaded_module.h"
 #include "modules/module_instance.h"
+#include "node_labels.h"
 #include "ops/log.h"
 #include "status_cli.h"
 #include "util/handover.h"
@@ -167,8 +168,14 @@ int main(int argc, char** argv) {
   load_opts.module_dir = f.module_dir;
   load_opts.host_root = f.host_root;
   load_opts.control_socket = f.control_socket;
-  auto cfg = f.builtin_config ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", load_opts)
-                              : devplug::config::LoadFile(f.config_path, load_opts);
+  // A resource with api = "node-label" needs the Node read (not for
+  // --check-config, which needs no API server).
+  const devplug::Loader load = [&f](const devplug::config::LoadOptions& o) {
+    return f.builtin_config ? devplug::config::LoadString(kBuiltinConfig, "<built-in>", o)
+                            : devplug::config::LoadFile(f.config_path, o);
+  };
+  auto cfg = f.check_config ? load(load_opts)
+                            : devplug::LoadWithNodeLabels(load, load_opts, /*must_read=*/false);
   if (!cfg.ok()) {
     std::fprintf(stderr, "devplugd: configuration error:\n%s\n",
                  std::string(cfg.status().message()).c_str());
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
     return CheckConfig(*cfg);
   }
   devplug::SetLogLevel(cfg->log_level);
+  if (!cfg->api_label_note.empty()) spdlog::info("api = \"node-label\": {}", cfg->api_label_note);
 
   // Signals arrive through a signalfd; block them before any thread starts
   // so no gRPC or module thread receives them.
@@ -211,7 +219,13 @@ int main(int argc, char** argv) {
     agent_opts.predecessor_fd = predecessor_fd;
     if (!f.builtin_config)
       agent_opts.reload = [path = f.config_path, load_opts, level = f.log_level] {
-        auto next = devplug::config::LoadFile(path, load_opts);
+        auto next = devplug::LoadWithNodeLabels(
+            [&path](const devplug::config::LoadOptions& o) {
+              return devplug::config::LoadFile(path, o);
+            },
+            load_opts, /*must_read=*/true);
+        if (next.ok() && !next->api_label_note.empty())
+          spdlog::info("api = \"node-label\": {}", next->api_label_note);
         if (next.ok() && !level.empty()) devplug::config::ParseLogLevel(level, &next->log_level);
         return next;
       };

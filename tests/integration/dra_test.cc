@@ -662,6 +662,60 @@ TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
 }
 
+// api = "node-label": one configuration for every node, and this node's
+// label devplug.io/api chooses the API, read at start and at every reload;
+// a changed label moves the resource at the next reload, as an edit of
+// `api` would. A Node that cannot be read refuses the reload.
+TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndAtEveryReload) {
+  auto label = [&](const std::string& value) {
+    return api_
+        ->Update(std::string("/api/v1/nodes/") + kNode,
+                 [&](Json& n) {
+                   n["metadata"]["labels"]["devplug.io/api"] = value;
+                   return OkStatus();
+                 })
+        .ok();
+  };
+  ASSERT_TRUE(
+      api_->Create("/api/v1/nodes",
+                   Json{{"apiVersion", "v1"},
+                        {"kind", "Node"},
+                        {"metadata", {{"name", kNode}, {"labels", {{"devplug.io/api", "dra"}}}}}})
+          .ok());
+  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
+  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
+  StartSim();
+  StartAgent(Resource(kDra, FakeModule("fake_release"),
+                      "api = \"node-label\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n"),
+             "0s", agent);
+  ASSERT_TRUE(DriverRegistered());
+  EXPECT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("api = \"node-label\": node node-1's label devplug.io/api=dra"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_FALSE(sim_->resource(kDra)) << "registered through the device plugin API too";
+
+  ASSERT_TRUE(label("device-plugin"));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+
+  ASSERT_TRUE(label("dra"));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(DriverRegistered(2));
+  EXPECT_TRUE(Eventually([&] { return SliceDevices().size() == 2; })) << agent_->Log();
+
+  ASSERT_TRUE(api_->Delete(std::string("/api/v1/nodes/") + kNode).ok());
+  EXPECT_FALSE(Reload());
+  EXPECT_NE(agent_->Log().find("cannot read node node-1's labels (devplug.io/api chooses the API "
+                               "of a resource with api = \"node-label\")"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_EQ(SliceDevices().size(), 2u);  // what runs stays
+}
+
 // pod_of() under DRA: inside pre_start(), which runs before any container
 // of the claim's pod exists, the holder is the claim being prepared, in its
 // namespace; so cex's `namespaces` can be checked and its sweep keeps a

@@ -519,6 +519,81 @@ module = "generic"
   EXPECT_EQ(DefaultDriverName("devplug.io/Net_Dev"), "net-dev.devplug.io");
 }
 
+// api = "node-label": the Node's label (LoadOptions::node_labels, read by
+// devplugd) chooses the API; the table is checked for both, so one file
+// serves every node.
+TEST(ConfigTest, ANodeLabelChoosesTheApiOfANodeLabelResource) {
+  constexpr char kText[] = R"([agent]
+node_name = "node-1"
+api_label = "example.com/devplug-api"
+
+[[resource]]
+name = "devplug.io/tun"
+module = "generic"
+api = "node-label"
+dra_driver = "tun.dra.example.com"
+
+[[resource]]
+name = "devplug.io/kvm"
+module = "kvm"
+)";
+  LoadOptions o = Opts();
+  o.node_labels = std::map<std::string, std::string>{{"example.com/devplug-api", "dra"}};
+  auto cfg = LoadString(kText, "label.toml", o);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_TRUE(cfg->resources[0].api_from_node_label);
+  EXPECT_EQ(cfg->resources[0].api, ServingApi::kDra);
+  EXPECT_EQ(cfg->resources[0].driver, "tun.dra.example.com");
+  EXPECT_EQ(cfg->resources[0].socket, "tun.dra.example.com.sock");
+  EXPECT_EQ(cfg->resources[0].registration, RegistrationMode::kPluginWatcher);
+  EXPECT_EQ(cfg->resources[1].api, ServingApi::kDevicePlugin);  // not labelled: its own
+  EXPECT_EQ(cfg->api_label_note, "node node-1's label example.com/devplug-api=dra");
+
+  for (const auto& [labels, note] :
+       std::vector<std::pair<std::optional<std::map<std::string, std::string>>, std::string>>{
+           {std::map<std::string, std::string>{{"example.com/devplug-api", "device-plugin"}},
+            "node node-1's label example.com/devplug-api=device-plugin"},
+           {std::map<std::string, std::string>{},
+            "node node-1 has no label example.com/devplug-api: the device plugin API"},
+           {std::map<std::string, std::string>{{"example.com/devplug-api", "yes"}},
+            "node node-1's label example.com/devplug-api=yes is neither dra nor device-plugin: "
+            "the device plugin API"},
+           {std::nullopt, "node node-1's labels not read (forbidden): the device plugin API"}}) {
+    o.node_labels = labels;
+    o.node_labels_error = "forbidden";
+    cfg = LoadString(kText, "label.toml", o);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    EXPECT_EQ(cfg->resources[0].api, ServingApi::kDevicePlugin) << note;
+    EXPECT_EQ(cfg->resources[0].socket, "devplug-devplug.io_tun.sock") << note;
+    EXPECT_EQ(cfg->resources[0].registration, RegistrationMode::kKubelet) << note;
+    EXPECT_EQ(cfg->api_label_note, note);
+  }
+
+  // Checked for DRA on every node: a name with no driver name is refused
+  // whatever the label says.
+  auto bad = LoadString(
+      "[agent]\nnode_name = \"n\"\n[[resource]]\nname = \"devplug.io/a\"\nmodule = "
+      "\"kvm\"\napi = \"node-label\"\ncdi = \"cri\"\n",
+      "bad.toml", Opts());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.toml:7: resource[0].cdi: a DRA resource always "
+                                        "hands its devices out by CDI name"),
+            std::string::npos)
+      << bad.status().message();
+  bad = LoadString(
+      "[agent]\napi_label = \"bad label!\"\n[[resource]]\nname = \"devplug.io/a\"\n"
+      "module = \"kvm\"\napi = \"auto\"\n",
+      "bad.toml", Opts());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad.toml:2: agent.api_label: \"bad label!\" is not a "
+                                        "label key"),
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("(expected device-plugin|dra|node-label)"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 // agent.api_kubeconfig names the API server and its credentials: with
 // api_server or one of its credential keys, one of them would be ignored.
 TEST(ConfigTest, AKubeconfigOrAnApiServerNotBoth) {
@@ -617,7 +692,7 @@ dra_taint_effect = "NoExecute"
       std::string::npos)
       << m;
   EXPECT_NE(m.find("bad.toml:21: resource[2].api: unknown API \"grpc\" (expected "
-                   "device-plugin|dra)"),
+                   "device-plugin|dra|node-label)"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("bad.toml:26: resource[3].dra_driver: is a DRA key"), std::string::npos) << m;

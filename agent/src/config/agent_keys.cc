@@ -45,6 +45,20 @@ void Parser::ParseAgent(const toml::table& t) {
                    "\" is not a node name (a DNS subdomain: a-z, 0-9, '-' and '.', at most 253)"));
       else
         cfg_.node_name = *s;
+    } else if (name == "api_label") {
+      const std::string* s = String(node, key);
+      if (s == nullptr) continue;
+      // A label key: an optional DNS-subdomain prefix and a name of at most
+      // 63 characters.
+      const size_t slash = s->rfind('/');
+      const std::string label = slash == std::string::npos ? *s : s->substr(slash + 1);
+      if (label.empty() || label.size() > 63 || s->size() > 316 ||
+          s->find_first_not_of(
+              "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._/") !=
+              std::string::npos)
+        Error(node, key, StrCat("\"", *s, "\" is not a label key"));
+      else
+        cfg_.api_label = *s;
     } else if (name == "api_server") {
       const std::string* s = String(node, key);
       if (s == nullptr) continue;
@@ -121,6 +135,7 @@ void Parser::ParseAgent(const toml::table& t) {
                                      "api_client_cert",
                                      "api_client_key",
                                      "api_kubeconfig",
+                                     "api_label",
                                      "dra_state_dir"};
       for (const DurationKey& d : kDurationKeys) known.emplace_back(d.name);
       Error(node, key, StrCat("unknown key (expected one of ", StrJoin(known, ", "), ")"));

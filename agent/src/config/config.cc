@@ -150,8 +150,34 @@ void FinishDra(AgentConfig& cfg, const Parser& parser, Errors& errors, size_t i,
   }
 }
 
+// api = "node-label": the API the Node's label chooses, and a note for the
+// log. Not read, absent or "device-plugin": the device plugin API.
+ServingApi ApiFromLabel(AgentConfig& cfg, const LoadOptions& options) {
+  if (!options.node_labels) {
+    cfg.api_label_note = StrCat(
+        "node ", cfg.node_name, "'s labels not read (",
+        options.node_labels_error.empty() ? std::string("not asked") : options.node_labels_error,
+        "): the device plugin API");
+    return ServingApi::kDevicePlugin;
+  }
+  auto it = options.node_labels->find(cfg.api_label);
+  if (it == options.node_labels->end()) {
+    cfg.api_label_note =
+        StrCat("node ", cfg.node_name, " has no label ", cfg.api_label, ": the device plugin API");
+    return ServingApi::kDevicePlugin;
+  }
+  ServingApi api = ServingApi::kDevicePlugin;
+  if (!ParseServingApi(it->second, &api)) {
+    cfg.api_label_note = StrCat("node ", cfg.node_name, "'s label ", cfg.api_label, "=", it->second,
+                                " is neither dra nor device-plugin: the device plugin API");
+    return ServingApi::kDevicePlugin;
+  }
+  cfg.api_label_note = StrCat("node ", cfg.node_name, "'s label ", cfg.api_label, "=", it->second);
+  return api;
+}
+
 // Cross-table checks once every file is read: sockets, duplicates.
-void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
+void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors, const LoadOptions& options) {
   if (!cfg.api_kubeconfig.empty()) {
     for (const char* key :
          {"api_server", "api_ca_file", "api_token_file", "api_client_cert", "api_client_key"}) {
@@ -169,12 +195,36 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
                "serve");
   }
   std::map<std::string, size_t> names, sockets, cdi_files, drivers;
-  bool dra = false;
+  const bool dra = std::any_of(cfg.resources.begin(), cfg.resources.end(), [](const auto& r) {
+    return r.api == ServingApi::kDra || r.api_from_node_label;
+  });
+  if (dra && cfg.node_name.empty()) {
+    // The DaemonSet passes spec.nodeName as $NODE_NAME; a systemd service
+    // runs under the host name, which is the kubelet's default node name.
+    if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
+      cfg.node_name = env;
+    } else {
+      char host[256] = {};
+      if (gethostname(host, sizeof(host) - 1) == 0) cfg.node_name = host;
+      for (char& c : cfg.node_name)
+        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    if (cfg.node_name.empty())
+      errors.Add(cfg.files.empty() ? std::string() : cfg.files.front(), 0, "agent.node_name",
+                 "DRA resources need this node's name: set node_name, or $NODE_NAME");
+  }
+  std::optional<ServingApi> labelled;
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     ResourceConfig& r = cfg.resources[i];
     const std::string prefix = ResourceKey(i, "");
-    if (r.api == ServingApi::kDra) {
-      dra = true;
+    if (r.api_from_node_label) {
+      // Checked for DRA on every node, whichever API this one serves.
+      if (!labelled) labelled = ApiFromLabel(cfg, options);
+      r.api = ServingApi::kDra;
+      FinishDra(cfg, parser, errors, i, drivers);
+      r.api = *labelled;
+      if (r.api == ServingApi::kDevicePlugin) r.socket.clear();  // the device plugin's own
+    } else if (r.api == ServingApi::kDra) {
       FinishDra(cfg, parser, errors, i, drivers);
     } else {
       for (const char* key : {"dra_driver", "dra_taint_effect"})
@@ -247,21 +297,6 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors) {
       }
     }
   }
-  if (dra && cfg.node_name.empty()) {
-    // The DaemonSet passes spec.nodeName as $NODE_NAME; a systemd service
-    // runs under the host name, which is the kubelet's default node name.
-    if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
-      cfg.node_name = env;
-    } else {
-      char host[256] = {};
-      if (gethostname(host, sizeof(host) - 1) == 0) cfg.node_name = host;
-      for (char& c : cfg.node_name)
-        if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    }
-    if (cfg.node_name.empty())
-      errors.Add(cfg.files.empty() ? std::string() : cfg.files.front(), 0, "agent.node_name",
-                 "DRA resources need this node's name: set node_name, or $NODE_NAME");
-  }
 }
 
 bool ParseOne(std::string_view text, const std::string& name, Parser& parser, Errors& errors) {
@@ -299,9 +334,14 @@ StatusOr<AgentConfig> LoadString(std::string_view toml, const std::string& name,
   cfg.files.push_back(name);
   ParseOne(toml, name, parser, errors);
   parser.ApplyOverrides(options);
-  Finish(cfg, parser, errors);
+  Finish(cfg, parser, errors, options);
   if (!errors.empty()) return errors.ToStatus();
   return cfg;
+}
+
+bool UsesNodeLabel(const AgentConfig& cfg) {
+  return std::any_of(cfg.resources.begin(), cfg.resources.end(),
+                     [](const ResourceConfig& r) { return r.api_from_node_label; });
 }
 
 StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& options) {
@@ -335,7 +375,7 @@ StatusOr<AgentConfig> LoadFile(const std::string& path, const LoadOptions& optio
     ParseOne(*text, file, parser, errors);
   }
   parser.ApplyOverrides(options);
-  Finish(cfg, parser, errors);
+  Finish(cfg, parser, errors, options);
   if (!errors.empty()) return errors.ToStatus();
   return cfg;
 }

@@ -66,6 +66,9 @@ struct ResourceConfig {
   RegistrationMode registration = RegistrationMode::kKubelet;
   // Which API serves it (`api`: "device-plugin", the default, or "dra").
   ServingApi api = ServingApi::kDevicePlugin;
+  // `api = "node-label"`: the Node's label [agent] api_label chose `api`
+  // (LoadOptions::node_labels); its table is checked for both APIs.
+  bool api_from_node_label = false;
   // DRA: the driver name (a DNS subdomain of at most 63 characters): the
   // table's `dra_driver`, else the resource's name turned around
   // ("devplug.io/tun" -> "tun.devplug.io"). "" for the device plugin API.
@@ -159,6 +162,12 @@ struct AgentConfig {
   std::string api_kubeconfig;
   // Where DRA resources keep their prepared claims across restarts.
   std::string dra_state_dir = "/var/lib/devplug/dra";
+  // The Node label whose value ("dra" or "device-plugin") chooses the API
+  // of resources with api = "node-label".
+  std::string api_label = "devplug.io/api";
+  // What choosing by the label said, for the log: the label's value, or
+  // why it could not be read ("" when no resource asks).
+  std::string api_label_note;
   // Where each [agent] key was set (for messages about them, e.g. a reload
   // that would change one that needs a restart).
   std::map<std::string, SourceLocation> agent_keys;
@@ -189,7 +198,15 @@ struct LoadOptions {
   std::optional<std::string> plugin_dir, module_dir, host_root;
   // agent.control_socket ("" turns it off).
   std::optional<std::string> control_socket;
+  // This node's labels, for resources with api = "node-label"; nullopt when
+  // they were not read (those resources then serve the device plugin API).
+  std::optional<std::map<std::string, std::string>> node_labels;
+  // Why they could not be read, for the note.
+  std::string node_labels_error;
 };
+
+// Whether a resource of `cfg` takes its API from the Node's label.
+bool UsesNodeLabel(const AgentConfig& cfg);
 
 // Every configuration problem reads "file:line: key: problem" ("file: key:
 // problem" without a line, no key part without a key).

@@ -44,11 +44,15 @@ void Parser::ParseResource(const toml::table& t) {
       }
     } else if (name == "api") {
       if (const std::string* s = String(node, key_of(name))) {
-        if (ParseServingApi(*s, &r.api))
+        if (*s == "node-label") {
+          r.api_from_node_label = true;
           key_lines_[{index, "api"}] = LineOf(node);
-        else
+        } else if (ParseServingApi(*s, &r.api)) {
+          key_lines_[{index, "api"}] = LineOf(node);
+        } else {
           Error(node, key_of(name),
-                StrCat("unknown API \"", *s, "\" (expected device-plugin|dra)"));
+                StrCat("unknown API \"", *s, "\" (expected device-plugin|dra|node-label)"));
+        }
       }
     } else if (name == "dra_driver") {
       if (const std::string* s = String(node, key_of(name))) {

@@ -102,10 +102,10 @@ around ("example.com/gpu" -> "gpu.example.com"), lower case, "_" as "-"
 {{- if not .name -}}{{- fail "devplug: every entry of resources needs a name (the extended resource name)" -}}{{- end -}}
 {{- if not .module -}}{{- fail (printf "devplug: resource %q needs a module" .name) -}}{{- end -}}
 {{- $api := default "device-plugin" .api -}}
-{{- if not (has $api (list "device-plugin" "dra")) -}}
-{{- fail (printf "devplug: resource %q: api is %q; it is \"device-plugin\" or \"dra\"" .name $api) -}}
+{{- if not (has $api (list "device-plugin" "dra" "node-label")) -}}
+{{- fail (printf "devplug: resource %q: api is %q; it is \"device-plugin\", \"dra\" or \"node-label\"" .name $api) -}}
 {{- end -}}
-{{- if eq $api "dra" -}}
+{{- if has $api (list "dra" "node-label") -}}
 {{- $out = append $out (dict "name" .name "driver" (include "devplug.driver" .)) -}}
 {{- end -}}
 {{- end -}}
