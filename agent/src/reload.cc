@@ -58,7 +58,8 @@ StatusOr<Reload::Plan> Reload::Make(
   fixed("control_socket", now.control_socket, next.control_socket);
   fixed("metrics_address", now.metrics_address, next.metrics_address);
   // DRA: the pool every slice names, and the client each resource holds.
-  fixed("node_name", now.node_name, next.node_name);
+  // (Unset until a resource needed it: nothing hangs on it yet.)
+  if (!now.node_name.empty()) fixed("node_name", now.node_name, next.node_name);
   fixed("api_server", now.api_server, next.api_server);
   fixed("api_ca_file", now.api_ca_file, next.api_ca_file);
   fixed("api_token_file", now.api_token_file, next.api_token_file);

@@ -566,6 +566,7 @@ module = "kvm"
     EXPECT_EQ(cfg->resources[0].api, ServingApi::kDevicePlugin) << note;
     EXPECT_EQ(cfg->resources[0].socket, "devplug-devplug.io_tun.sock") << note;
     EXPECT_EQ(cfg->resources[0].registration, RegistrationMode::kKubelet) << note;
+    EXPECT_EQ(cfg->resources[0].driver, "") << note;
     EXPECT_EQ(cfg->api_label_note, note);
   }
 

@@ -102,6 +102,31 @@ shares = 10
   EXPECT_TRUE(plan->stage.empty());
 }
 
+// A cluster's ConfigMap moved to api = "node-label": on a node whose label
+// keeps the device plugin API, the resource is what it was, and nothing is
+// staged (the node's name, unset while no resource needed it, may be set
+// without a restart).
+TEST_F(ReloadPlanTest, ANodeLabelThatKeepsTheDevicePluginApiStagesNothing) {
+  auto plan = Plan(R"(
+[agent]
+plugin_dir = "/tmp/dp"
+
+[[resource]]
+name = "devices.kubevirt.io/kvm"
+module = "kvm"
+shares = 10
+api = "node-label"
+
+[[resource]]
+name = "example.com/fpga"
+module = "/opt/mods/fpga.so"
+)");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_TRUE(next_.resources[0].api_from_node_label);
+  EXPECT_FALSE(next_.node_name.empty());
+  EXPECT_TRUE(plan->stage.empty());
+}
+
 TEST_F(ReloadPlanTest, AChangedModuleKeyStagesThatResourceOnly) {
   auto plan = Plan(R"(
 [agent]

@@ -223,7 +223,12 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors, const LoadOp
       r.api = ServingApi::kDra;
       FinishDra(cfg, parser, errors, i, drivers);
       r.api = *labelled;
-      if (r.api == ServingApi::kDevicePlugin) r.socket.clear();  // the device plugin's own
+      // Served through the device plugin API it is what a table without
+      // `api` would be (a reload to node-label changes nothing there).
+      if (r.api == ServingApi::kDevicePlugin) {
+        r.socket.clear();
+        r.driver.clear();
+      }
     } else if (r.api == ServingApi::kDra) {
       FinishDra(cfg, parser, errors, i, drivers);
     } else {
