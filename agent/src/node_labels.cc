@@ -6,13 +6,7 @@
 namespace devplug {
 
 StatusOr<std::map<std::string, std::string>> ReadNodeLabels(const config::AgentConfig& cfg) {
-  kube::Credentials given;
-  given.server = cfg.api_server;
-  given.ca_file = cfg.api_ca_file;
-  given.token_file = cfg.api_token_file;
-  given.client_cert = cfg.api_client_cert;
-  given.client_key = cfg.api_client_key;
-  auto creds = kube::ChooseCredentials(cfg.api_kubeconfig, std::move(given));
+  auto creds = kube::ChooseCredentials(cfg);
   if (!creds.ok()) return creds.status();
   kube::Client::Options o;
   o.credentials = std::move(*creds);

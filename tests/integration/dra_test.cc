@@ -69,6 +69,24 @@ class DraTest : public AgentTest {
            "\"\napi_server = \"" + server_ + "\"\ndra_state_dir = \"" + (dir_ / "dra") +
            "\"\ncdi_dir = \"/run/cdi\"";
   }
+  // DraAgent(), and the simulator serving PodResources (who holds devices
+  // through the device plugin API: a reload to DRA asks).
+  std::string DraAgentWithPodResources() {
+    sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
+    return DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
+  }
+  // kDra served through the device plugin API (what a reload then moves to
+  // DRA), with the simulator's PodResources; its [agent] keys.
+  std::string StartThroughTheDevicePlugin() {
+    const std::string agent = DraAgentWithPodResources();
+    StartSim();
+    StartAgent(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", agent);
+    EXPECT_TRUE(Eventually([&] {
+      auto r = sim_->resource(kDra);
+      return r && r->devices.size() == 2;
+    })) << agent_->Log();
+    return agent;
+  }
   std::string DraResource(const std::string& extra = "") const {
     return Resource(
         kDra, FakeModule("fake_release"),
@@ -561,14 +579,8 @@ TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
 // the slices would offer that device as free. No slice is written. Once the
 // pod is gone the same reload goes through, and the slices offer both.
 TEST_F(DraTest, AReloadToDraWhileAPodHoldsADeviceThroughTheDevicePluginIsRefused) {
-  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
-  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
-  StartSim();
-  StartAgent(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", agent);
-  ASSERT_TRUE(Eventually([&] {
-    auto r = sim_->resource(kDra);
-    return r && r->devices.size() == 2;
-  })) << agent_->Log();
+  const std::string agent = StartThroughTheDevicePlugin();
+  ASSERT_FALSE(HasFailure());
   sim_->BindPod("default", "p1", "app", kDra, {"fake-1"});
 
   WriteFile(config_path(), Config(DraResource(), "0s", agent));
@@ -596,14 +608,8 @@ TEST_F(DraTest, AReloadToDraWhileAPodHoldsADeviceThroughTheDevicePluginIsRefused
 // it within its node-status period): the scheduler, which takes the device
 // plugin's path while it is above 0, never sees both APIs offer it here.
 TEST_F(DraTest, AReloadToDraPublishesNoSliceUntilTheNodesAllocatableReadsZero) {
-  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
-  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
-  StartSim();
-  StartAgent(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", agent);
-  ASSERT_TRUE(Eventually([&] {
-    auto r = sim_->resource(kDra);
-    return r && r->devices.size() == 2;
-  })) << agent_->Log();
+  const std::string agent = StartThroughTheDevicePlugin();
+  ASSERT_FALSE(HasFailure());
   // The Node as the kubelet posted it while the device plugin served.
   Json node = {{"apiVersion", "v1"},
                {"kind", "Node"},
@@ -682,8 +688,7 @@ TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndAtEveryReload) {
                         {"kind", "Node"},
                         {"metadata", {{"name", kNode}, {"labels", {{"devplug.io/api", "dra"}}}}}})
           .ok());
-  sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
-  const std::string agent = DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
+  const std::string agent = DraAgentWithPodResources();
   StartSim();
   StartAgent(Resource(kDra, FakeModule("fake_release"),
                       "api = \"node-label\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n"),

@@ -49,13 +49,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
     driver_ = before->driver_;
     return OkStatus();
   }
-  kube::Credentials given;
-  given.server = cfg.api_server;
-  given.ca_file = cfg.api_ca_file;
-  given.token_file = cfg.api_token_file;
-  given.client_cert = cfg.api_client_cert;
-  given.client_key = cfg.api_client_key;
-  auto creds = kube::ChooseCredentials(cfg.api_kubeconfig, std::move(given));
+  auto creds = kube::ChooseCredentials(cfg);
   if (!creds.ok())
     return Status(
         creds.status().code(),

@@ -228,4 +228,14 @@ StatusOr<Credentials> ChooseCredentials(const std::string& kubeconfig, Credentia
   return given;
 }
 
+StatusOr<Credentials> ChooseCredentials(const config::AgentConfig& cfg) {
+  Credentials given;
+  given.server = cfg.api_server;
+  given.ca_file = cfg.api_ca_file;
+  given.token_file = cfg.api_token_file;
+  given.client_cert = cfg.api_client_cert;
+  given.client_key = cfg.api_client_key;
+  return ChooseCredentials(cfg.api_kubeconfig, std::move(given));
+}
+
 }  // namespace devplug::kube

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "config/config.h"
 #include "kube/client.h"
 #include "util/status.h"
 
@@ -26,5 +27,7 @@ StatusOr<Credentials> LoadKubeconfig(const std::string& path);
 // kubeconfig file `kubeconfig`; the pod's service account (InCluster) when
 // `given.server` is empty; else `given`.
 StatusOr<Credentials> ChooseCredentials(const std::string& kubeconfig, Credentials given);
+// The same, from the [agent] keys (api_kubeconfig, api_server and its files).
+StatusOr<Credentials> ChooseCredentials(const config::AgentConfig& cfg);
 
 }  // namespace devplug::kube
