@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -31,15 +32,9 @@ struct Adopted {
   }
   // Waits up to `timeout` for it to end; its exit status, or -1.
   static int Wait(pid_t pid, std::chrono::milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (std::chrono::steady_clock::now() < end) {
-      const pid_t r = waitpid(pid, &status, WNOHANG);
-      if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      if (r < 0) return -1;
-      std::this_thread::sleep_for(5ms);
-    }
-    return -1;
+    bool exited = false;
+    std::string ending;
+    return testing::WaitPid(pid, timeout, &exited, &ending).value_or(-1);
   }
 };
 
@@ -86,6 +81,15 @@ class HandoverTest : public AgentTest {
     return testing::RunProcess(
         {testing::DevplugctlPath(), "handover", "--json", "--socket", control_socket()});
   }
+  // devplugd serving kMinimal, and Allocates on it at 100 a second.
+  std::unique_ptr<AllocateLoop> StartServing() {
+    StartSim();
+    StartAgent(Resource(kMinimal, FakeModule("fake_minimal"), "count = 2"));
+    EXPECT_TRUE(Registered(kMinimal));
+    auto allocates = std::make_unique<AllocateLoop>(*sim_);
+    EXPECT_TRUE(Eventually([&] { return allocates->answered() >= 10; }));
+    return allocates;
+  }
   bool ControlAnswers() {
     return Eventually([&] {
       return testing::RunProcess(
@@ -96,11 +100,9 @@ class HandoverTest : public AgentTest {
 };
 
 TEST_F(HandoverTest, ThreeHandoversInARowFailNoAllocate) {
-  StartSim();
-  StartAgent(Resource(kMinimal, FakeModule("fake_minimal"), "count = 2"));
-  ASSERT_TRUE(Registered(kMinimal));
-  AllocateLoop allocates(*sim_);
-  ASSERT_TRUE(Eventually([&] { return allocates.answered() >= 10; }));
+  const std::unique_ptr<AllocateLoop> started = StartServing();
+  ASSERT_FALSE(HasFailure());
+  AllocateLoop& allocates = *started;
 
   pid_t serving = agent_->pid();
   Adopted last;
@@ -152,11 +154,9 @@ TEST_F(HandoverTest, ThreeHandoversInARowFailNoAllocate) {
 // wrongly before the upgrade): the handover fails with the new one's exit
 // status, and the old one serves on with nothing changed.
 TEST_F(HandoverTest, ANewProcessThatExitsLeavesTheOldOneServing) {
-  StartSim();
-  StartAgent(Resource(kMinimal, FakeModule("fake_minimal"), "count = 2"));
-  ASSERT_TRUE(Registered(kMinimal));
-  AllocateLoop allocates(*sim_);
-  ASSERT_TRUE(Eventually([&] { return allocates.answered() >= 10; }));
+  const std::unique_ptr<AllocateLoop> started = StartServing();
+  ASSERT_FALSE(HasFailure());
+  AllocateLoop& allocates = *started;
   WriteFile(config_path(), "[agent]\nlog_level = \"loud\"\n");
 
   const testing::RunResult r = Handover();

@@ -153,6 +153,8 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path, b
   return SpawnProcess(argv, out_path, both);
 }
 
+}  // namespace
+
 std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited,
                            std::string* ending) {
   const auto end = std::chrono::steady_clock::now() + timeout;
@@ -173,7 +175,6 @@ std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* e
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
-}  // namespace
 
 AgentProcess::AgentProcess(const std::vector<std::string>& args) {
   char tmpl[] = "/tmp/devplugd-log.XXXXXX";

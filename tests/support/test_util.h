@@ -115,6 +115,12 @@ class AgentProcess {
   std::string log_path_;
 };
 
+// Waits up to `timeout` for child `pid` to end (reaping it): its exit
+// status, or nullopt (still running, or killed: `ending` says which;
+// `exited` is set once it ended).
+std::optional<int> WaitPid(pid_t pid, std::chrono::milliseconds timeout, bool* exited,
+                           std::string* ending);
+
 // Runs devplugd to completion (for --check-config and config errors).
 struct RunResult {
   int exit_code = -1;

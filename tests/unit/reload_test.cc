@@ -107,20 +107,9 @@ shares = 10
 // staged (the node's name, unset while no resource needed it, may be set
 // without a restart).
 TEST_F(ReloadPlanTest, ANodeLabelThatKeepsTheDevicePluginApiStagesNothing) {
-  auto plan = Plan(R"(
-[agent]
-plugin_dir = "/tmp/dp"
-
-[[resource]]
-name = "devices.kubevirt.io/kvm"
-module = "kvm"
-shares = 10
-api = "node-label"
-
-[[resource]]
-name = "example.com/fpga"
-module = "/opt/mods/fpga.so"
-)");
+  std::string labelled = kTwo;
+  labelled.replace(labelled.find("shares = 10\n"), 12, "shares = 10\napi = \"node-label\"\n");
+  auto plan = Plan(labelled);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
   EXPECT_TRUE(next_.resources[0].api_from_node_label);
   EXPECT_FALSE(next_.node_name.empty());
