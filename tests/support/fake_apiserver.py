@@ -3,7 +3,10 @@
 
 It serves what a node driver uses, as the real one answers it:
   GET an object or a collection (fieldSelector / labelSelector on any
-  dotted field, limit + continue pages), POST (uid, resourceVersion,
+  dotted field, limit + continue pages), a watch of a collection (?watch=1
+  with the same selectors, from resourceVersion, ending after
+  timeoutSeconds; chunked JSON lines; 410 Expired as an ERROR event for a
+  version older than the last compaction), POST (uid, resourceVersion,
   creationTimestamp, generateName; 409 AlreadyExists), PUT (409 Conflict on
   a stale resourceVersion), DELETE, and DELETE on a collection (with the
   same selectors). Errors are metav1.Status objects. With --token, a request
@@ -15,6 +18,9 @@ For the tests, under /_fake/:
   POST /_fake/conflicts?count=N   the next N PUTs answer 409 Conflict
   POST /_fake/continue?token=T    every list page from now on says
                                   "continue": T (a server that never ends)
+  POST /_fake/compact             watches from a version before now get 410
+  POST /_fake/end_watches         every open watch ends now (a server that
+                                  restarts, or ends them early)
   POST /_fake/prune?key=K         a written object loses every field named
                                   K, at any depth (a server that does not
                                   know the field)
@@ -34,13 +40,22 @@ import json
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
 import uuid
 
 LOCK = threading.Lock()
+CHANGED = threading.Condition(LOCK)  # notified on every write, for watches
 STORE = {}  # collection path -> {name: object}
+EVENTS = []  # {"rv", "collection", "type", "object"}, oldest first
 REQUESTS = []
-STATE = {"rv": 1, "conflicts": 0}
+STATE = {"rv": 1, "conflicts": 0, "compacted": 0, "watch_epoch": 0}
+
+
+def record(collection, kind, obj):
+    EVENTS.append({"rv": STATE["rv"], "collection": collection, "type": kind,
+                   "object": json.loads(json.dumps(obj))})
+    CHANGED.notify_all()
 
 
 def split(path):
@@ -139,15 +154,80 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with LOCK:
             REQUESTS.append({"method": method, "path": url.path, "query": url.query,
                              "authorization": self.headers.get("Authorization", "")})
+            watch = method == "GET" and query.get("watch", [""])[0] in ("1", "true")
             if STATE.get("throttle", 0) > 0 and not url.path.startswith("/_fake/"):
                 STATE["throttle"] -= 1
                 code, obj = status(429, "TooManyRequests", "Too many requests, please try again "
                                    "later.")
                 retry_after = STATE["retry_after"]
+            elif watch:
+                code, obj = self.check_token() or (None, None)
+                retry_after = None
             else:
                 code, obj = self.route(method, url.path, query, body)
                 retry_after = None
+        if code is None:
+            self.serve_watch(url.path, query)
+            return
         self.answer(code, obj, retry_after)
+
+    def check_token(self):
+        if not self.token_file:
+            return None
+        with open(self.token_file) as f:
+            want = "Bearer " + f.read().strip()
+        if self.headers.get("Authorization") != want:
+            return status(401, "Unauthorized", "Unauthorized")
+        return None
+
+    def serve_watch(self, path, query):
+        collection, name = split(path)
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(event):
+            data = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        try:
+            with LOCK:
+                epoch = STATE["watch_epoch"]
+                if since and since < STATE["compacted"]:
+                    batch = [{"type": "ERROR", "object": status(
+                        410, "Expired", f"too old resource version: {since} "
+                        f"({STATE['compacted']})")[1]}]
+                    done = True
+                elif not since:  # the current state first, as ADDED
+                    items = STORE.get(collection, {})
+                    batch = [{"type": "ADDED", "object": items[k]} for k in sorted(items)
+                             if matches(items[k], query)]
+                    done = False
+                else:
+                    batch, done = [], False
+                at = len(EVENTS) if not since else next(
+                    (i for i, e in enumerate(EVENTS) if e["rv"] > since), len(EVENTS))
+            for event in batch:
+                send(event)
+            while not done:
+                with CHANGED:
+                    while (at == len(EVENTS) and STATE["watch_epoch"] == epoch
+                           and time.monotonic() < deadline):
+                        CHANGED.wait(max(0.0, deadline - time.monotonic()))
+                    batch = [{"type": e["type"], "object": e["object"]} for e in EVENTS[at:]
+                             if e["collection"] == collection and matches(e["object"], query)]
+                    at = len(EVENTS)
+                    done = STATE["watch_epoch"] != epoch or time.monotonic() >= deadline
+                for event in batch:
+                    send(event)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def route(self, method, path, query, body):
         if path == "/_fake/conflicts":
@@ -163,13 +243,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             STATE["throttle"] = int(query["count"][0])
             STATE["retry_after"] = query["retry_after"][0]
             return 200, {}
+        if path == "/_fake/compact":
+            STATE["compacted"] = STATE["rv"]
+            return 200, {}
+        if path == "/_fake/end_watches":
+            STATE["watch_epoch"] += 1
+            CHANGED.notify_all()
+            return 200, {}
         if path == "/_fake/requests":
             return 200, {"items": REQUESTS[:-1]}
-        if self.token_file:
-            with open(self.token_file) as f:
-                want = "Bearer " + f.read().strip()
-            if self.headers.get("Authorization") != want:
-                return status(401, "Unauthorized", "Unauthorized")
+        if (denied := self.check_token()) is not None:
+            return denied
         if body is not None and STATE.get("prune"):
             body = prune(body, STATE["prune"])
         path, sub = subresource(path)
@@ -205,6 +289,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             meta.update(resourceVersion=str(STATE["rv"]), uid=str(uuid.uuid4()),
                         creationTimestamp=datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"))
             items[meta["name"]] = body
+            record(collection, "ADDED", body)
             return 201, body
         if method == "PUT" and name is not None:
             if name not in items:
@@ -223,15 +308,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body["metadata"]["resourceVersion"] = str(STATE["rv"])
             body["metadata"]["uid"] = items[name]["metadata"]["uid"]
             items[name] = body
+            record(collection, "MODIFIED", body)
             return 200, body
         if method == "DELETE" and name is not None:
             if name not in items:
                 return status(404, "NotFound", f'{kind} "{name}" not found')
-            return 200, items.pop(name)
+            STATE["rv"] += 1
+            gone = items.pop(name)
+            gone["metadata"]["resourceVersion"] = str(STATE["rv"])
+            record(collection, "DELETED", gone)
+            return 200, gone
         if method == "DELETE":
             gone = [k for k in items if matches(items[k], query)]
             for k in gone:
-                del items[k]
+                STATE["rv"] += 1
+                obj = items.pop(k)
+                obj["metadata"]["resourceVersion"] = str(STATE["rv"])
+                record(collection, "DELETED", obj)
             return 200, {"kind": "Status", "status": "Success"}
         return status(405, "MethodNotAllowed", f"{method} is not allowed on {path}")
 

@@ -12,7 +12,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "test_util.h"
 
@@ -280,6 +283,133 @@ TEST_F(KubeClientTest, AListThatNeverEndsAndAnAnswerTooLargeAreErrors) {
 
 // Credentials never travel over plain http to another host; loopback (the
 // tests' own server) is the one exception (review D15).
+// A watch's events, as another thread sees them.
+class Watcher {
+ public:
+  Watcher(Client& c, const Selector& selector, const std::string& version,
+          std::chrono::seconds timeout = 60s)
+      : thread_([this, &c, selector, version, timeout] {
+          Status st = c.Watch(
+              "/api/v1/nodes", selector, version, timeout,
+              [this](const Json& e) {
+                std::lock_guard<std::mutex> lock(mu_);
+                events_.push_back(StrCat(e["type"].get<std::string>(), " ",
+                                         e["object"]["metadata"]["name"].get<std::string>()));
+              },
+              &cancel_);
+          std::lock_guard<std::mutex> lock(mu_);
+          result_ = std::move(st);
+        }) {}
+  ~Watcher() {
+    cancel_.Cancel();
+    thread_.join();
+  }
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  std::optional<Status> result() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return result_;
+  }
+  // Waits up to 20 s for `f`.
+  template <typename F>
+  bool Eventually(F f) {
+    for (auto end = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < end;
+         std::this_thread::sleep_for(10ms))
+      if (f()) return true;
+    return f();
+  }
+  WatchCancel cancel_;
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> events_;
+  std::optional<Status> result_;
+  std::thread thread_;
+};
+
+Json Node(const std::string& name) {
+  return {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+}
+
+// A watch from a version hears each later change of the objects its
+// selector names, and nothing else, as it happens; a cancel ends it at
+// once (its 60 s timeout is far off), and the server's end of it is OK.
+TEST_F(KubeClientTest, AWatchHearsEachChangeOfItsObjectsUntilCancelledOrEnded) {
+  Client c(Opts());
+  auto n1 = c.Create("/api/v1/nodes", Node("n1"));
+  ASSERT_TRUE(n1.ok()) << n1.status().message();
+  ASSERT_TRUE(c.Create("/api/v1/nodes", Node("n2")).ok());
+  Client watching(Opts());
+  {
+    Watcher w(watching, Selector{"metadata.name=n1", ""},
+              (*n1)["metadata"]["resourceVersion"].get<std::string>());
+    auto label = [&](const std::string& node, const std::string& value) {
+      return c
+          .Update("/api/v1/nodes/" + node,
+                  [&](Json& n) {
+                    n["metadata"]["labels"]["devplug.io/api"] = value;
+                    return OkStatus();
+                  })
+          .ok();
+    };
+    ASSERT_TRUE(label("n1", "dra"));
+    ASSERT_TRUE(label("n2", "dra"));
+    ASSERT_TRUE(c.Delete("/api/v1/nodes/n1").ok());
+    EXPECT_TRUE(w.Eventually([&] { return w.events().size() == 2; }));
+    EXPECT_EQ(w.events(), (std::vector<std::string>{"MODIFIED n1", "DELETED n1"}));
+    EXPECT_FALSE(w.result().has_value());
+    w.cancel_.Cancel();
+    ASSERT_TRUE(w.Eventually([&] { return w.result().has_value(); }));
+    EXPECT_EQ(w.result()->code(), StatusCode::kCancelled) << w.result()->message();
+  }
+  {
+    // From no version: the current objects first, as ADDED.
+    Watcher w(watching, Selector{"metadata.name=n2", ""}, "");
+    ASSERT_TRUE(w.Eventually([&] { return w.events().size() == 1; }));
+    EXPECT_EQ(w.events(), std::vector<std::string>{"ADDED n2"});
+    ASSERT_TRUE(c.Create("/_fake/end_watches", Json::object()).ok());
+    ASSERT_TRUE(w.Eventually([&] { return w.result().has_value(); }));
+    EXPECT_TRUE(w.result()->ok()) << w.result()->message();
+  }
+  // The watch's connection was its own: the client goes on with requests.
+  EXPECT_TRUE(watching.Get("/api/v1/nodes/n2").ok());
+}
+
+// A version the server no longer has is OUT_OF_RANGE (list again); a
+// refused token is PERMISSION_DENIED, as for any request.
+TEST_F(KubeClientTest, AWatchFromACompactedVersionIsOutOfRangeAndAWrongTokenIsDenied) {
+  Client c(Opts());
+  auto n1 = c.Create("/api/v1/nodes", Node("n1"));
+  ASSERT_TRUE(n1.ok());
+  ASSERT_TRUE(c.Update("/api/v1/nodes/n1", [](Json&) { return OkStatus(); }).ok());
+  ASSERT_TRUE(c.Create("/_fake/compact", Json::object()).ok());
+  WatchCancel cancel;
+  int events = 0;
+  Status st = c.Watch(
+      "/api/v1/nodes", Selector{"metadata.name=n1", ""},
+      (*n1)["metadata"]["resourceVersion"].get<std::string>(), 60s, [&](const Json&) { ++events; },
+      &cancel);
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.message();
+  EXPECT_NE(st.message().find("HTTP 410 Expired"), std::string::npos) << st.message();
+  EXPECT_EQ(events, 0);
+
+  Client::Options o = Opts();
+  o.credentials.token_file.clear();
+  o.credentials.token = "wrong";
+  Client stranger(o);
+  st = stranger.Watch(
+      "/api/v1/nodes", {}, "", 60s, [&](const Json&) { ++events; }, &cancel);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st.message();
+  EXPECT_EQ(events, 0);
+  // Cancelled before it starts: no request at all.
+  cancel.Cancel();
+  st = c.Watch(
+      "/api/v1/nodes", {}, "", 60s, [&](const Json&) { ++events; }, &cancel);
+  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.message();
+}
+
 TEST(KubeApiServerUrlTest, PlainHttpOnlyToLoopback) {
   EXPECT_EQ(CheckApiServerUrl("https://10.96.0.1:443"), "");
   EXPECT_EQ(CheckApiServerUrl("https://api.example.com"), "");

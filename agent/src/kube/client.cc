@@ -2,7 +2,9 @@
 
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -155,6 +157,92 @@ std::string Query(const Selector& selector) {
 
 }  // namespace
 
+// A watch's answer as it arrives: whole lines are events; a body that is not
+// a 200's (an error) is kept for the message.
+struct Client::Stream {
+  const std::function<void(const Json&)>& on_event;
+  WatchCancel* cancel;
+  const std::string& collection;
+  size_t cap;
+  void* curl = nullptr;    // CURL*: the answer's code, from inside the write
+  std::string pending;     // the part of a line not yet ended
+  std::string error_body;  // a non-200 answer
+  Status error;            // an ERROR event, or a line that is no JSON
+
+  static size_t Write(char* data, size_t size, size_t n, void* out) {
+    Stream* s = static_cast<Stream*>(out);
+    const size_t len = size * n;
+    long code = 0;
+    LoadCurl().easy_getinfo(static_cast<CURL*>(s->curl), CURLINFO_RESPONSE_CODE, &code);
+    if (code != 200) {
+      s->error_body.append(data,
+                           std::min(len, 4096 - std::min<size_t>(4096, s->error_body.size())));
+      return len;
+    }
+    s->pending.append(data, len);
+    size_t start = 0;
+    for (size_t end; (end = s->pending.find('\n', start)) != std::string::npos; start = end + 1) {
+      const std::string_view line(s->pending.data() + start, end - start);
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      Json event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!event.is_object()) {
+        s->error = UnavailableError(StrCat("watch of ", s->collection, ": an event is not JSON"));
+        return 0;
+      }
+      if (event.value("type", "") == "ERROR") {
+        const Json object = event.value("object", Json::object());
+        const long status =
+            object.is_object() && object.contains("code") && object["code"].is_number_integer()
+                ? object["code"].get<long>()
+                : 500;
+        s->error = ErrorOf(status, object.dump(), "WATCH", s->collection);
+        return 0;
+      }
+      s->on_event(event);
+    }
+    s->pending.erase(0, start);
+    if (s->pending.size() > s->cap) {
+      s->error = UnavailableError(
+          StrCat("watch of ", s->collection, ": an event is larger than ", s->cap, " bytes"));
+      return 0;
+    }
+    return len;
+  }
+  // The watch's own connection, which WatchCancel can shut down.
+  static curl_socket_t Open(void* out, curlsocktype, curl_sockaddr* address) {
+    Stream* s = static_cast<Stream*>(out);
+    const int fd = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+    if (fd < 0) return CURL_SOCKET_BAD;
+    if (s->cancel != nullptr && !s->cancel->Opened(fd)) {
+      close(fd);
+      return CURL_SOCKET_BAD;
+    }
+    return fd;
+  }
+  static int Close(void* out, curl_socket_t fd) {
+    Stream* s = static_cast<Stream*>(out);
+    if (s->cancel != nullptr) s->cancel->Opened(-1);
+    return close(fd);
+  }
+};
+
+void WatchCancel::Cancel() {
+  MutexLock lock(mu_);
+  cancelled_ = true;
+  if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+}
+
+bool WatchCancel::cancelled() const {
+  MutexLock lock(mu_);
+  return cancelled_;
+}
+
+bool WatchCancel::Opened(int fd) {
+  MutexLock lock(mu_);
+  fd_ = fd;
+  return !cancelled_;
+}
+
 std::string Escape(const std::string& text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
@@ -249,7 +337,7 @@ StatusOr<Client::Response> Client::Call(const char* method, const std::string& p
 
 StatusOr<Client::Response> Client::CallOnce(const char* method, const std::string& path_and_query,
                                             const std::string* body,
-                                            std::chrono::milliseconds timeout) {
+                                            std::chrono::milliseconds timeout, Stream* stream) {
   MutexLock lock(mu_);
   const Curl& lib = LoadCurl();
   if (!lib.error.empty()) return UnavailableError(lib.error);
@@ -279,9 +367,25 @@ StatusOr<Client::Response> Client::CallOnce(const char* method, const std::strin
   lib.easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   lib.easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
   Body collected{{}, options_.max_response_bytes, false};
-  lib.easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
+  if (stream == nullptr) {
+    lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+    lib.easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
+  } else {
+    // A watch: events as they come, on a connection of its own that is
+    // closed after it (so that a cancel shuts down this one only).
+    stream->curl = curl;
+    lib.easy_setopt(curl, CURLOPT_WRITEFUNCTION, Stream::Write);
+    lib.easy_setopt(curl, CURLOPT_WRITEDATA, stream);
+    lib.easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L);
+    lib.easy_setopt(curl, CURLOPT_FORBID_REUSE, 1L);
+    lib.easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, Stream::Open);
+    lib.easy_setopt(curl, CURLOPT_OPENSOCKETDATA, stream);
+    lib.easy_setopt(curl, CURLOPT_CLOSESOCKETFUNCTION, Stream::Close);
+    lib.easy_setopt(curl, CURLOPT_CLOSESOCKETDATA, stream);
+    lib.easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
+    lib.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.timeout.count()));
+  }
   lib.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https,http");
   if (!c.ca_file.empty()) lib.easy_setopt(curl, CURLOPT_CAINFO, c.ca_file.c_str());
   if (!c.client_cert.empty()) {
@@ -406,6 +510,34 @@ Status Client::Delete(const std::string& path) {
   auto r = Call("DELETE", path, nullptr);
   if (!r.ok()) return r.status();
   if (r->code != 200 && r->code != 202) return ErrorOf(r->code, r->body, "DELETE", path);
+  return OkStatus();
+}
+
+Status Client::Watch(const std::string& collection, const Selector& selector,
+                     const std::string& resource_version, std::chrono::seconds timeout,
+                     const std::function<void(const Json& event)>& on_event, WatchCancel* cancel,
+                     std::chrono::seconds* retry_after) {
+  auto cancelled = [&] {
+    return Status(StatusCode::kCancelled, StrCat("watch of ", collection, " cancelled"));
+  };
+  if (cancel != nullptr && cancel->cancelled()) return cancelled();
+  std::string query = Query(selector);
+  query += StrCat(query.empty() ? "?" : "&",
+                  "watch=1&allowWatchBookmarks=true&timeoutSeconds=", timeout.count());
+  if (!resource_version.empty()) query += StrCat("&resourceVersion=", Escape(resource_version));
+  Stream stream{on_event, cancel, collection, options_.max_response_bytes, nullptr, {}, {}, {}};
+  // The server ends it after `timeout`; one that does not is given a
+  // request's time more.
+  auto r = CallOnce(
+      "GET", collection + query, nullptr,
+      std::chrono::duration_cast<std::chrono::milliseconds>(timeout) + options_.timeout, &stream);
+  if (cancel != nullptr && cancel->cancelled()) return cancelled();
+  if (!stream.error.ok()) return stream.error;
+  if (!r.ok()) return r.status();
+  if (r->code != 200) {
+    if (retry_after != nullptr) *retry_after = std::chrono::seconds(r->retry_after_s);
+    return ErrorOf(r->code, stream.error_body, "WATCH", collection);
+  }
   return OkStatus();
 }
 

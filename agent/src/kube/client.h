@@ -3,10 +3,10 @@
 // projected service account tokens rotate) or a client certificate, and
 // the verbs a node driver needs: get, list (field and label selectors,
 // pages followed), create, replace, update with conflict retries, delete
-// and delete-collection. Errors carry the API server's own message and map
-// its HTTP code to a StatusCode (404 NOT_FOUND, 409 ABORTED for a stale
-// resourceVersion and ALREADY_EXISTS for a name taken, 401/403
-// PERMISSION_DENIED, 5xx and transport errors UNAVAILABLE).
+// and delete-collection, and a watch of a collection. Errors carry the API server's own message and
+// map its HTTP code to a StatusCode (404 NOT_FOUND, 409 ABORTED for a stale resourceVersion and
+// ALREADY_EXISTS for a name taken, 401/403 PERMISSION_DENIED, 5xx and transport errors
+// UNAVAILABLE).
 //
 // Thread safety: thread-safe; calls run one at a time over one connection.
 #pragma once
@@ -49,6 +49,22 @@ struct Selector {
   std::string labels;
 };
 
+// Ends a Client::Watch from another thread, at once: its connection is
+// shut down, so the watch returns without waiting for the server.
+class WatchCancel {
+ public:
+  void Cancel() DEVPLUG_EXCLUDES(mu_);
+  bool cancelled() const DEVPLUG_EXCLUDES(mu_);
+
+ private:
+  friend class Client;
+  // The watch's socket opened (-1: closed); false when cancelled already.
+  bool Opened(int fd) DEVPLUG_EXCLUDES(mu_);
+  mutable Mutex mu_;
+  int fd_ DEVPLUG_GUARDED_BY(mu_) = -1;
+  bool cancelled_ DEVPLUG_GUARDED_BY(mu_) = false;
+};
+
 class Client {
  public:
   struct Options {
@@ -86,6 +102,19 @@ class Client {
   // `timeout`: this request's own, instead of Options::timeout (an exit's).
   Status DeleteCollection(const std::string& collection, const Selector& selector,
                           std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Watches a collection (`selector`'s objects) from `resource_version`:
+  // each event ({"type": "ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK", "object":
+  // ...}) reaches `on_event` as it arrives. The server ends the watch after
+  // `timeout` (timeoutSeconds); that is OK. Otherwise an error: OUT_OF_RANGE
+  // for 410 Gone (the version is too old: list again), CANCELLED after
+  // `cancel`, the API server's or the transport's error else (a 429's or
+  // 503's Retry-After in *retry_after when given). It holds this client's
+  // connection throughout (and opens a fresh one, which `cancel` can shut
+  // down): a watcher has a client of its own.
+  Status Watch(const std::string& collection, const Selector& selector,
+               const std::string& resource_version, std::chrono::seconds timeout,
+               const std::function<void(const Json& event)>& on_event, WatchCancel* cancel,
+               std::chrono::seconds* retry_after = nullptr);
 
  private:
   struct Response {
@@ -93,10 +122,12 @@ class Client {
     std::string body;
     int64_t retry_after_s = 0;  // the Retry-After header's seconds (0: none)
   };
+  struct Stream;  // a watch's events as they arrive
   // One request; Call repeats it while the server asks to (Retry-After).
+  // `stream`: the body goes there as it arrives (a watch).
   StatusOr<Response> CallOnce(const char* method, const std::string& path_and_query,
-                              const std::string* body, std::chrono::milliseconds timeout)
-      DEVPLUG_EXCLUDES(mu_);
+                              const std::string* body, std::chrono::milliseconds timeout,
+                              Stream* stream = nullptr) DEVPLUG_EXCLUDES(mu_);
   StatusOr<Response> Call(const char* method, const std::string& path_and_query,
                           const std::string* body,
                           std::optional<std::chrono::milliseconds> timeout = std::nullopt)
