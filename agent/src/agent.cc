@@ -68,6 +68,7 @@ Status Agent::Start() {
     return st;
   // A change during our own start is a change too.
   UpdateConfigWatch();
+  UpdateNodeLabelWatch();
   hotplug_.OpenPathWatch();
   // Status and metrics: useful from the first moment, and never a reason
   // not to serve the hardware.
@@ -170,6 +171,10 @@ void Agent::HandleEvent(const Event& ev) {
     OnControl(ev.control);
     return;
   }
+  if (ev.kind == Event::kNodeLabel) {
+    OnNodeLabel(ev.label);
+    return;
+  }
   if (ev.kind == Event::kReloadHolders) {
     if (!reload_waits_) return;
     config::AgentConfig next = std::move(*reload_waits_);
@@ -200,6 +205,7 @@ void Agent::HandleEvent(const Event& ev) {
     case Event::kPodList:
     case Event::kControl:
     case Event::kReloadHolders:
+    case Event::kNodeLabel:
       break;  // handled above
     case Event::kStreamEnded:
       r.registrar().OnStreamEnded(ev.number);
@@ -329,6 +335,7 @@ void Agent::Shutdown() {
   if (handover_) FailHandover("devplugd stops");
   kubelet_.StopWatching();
   config_watch_.Stop();
+  if (node_watch_) node_watch_->Cancel();
   // Nothing reaches the main loop any more: a status request still waiting
   // learns that devplugd stops. A handover's answer is sent.
   mailbox_->Close();

@@ -47,6 +47,7 @@
 #include "kubelet/pod_resources.h"
 #include "lifecycle/release_coordinator.h"
 #include "mailbox.h"
+#include "node_labels.h"
 #include "ops/control.h"
 #include "ops/metrics.h"
 #include "ops/status_report.h"
@@ -192,6 +193,12 @@ class Agent final : private Hotplug::Targets,
   void StageReload(config::AgentConfig next, const HoldersAnswer* holders);
   // watch_config on or off as config_ says.
   void UpdateConfigWatch();
+  // The Node label watch on, off or renewed as config_ says (a resource
+  // with api = "node-label"; its node, label and credentials).
+  void UpdateNodeLabelWatch();
+  // The watch saw the Node's label at `value`: a reload when what runs was
+  // chosen by another value (or by no Node at all).
+  void OnNodeLabel(const std::optional<std::string>& value);
   // Why `next` may not replace the running configuration: it removes a
   // DRA resource, switches its API or renames its driver while claims are
   // prepared on it ("" when none does).
@@ -278,6 +285,10 @@ class Agent final : private Hotplug::Targets,
   // kExitPluginDirLost), routed to each resource's registration.
   kubelet::KubeletWatch kubelet_{this};
   ConfigWatch config_watch_;
+  // The Node's api_label, watched while a resource takes its API from it;
+  // retired watches end on their own and are joined at the end.
+  std::unique_ptr<NodeLabelWatch> node_watch_;
+  std::vector<std::unique_ptr<NodeLabelWatch>> retired_node_watches_;
   // Uevents and module path watches, routed to the resources (hotplug.h).
   Hotplug hotplug_{this, metrics_};
   uint64_t next_id_ = 1;

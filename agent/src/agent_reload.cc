@@ -213,6 +213,57 @@ void Agent::UpdateConfigWatch() {
     spdlog::info("watching {} and its conf.d/ for changes", options_.config_path);
 }
 
+void Agent::UpdateNodeLabelWatch() {
+  std::string why;
+  std::optional<NodeLabelWatch::Options> want = NodeLabelWatchOptions(config_, &why);
+  auto same = [&](const NodeLabelWatch::Options& a) {
+    const auto& b = *want;
+    return a.node == b.node && a.label == b.label && a.call_timeout == b.call_timeout &&
+           a.credentials.server == b.credentials.server &&
+           a.credentials.ca_file == b.credentials.ca_file &&
+           a.credentials.ca_pem == b.credentials.ca_pem &&
+           a.credentials.token_file == b.credentials.token_file &&
+           a.credentials.token == b.credentials.token &&
+           a.credentials.client_cert == b.credentials.client_cert &&
+           a.credentials.client_cert_pem == b.credentials.client_cert_pem;
+  };
+  if (node_watch_ && want && same(node_watch_->options())) return;
+  if (node_watch_) {
+    // Its thread may be in a list (up to call_timeout): it ends on its own,
+    // and is joined when the agent goes.
+    node_watch_->Cancel();
+    retired_node_watches_.push_back(std::move(node_watch_));
+    if (!want) spdlog::info("no longer watching the node's label");
+  }
+  if (!want) {
+    if (!why.empty() && config::UsesNodeLabel(config_))
+      spdlog::warn(
+          "node {}'s label {} is not watched ({}): a change of it takes effect at the "
+          "next reload",
+          config_.node_name, config_.api_label, why);
+    return;
+  }
+  spdlog::info("watching node {}'s label {}", want->node, want->label);
+  node_watch_ = std::make_unique<NodeLabelWatch>(
+      std::move(*want), [mailbox = mailbox_](const std::optional<std::string>& value) {
+        Event ev{Event::kNodeLabel, 0, 0, OkStatus(), nullptr};
+        ev.label = value;
+        mailbox->Post(std::move(ev));
+      });
+}
+
+void Agent::OnNodeLabel(const std::optional<std::string>& value) {
+  if (!node_watch_ || !config::UsesNodeLabel(config_)) return;
+  // What runs was chosen by this value already.
+  if (config_.api_label_read && config_.api_label_value == value) return;
+  spdlog::info("node {}'s label {} is now {} (the running configuration read {})",
+               config_.node_name, config_.api_label, value ? StrCat("\"", *value, "\"") : "unset",
+               !config_.api_label_read   ? std::string("no label: the Node was not read")
+               : config_.api_label_value ? StrCat("\"", *config_.api_label_value, "\"")
+                                         : std::string("unset"));
+  BeginReload("the node's label changed");
+}
+
 void Agent::FailReload(const std::string& why) {
   const std::string first = why.substr(0, why.find('\n'));
   spdlog::error("reload failed, the old configuration keeps running:");
@@ -249,6 +300,7 @@ void Agent::CommitReload() {
                names(out.added), names(out.changed), names(out.removed));
   reload_error_.clear();
   UpdateConfigWatch();
+  UpdateNodeLabelWatch();
   metrics_->Reload(true);
   UpdateStatus();
   if (NotifiesManager()) sd::Notify("READY=1");

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kubelet/pod_resources.h"
@@ -27,12 +29,14 @@ struct AgentEvent {
     kPodList,         // a PodResources List finished (resource unused)
     kReloadHolders,   // the List a reload waits for finished (resource unused)
     kControl,         // a control socket request (resource unused)
+    kNodeLabel,       // label: the Node's api_label, as the watch saw it (resource unused)
   } kind;
   uint64_t resource;  // Resource::id
   uint64_t number;
   Status status;
   kubelet::PodSnapshotPtr pods;                         // kPodList, kReloadHolders, when it worked
   std::shared_ptr<ops::ControlCall> control = nullptr;  // kControl
+  std::optional<std::string> label = std::nullopt;      // kNodeLabel (nullopt: no such label)
 };
 
 // Where other threads post events; an eventfd wakes the main loop. Shared

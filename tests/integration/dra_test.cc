@@ -672,7 +672,7 @@ TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
 // label devplug.io/api chooses the API, read at start and at every reload;
 // a changed label moves the resource at the next reload, as an edit of
 // `api` would. A Node that cannot be read refuses the reload.
-TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndAtEveryReload) {
+TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndEachChangeOfItMovesTheResource) {
   auto label = [&](const std::string& value) {
     return api_
         ->Update(std::string("/api/v1/nodes/") + kNode,
@@ -700,18 +700,33 @@ TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndAtEveryReload) {
   EXPECT_NE(agent_->Log().find("api = \"node-label\": node node-1's label devplug.io/api=dra"),
             std::string::npos)
       << agent_->Log();
+  EXPECT_NE(agent_->Log().find("watching node node-1's label devplug.io/api"), std::string::npos)
+      << agent_->Log();
   EXPECT_FALSE(sim_->resource(kDra)) << "registered through the device plugin API too";
 
+  // No SIGHUP, no file changed (watch_config is off): the watch of the
+  // Node sees the label and reloads.
   ASSERT_TRUE(label("device-plugin"));
-  ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(Registered(kDra)) << agent_->Log();
-  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  EXPECT_TRUE(Eventually([&] { return Slices().empty(); })) << Json(Slices()).dump(1);
+  EXPECT_NE(agent_->Log().find("node node-1's label devplug.io/api is now \"device-plugin\" (the "
+                               "running configuration read \"dra\")"),
+            std::string::npos)
+      << agent_->Log();
 
   ASSERT_TRUE(label("dra"));
-  ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(DriverRegistered(2));
   EXPECT_TRUE(Eventually([&] { return SliceDevices().size() == 2; })) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return Count(agent_->Log(), "reloaded: ") == 2; })) << agent_->Log();
+  // A change of the Node that leaves the label alone reloads nothing.
+  ASSERT_TRUE(api_->Update(std::string("/api/v1/nodes/") + kNode,
+                           [](Json& n) {
+                             n["status"]["allocatable"]["cpu"] = "2";
+                             return OkStatus();
+                           })
+                  .ok());
 
+  // An API server that cannot tell the label refuses a reload.
   ASSERT_TRUE(api_->Delete(std::string("/api/v1/nodes/") + kNode).ok());
   EXPECT_FALSE(Reload());
   EXPECT_NE(agent_->Log().find("cannot read node node-1's labels (devplug.io/api chooses the API "
@@ -719,6 +734,7 @@ TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndAtEveryReload) {
             std::string::npos)
       << agent_->Log();
   EXPECT_EQ(SliceDevices().size(), 2u);  // what runs stays
+  EXPECT_EQ(Count(agent_->Log(), "reloading the configuration"), 3u) << agent_->Log();
 }
 
 // pod_of() under DRA: inside pre_start(), which runs before any container

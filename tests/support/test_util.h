@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -114,6 +115,16 @@ class AgentProcess {
   std::string ending_;
   std::string log_path_;
 };
+
+// Asks `f` every 10 ms until it holds or `timeout` passes; whether it held.
+template <typename F>
+bool Eventually(F f, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  for (auto end = std::chrono::steady_clock::now() + timeout;
+       std::chrono::steady_clock::now() < end;
+       std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    if (f()) return true;
+  return f();
+}
 
 // Waits up to `timeout` for child `pid` to end (reaping it): its exit
 // status, or nullopt (still running, or killed: `ending` says which;

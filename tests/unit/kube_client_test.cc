@@ -23,6 +23,7 @@ namespace devplug::kube {
 namespace {
 
 using namespace std::chrono_literals;
+using devplug::testing::Eventually;
 using devplug::testing::ReadFile;
 using devplug::testing::SpawnProcess;
 using devplug::testing::StopProcess;
@@ -312,14 +313,6 @@ class Watcher {
     std::lock_guard<std::mutex> lock(mu_);
     return result_;
   }
-  // Waits up to 20 s for `f`.
-  template <typename F>
-  bool Eventually(F f) {
-    for (auto end = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < end;
-         std::this_thread::sleep_for(10ms))
-      if (f()) return true;
-    return f();
-  }
   WatchCancel cancel_;
 
  private:
@@ -357,20 +350,20 @@ TEST_F(KubeClientTest, AWatchHearsEachChangeOfItsObjectsUntilCancelledOrEnded) {
     ASSERT_TRUE(label("n1", "dra"));
     ASSERT_TRUE(label("n2", "dra"));
     ASSERT_TRUE(c.Delete("/api/v1/nodes/n1").ok());
-    EXPECT_TRUE(w.Eventually([&] { return w.events().size() == 2; }));
+    EXPECT_TRUE(Eventually([&] { return w.events().size() == 2; }));
     EXPECT_EQ(w.events(), (std::vector<std::string>{"MODIFIED n1", "DELETED n1"}));
     EXPECT_FALSE(w.result().has_value());
     w.cancel_.Cancel();
-    ASSERT_TRUE(w.Eventually([&] { return w.result().has_value(); }));
+    ASSERT_TRUE(Eventually([&] { return w.result().has_value(); }));
     EXPECT_EQ(w.result()->code(), StatusCode::kCancelled) << w.result()->message();
   }
   {
     // From no version: the current objects first, as ADDED.
     Watcher w(watching, Selector{"metadata.name=n2", ""}, "");
-    ASSERT_TRUE(w.Eventually([&] { return w.events().size() == 1; }));
+    ASSERT_TRUE(Eventually([&] { return w.events().size() == 1; }));
     EXPECT_EQ(w.events(), std::vector<std::string>{"ADDED n2"});
     ASSERT_TRUE(c.Create("/_fake/end_watches", Json::object()).ok());
-    ASSERT_TRUE(w.Eventually([&] { return w.result().has_value(); }));
+    ASSERT_TRUE(Eventually([&] { return w.result().has_value(); }));
     EXPECT_TRUE(w.result()->ok()) << w.result()->message();
   }
   // The watch's connection was its own: the client goes on with requests.

@@ -161,6 +161,8 @@ ServingApi ApiFromLabel(AgentConfig& cfg, const LoadOptions& options) {
     return ServingApi::kDevicePlugin;
   }
   auto it = options.node_labels->find(cfg.api_label);
+  cfg.api_label_read = true;
+  if (it != options.node_labels->end()) cfg.api_label_value = it->second;
   if (it == options.node_labels->end()) {
     cfg.api_label_note =
         StrCat("node ", cfg.node_name, " has no label ", cfg.api_label, ": the device plugin API");

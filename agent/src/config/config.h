@@ -168,6 +168,10 @@ struct AgentConfig {
   // What choosing by the label said, for the log: the label's value, or
   // why it could not be read ("" when no resource asks).
   std::string api_label_note;
+  // The label's value that load saw (nullopt: the Node has no such label),
+  // when it read the Node (api_label_read).
+  bool api_label_read = false;
+  std::optional<std::string> api_label_value;
   // Where each [agent] key was set (for messages about them, e.g. a reload
   // that would change one that needs a restart).
   std::map<std::string, SourceLocation> agent_keys;
