@@ -277,6 +277,11 @@ int PrintStatus(const StatusOptions& o) {
       if (const std::string e = Str(d, "slice_error"); !e.empty())
         StrAppend(&dra, "; ResourceSlices: ", e);
       Wrapped("    DRA: ", dra, 6);
+      if (const json w = d.value("withheld", json::array()); w.is_array() && !w.empty()) {
+        std::vector<std::string> held;
+        for (const json& x : w) held.push_back(x.is_string() ? x.get<std::string>() : x.dump());
+        Wrapped("    withheld (held through the device plugin API): ", StrJoin(held, ", "), 6);
+      }
       for (const json& c : d.value("prepared", json::array())) {
         std::vector<std::string> ids;
         for (const json& dev : c.value("devices", json::array())) ids.push_back(Str(dev, "id"));

@@ -480,6 +480,12 @@ void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods)
   }
   const auto due = releases_.OnList(status, pods, tracked, Clock::now());
   if (status.ok()) {
+    WithholdListed(*pods);
+  } else if (std::any_of(resources_.begin(), resources_.end(),
+                         [](const auto& r) { return r->front_end().Withholding(); })) {
+    releases_.Schedule(Clock::now(), false);  // withheld until a List says otherwise
+  }
+  if (status.ok()) {
     for (size_t i = 0; i < of.size(); ++i) {
       // The kubelet hears "Unhealthy (releasing)" before the release runs.
       of[i]->TrackerChanged(releases_, Clock::now());

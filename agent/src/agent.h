@@ -205,11 +205,18 @@ class Agent final : private Hotplug::Targets,
   std::string OrphanedClaims(const config::AgentConfig& next) const;
   // The resources `next` moves from the device plugin API to DRA.
   std::vector<std::string> MovedToDra(const config::AgentConfig& next) const;
-  // Why `next` may not move them: pods hold their devices through the
-  // device plugin API (the slices would offer those devices as free), or
-  // PodResources did not answer ("" when neither).
-  std::string HeldThroughDevicePlugin(const config::AgentConfig& next,
-                                      const HoldersAnswer& holders) const;
+  // Why `next` may not move them ("" when it may): PodResources did not
+  // answer, or pods hold their devices through the device plugin API while
+  // `next` asks no PodResources Lists (pod_resources_poll "0s"), which
+  // would tell when they are gone. Otherwise the devices pods hold go to
+  // `*withhold` (resource name -> module ID -> "ns/pod"): the new DRA side
+  // leaves them out of its slices until their pods are gone.
+  using Withheld = std::map<std::string, std::map<std::string, std::string>>;
+  std::string HeldThroughDevicePlugin(const config::AgentConfig& next, const HoldersAnswer& holders,
+                                      Withheld* withhold) const;
+  // Resources with devices pods hold through the device plugin API since
+  // before a move to DRA: what a PodResources List says of them now.
+  void WithholdListed(const kubelet::PodSnapshot& pods);
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();
@@ -270,6 +277,10 @@ class Agent final : private Hotplug::Targets,
   // A reload asked for while one was under way (SIGHUP, or the files
   // changed again): what asked, run as soon as that one ends.
   std::optional<const char*> reload_again_;
+  // The reload being staged moves these resources to DRA while pods hold
+  // some of their devices (HeldThroughDevicePlugin): given to the staged
+  // resources before they serve.
+  Withheld withhold_at_commit_;
   // A reload waiting for its PodResources List (StageReload).
   std::unique_ptr<config::AgentConfig> reload_waits_;
   std::string reload_error_;  // the last reload's first error ("" after one that worked)

@@ -89,8 +89,10 @@ void Agent::StageReload(config::AgentConfig next, const HoldersAnswer* holders) 
                  });
     return;
   }
+  withhold_at_commit_.clear();
   if (holders) {
-    if (std::string why = HeldThroughDevicePlugin(next, *holders); !why.empty()) {
+    if (std::string why = HeldThroughDevicePlugin(next, *holders, &withhold_at_commit_);
+        !why.empty()) {
       FailReload(why);
       return;
     }
@@ -159,7 +161,7 @@ std::vector<std::string> Agent::MovedToDra(const config::AgentConfig& next) cons
 }
 
 std::string Agent::HeldThroughDevicePlugin(const config::AgentConfig& next,
-                                           const HoldersAnswer& holders) const {
+                                           const HoldersAnswer& holders, Withheld* withhold) const {
   std::vector<std::string> errors;
   for (const std::string& name : MovedToDra(next)) {
     // Its slices would publish every device as free: one a pod holds
@@ -175,17 +177,36 @@ std::string Agent::HeldThroughDevicePlugin(const config::AgentConfig& next,
     const auto held = holders.pods->holders.find(name);
     if (held == holders.pods->holders.end() || held->second.empty()) continue;
     std::map<std::string, std::vector<std::string>> by_pod;  // "ns/pod" -> its device IDs
-    for (const auto& [id, h] : held->second)
+    for (const auto& [id, h] : held->second) {
       by_pod[StrCat(h.pod_namespace, "/", h.pod_name)].push_back(id);
+      (*withhold)[name][id] = StrCat(h.pod_namespace, "/", h.pod_name);
+    }
+    if (next.pod_resources_poll.count() > 0) continue;
     std::vector<std::string> pods;
     for (const auto& [pod, ids] : by_pod)
       pods.push_back(StrCat(pod, " (", StrJoin(ids, ", "), ")"));
     errors.push_back(StrCat(
         "resource \"", name, "\": the new configuration serves it through DRA, while pods hold ",
-        held->second.size(), " of its device(s) through the device plugin API: ",
-        StrJoin(pods, ", "), "; apply it once their pods are gone"));
+        held->second.size(),
+        " of its device(s) through the device plugin API: ", StrJoin(pods, ", "),
+        "; with pod_resources_poll = \"0s\" nothing would tell when they are gone: apply it "
+        "once their pods are gone"));
   }
   return StrJoin(errors, "\n");
+}
+
+void Agent::WithholdListed(const kubelet::PodSnapshot& pods) {
+  bool any = false;
+  for (auto& r : resources_) {
+    if (!r->front_end().Withholding()) continue;
+    std::map<std::string, std::string> held;
+    if (auto it = pods.holders.find(r->cfg().name); it != pods.holders.end())
+      for (const auto& [id, h] : it->second) held[id] = StrCat(h.pod_namespace, "/", h.pod_name);
+    r->Withhold(held);
+    any |= r->front_end().Withholding();
+  }
+  // Asked again one period later while a device is still withheld.
+  if (any) releases_.Schedule(Clock::now(), false);
 }
 
 void Agent::FinishReload() {
@@ -280,6 +301,15 @@ void Agent::FailReload(const std::string& why) {
 
 void Agent::CommitReload() {
   std::unique_ptr<Reload> reload = std::move(reload_);
+  // Before the new DRA sides serve: their first slices leave these out.
+  bool withholding = false;
+  for (auto& r : reload->staged()) {
+    auto it = withhold_at_commit_.find(r->cfg().name);
+    if (it == withhold_at_commit_.end() || r->cfg().api != ServingApi::kDra) continue;
+    r->Withhold(it->second);
+    withholding |= r->front_end().Withholding();
+  }
+  withhold_at_commit_.clear();
   // From here on config_ is the new configuration: the servers,
   // registrations and trackers of new resources take its values.
   const config::AgentConfig previous = std::exchange(config_, reload->TakeConfig());
@@ -287,7 +317,10 @@ void Agent::CommitReload() {
       reload->Commit(config_, resources_, *metrics_, Clock::now() + config_.start_timeout);
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
-  if (out.list_now) SchedulePodList(true);
+  // A List at once: a pod the device plugin admitted since the one the
+  // reload asked for is withheld too, before the first slice is written
+  // (it waits for the Node's allocatable to read 0).
+  if (out.list_now || withholding) SchedulePodList(true);
   UpdateHotplug();
   std::vector<std::pair<std::string, DeviceListPtr>> lists;
   for (const auto& r : resources_)

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -158,6 +159,8 @@ class Resource final : private kubelet::Registrar::Env {
   // `successor` replaces this resource. Release state it cannot carry on
   // (its module has no on_release, or opted out) is given up, and said so.
   void HandOver(const Resource& successor);
+  // See front_end::FrontEnd::Withhold.
+  void Withhold(const std::map<std::string, std::string>& held) { front_->Withhold(held); }
   // The running configuration changed: call timeouts, release timings, and
   // tracking on or off. True when a first PodResources List is wanted.
   bool ApplyAgentKeys(const config::AgentConfig& cfg, lifecycle::ReleaseCoordinator& releases);

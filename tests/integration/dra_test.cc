@@ -75,6 +75,16 @@ class DraTest : public AgentTest {
     sim_pod_resources_ = dir_ / "pod-resources/kubelet.sock";
     return DraAgent() + "\npod_resources_socket = \"" + sim_pod_resources_ + "\"";
   }
+  // The writes of ResourceSlices the API server saw so far.
+  int SliceWrites() {
+    auto r = api_->Get("/_fake/requests");
+    int n = 0;
+    if (r.ok())
+      for (const Json& q : (*r)["items"])
+        n += q["method"] != "GET" &&
+             q["path"].get<std::string>().find("resourceslices") != std::string::npos;
+    return n;
+  }
   // kDra served through the device plugin API (what a reload then moves to
   // DRA), with the simulator's PodResources; its [agent] keys.
   std::string StartThroughTheDevicePlugin() {
@@ -575,31 +585,61 @@ TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
 
 // The other way: a reload that moves a resource from the device plugin API
 // to DRA while a pod holds one of its devices through the device plugin
-// API (PodResources lists it) is refused, naming the pod and the device:
-// the slices would offer that device as free. No slice is written. Once the
-// pod is gone the same reload goes through, and the slices offer both.
-TEST_F(DraTest, AReloadToDraWhileAPodHoldsADeviceThroughTheDevicePluginIsRefused) {
+// API (PodResources lists it) goes through, and the slices leave that
+// device out while the pod holds it: offered as free, it would be
+// allocated to a claim as well. Once PodResources lists the pod no more,
+// the device is offered. The pod runs on throughout: nothing of it is
+// touched. With pod_resources_poll "0s" nothing would tell when the pod is
+// gone, so the move is refused, naming the pod and the device.
+TEST_F(DraTest, AMoveToDraLeavesOutTheDevicesPodsHoldThroughTheDevicePluginUntilTheyAreGone) {
   const std::string agent = StartThroughTheDevicePlugin();
   ASSERT_FALSE(HasFailure());
   sim_->BindPod("default", "p1", "app", kDra, {"fake-1"});
 
-  WriteFile(config_path(), Config(DraResource(), "0s", agent));
+  WriteFile(config_path(), Config(DraResource(), "0s", agent + "\npod_resources_poll = \"0s\""));
   EXPECT_FALSE(Reload()) << agent_->Log();
   EXPECT_NE(agent_->Log().find(std::string("resource \"") + kDra +
                                "\": the new configuration serves it through DRA, while pods hold "
                                "1 of its device(s) through the device plugin API: default/p1 "
-                               "(fake-1); apply it once their pods are gone"),
+                               "(fake-1); with pod_resources_poll = \"0s\" nothing would tell when "
+                               "they are gone"),
             std::string::npos)
       << agent_->Log();
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
   EXPECT_FALSE(sim_->dra_driver(kDriver)) << "a driver registered for a refused reload";
 
-  sim_->DeletePod("default", "p1");
+  WriteFile(config_path(), Config(DraResource(), "0s", agent + "\npod_resources_poll = \"200ms\""));
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices() == std::vector<std::string>{"fake-0"}; }))
+      << Json(Slices()).dump(1) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("fake-1 is held by pod default/p1 through the device plugin API: "
+                               "left out of the slices until the pod is gone"),
+            std::string::npos)
+      << agent_->Log();
+  auto status = ops::ControlRequest(control_socket(), R"({"status": {}})", 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_NE(status->find(R"x("withheld":["fake-1 (default/p1)"])x"), std::string::npos) << *status;
+  // Lists go on while the pod holds it, and the slices stay as they are.
+  const size_t lists = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= lists + 3; }));
+  EXPECT_EQ(SliceDevices(), std::vector<std::string>{"fake-0"});
+  // The first slice left it out already: one write, never one that had it.
+  EXPECT_EQ(SliceWrites(), 1);
+
+  sim_->DeletePod("default", "p1");
   EXPECT_TRUE(Eventually([&] {
     return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
-  })) << Json(Slices()).dump(1);
+  })) << Json(Slices()).dump(1)
+      << agent_->Log();
+  EXPECT_NE(agent_->Log().find("fake-1 is no longer held by pod default/p1: offered in the slices"),
+            std::string::npos)
+      << agent_->Log();
+  // Nothing is withheld: no more Lists for it.
+  std::this_thread::sleep_for(600ms);
+  const size_t after = sim_->pod_resources_lists();
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(sim_->pod_resources_lists(), after);
 }
 
 // A reload that moves a resource from the device plugin API to DRA writes
@@ -670,8 +710,9 @@ TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
 
 // api = "node-label": one configuration for every node, and this node's
 // label devplug.io/api chooses the API, read at start and at every reload;
-// a changed label moves the resource at the next reload, as an edit of
-// `api` would. A Node that cannot be read refuses the reload.
+// devplugd watches its Node, and a changed label moves the resource through
+// a reload, as an edit of `api` would. A Node that cannot be read refuses
+// the reload.
 TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndEachChangeOfItMovesTheResource) {
   auto label = [&](const std::string& value) {
     return api_
@@ -966,16 +1007,7 @@ TEST_F(DraTest, ARollingUpdateServesBesideTheOldOneAndThePoolNeverGoes) {
   ASSERT_NO_FATAL_FAILURE(StartPublishing());
   const std::string before = Claim("before", {"fake-0"});
   ASSERT_EQ(Prepare("before", before).claims().at(before).error(), "");
-  auto slice_writes = [&] {
-    auto r = api_->Get("/_fake/requests");
-    int n = 0;
-    if (r.ok())
-      for (const Json& q : (*r)["items"])
-        n += q["method"] != "GET" &&
-             q["path"].get<std::string>().find("resourceslices") != std::string::npos;
-    return n;
-  };
-  const int writes = slice_writes();
+  const int writes = SliceWrites();
 
   AgentProcess newer({"--config", config_path()});
   const bool beside = DriverRegistered(2);
@@ -1003,7 +1035,7 @@ TEST_F(DraTest, ARollingUpdateServesBesideTheOldOneAndThePoolNeverGoes) {
   EXPECT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
   EXPECT_NE(agent_->Log().find("its slices stay"), std::string::npos) << agent_->Log();
   EXPECT_EQ(SliceDevices(), (std::vector<std::string>{"fake-0", "fake-1"}));
-  EXPECT_EQ(slice_writes(), writes);  // no write, no delete, by either
+  EXPECT_EQ(SliceWrites(), writes);  // no write, no delete, by either
   ASSERT_TRUE(Eventually([&] { return sim_->dra_driver(kDriver)->instances == 1u; }));
   EXPECT_TRUE(sim_->dra_driver(kDriver)->registered);
   EXPECT_TRUE(newer.WaitForLog("this one holds", kWait)) << newer.Log();

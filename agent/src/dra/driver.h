@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,9 @@ class Driver final : public modules::ListSink {
   int64_t generation() const { return slices_->generation(); }
   std::vector<std::string> dropped_fields() const { return slices_->dropped_fields(); }
   void SetTaintEffect(const std::string& effect) { slices_->SetTaintEffect(effect); }
+  // See SlicePublisher::SetWithheld.
+  void SetWithheld(std::set<std::string> ids) { slices_->SetWithheld(std::move(ids)); }
+  std::set<std::string> withheld() const { return slices_->withheld(); }
 
  private:
   Driver(Options options, std::unique_ptr<SlicePublisher> slices,

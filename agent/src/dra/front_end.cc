@@ -237,6 +237,25 @@ std::vector<std::pair<std::string, cdi::Kind>> FrontEnd::Specs() const {
   return {{context_.cfg.cdi_dir, *kind}};
 }
 
+void FrontEnd::Withhold(const std::map<std::string, std::string>& held) {
+  if (!driver_ || held == withheld_) return;
+  const std::string& name = context_.cfg.name;
+  for (const auto& [id, pod] : held)
+    if (withheld_.count(id) == 0)
+      spdlog::info(
+          "resource \"{}\": DRA: {} is held by pod {} through the device plugin API: "
+          "left out of the slices until the pod is gone",
+          name, id, pod);
+  for (const auto& [id, pod] : withheld_)
+    if (held.count(id) == 0)
+      spdlog::info("resource \"{}\": DRA: {} is no longer held by pod {}: offered in the slices",
+                   name, id, pod);
+  withheld_ = held;
+  std::set<std::string> ids;
+  for (const auto& [id, pod] : withheld_) ids.insert(id);
+  driver_->SetWithheld(std::move(ids));
+}
+
 void FrontEnd::View(ops::ResourceView& rv) const {
   if (!driver_) return;
   ops::DraView v;
@@ -254,6 +273,7 @@ void FrontEnd::View(ops::ResourceView& rv) const {
     v.prepared.push_back(std::move(claim));
   }
   v.releasing = driver_->releasing();
+  for (const auto& [id, pod] : withheld_) v.withheld.push_back(StrCat(id, " (", pod, ")"));
   rv.dra = std::move(v);
 }
 

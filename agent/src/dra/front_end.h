@@ -11,7 +11,9 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -87,6 +89,10 @@ class FrontEnd final : public front_end::FrontEnd {
   std::vector<std::string> Holders() const override;
   // The claims' specs, kept with the claims.
   std::vector<std::pair<std::string, cdi::Kind>> Specs() const override;
+  // Pods that hold devices through the device plugin API since before the
+  // move: those devices stay out of the slices until their pods are gone.
+  void Withhold(const std::map<std::string, std::string>& held) override;
+  bool Withholding() const override { return !withheld_.empty(); }
 
   // Its devices are released by NodeUnprepareResources, not by what
   // PodResources lists.
@@ -117,6 +123,8 @@ class FrontEnd final : public front_end::FrontEnd {
   // The devices' health, to the kubelet's DRAResourceHealth streams (made
   // at the first Launch, fed by the instance's lists).
   std::shared_ptr<HealthHub> health_;
+  // Withhold's: module ID -> "ns/pod".
+  std::map<std::string, std::string> withheld_;
   std::unique_ptr<HealthServiceV1> health_v1_;
   std::unique_ptr<HealthServiceV1alpha1> health_v1alpha1_;
 };

@@ -93,6 +93,20 @@ void SlicePublisher::SetTaintEffect(const std::string& effect) {
   lane_.Post([this] { SyncOnLane(); });
 }
 
+void SlicePublisher::SetWithheld(std::set<std::string> ids) {
+  MutexLock lock(mu_);
+  if (withheld_ == ids) return;
+  withheld_ = std::move(ids);
+  if (sync_queued_ || stopping_ || !options_.client || !list_) return;
+  sync_queued_ = true;
+  lane_.Post([this] { SyncOnLane(); });
+}
+
+std::set<std::string> SlicePublisher::withheld() const {
+  MutexLock lock(mu_);
+  return withheld_;
+}
+
 void SlicePublisher::Resync() {
   MutexLock lock(mu_);
   relist_ = true;
@@ -134,6 +148,12 @@ void SlicePublisher::SyncOnLane() {
       return;
     }
     list = list_;
+    if (!withheld_.empty()) {
+      auto kept = std::make_shared<DeviceList>();
+      for (const Device& d : *list_)
+        if (withheld_.count(d.id) == 0) kept->push_back(d);
+      list = std::move(kept);
+    }
     if (std::exchange(relist_, false)) listed_ = false;
   }
   if (held_ && !HoldOver()) return;

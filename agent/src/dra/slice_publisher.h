@@ -40,6 +40,9 @@
 //   allocatable is above 0): the kubelet drops it when the device plugin's
 //   endpoint goes and posts it within its node-status period. A Node that
 //   cannot be read, or hold_max, ends the wait (said in the log).
+// - Withheld devices (SetWithheld: pods hold them through the device plugin
+//   API, from before a move to DRA) are left out of the slices until they
+//   are withheld no more.
 //
 // Thread safety: thread-safe. Publish runs on the module's worker, the rest
 // from the agent's main thread.
@@ -106,6 +109,10 @@ class SlicePublisher final : public modules::ListSink {
   void Publish(const DeviceListPtr& list) override;
   // A reload changed the taint's effect: the slices are written again.
   void SetTaintEffect(const std::string& effect);
+  // The module devices (IDs) left out of the slices from now on; the
+  // slices are written again when that changes.
+  void SetWithheld(std::set<std::string> ids);
+  std::set<std::string> withheld() const;
   // Lists this node's slices of the driver again and writes what is
   // missing or not as published.
   void Resync();
@@ -153,6 +160,7 @@ class SlicePublisher final : public modules::ListSink {
   int64_t generation_ DEVPLUG_GUARDED_BY(mu_) = 1;
   std::set<std::string> dropped_ DEVPLUG_GUARDED_BY(mu_);
   std::string taint_effect_ DEVPLUG_GUARDED_BY(mu_);
+  std::set<std::string> withheld_ DEVPLUG_GUARDED_BY(mu_);
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;

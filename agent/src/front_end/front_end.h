@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -142,6 +143,14 @@ class FrontEnd {
   // The CDI folders and kinds whose spec files are this front end's: the
   // start-up sweep keeps them.
   virtual std::vector<std::pair<std::string, cdi::Kind>> Specs() const = 0;
+
+  // ---- a move from the device plugin API (DRA) ----
+  // `held`: the devices pods hold through the device plugin API (module ID
+  // -> "ns/pod"), as a PodResources List says. At a move to DRA, and at
+  // each List while it withholds any: those are not offered until no List
+  // lists them. The others leave it alone.
+  virtual void Withhold(const std::map<std::string, std::string>& held) { (void)held; }
+  virtual bool Withholding() const { return false; }
 
   // ---- releases (the device plugin's tracking of PodResources) ----
   virtual bool tracking() const = 0;

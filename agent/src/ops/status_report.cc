@@ -125,7 +125,8 @@ json ResourceJson(const ResourceView& r, bool devices) {
                   {"cdi_dir", r.dra->cdi_dir},
                   {"cdi_written_to", r.dra->cdi_written_to},
                   {"prepared", std::move(claims)},
-                  {"releasing", r.dra->releasing}};
+                  {"releasing", r.dra->releasing},
+                  {"withheld", r.dra->withheld}};
   }
   if (r.cdi)
     res["cdi"] = {

@@ -49,6 +49,9 @@ struct DraView {
   std::vector<Claim> prepared;
   // Claims whose on_release() outlived the call that began it.
   std::vector<std::string> releasing;
+  // Devices left out of the slices: pods hold them through the device
+  // plugin API since before a move to DRA ("id (ns/pod)").
+  std::vector<std::string> withheld;
 };
 
 struct ResourceView {
