@@ -220,6 +220,15 @@ TEST(DraSlicesTest, TheSharesOfADeviceAreOneDeviceWithACapacityOfShares) {
   devices[2].health_reason = "XID 79";
   devs = Slices(pool, devices)[0]["spec"]["devices"];
   EXPECT_EQ(devs[0]["taints"][0]["value"], "XID-79") << devs.dump(1);
+  // One share left (the others withheld, or gone): a range with no step,
+  // which the API server would refuse (min + step past the value).
+  const DeviceList one(devices.begin() + 2, devices.end());
+  devs = Slices(pool, one)[0]["spec"]["devices"];
+  EXPECT_EQ(devs[0]["capacity"]["shares"],
+            (nlohmann::json{{"value", "1"},
+                            {"requestPolicy",
+                             {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", "1"}}}}}}))
+      << devs.dump(1);
   // Every share held back: not offered.
   for (int k = 0; k < 3; ++k) devices[k].held_back = true;
   devs = Slices(pool, devices)[0]["spec"]["devices"];

@@ -98,10 +98,12 @@ Json DeviceJson(const Device& d, size_t shares) {
   Json out = {{"name", DraName(d)}, {"attributes", std::move(attrs)}};
   if (shares) {
     const std::string n = std::to_string(shares);
+    Json range = {{"min", "1"}, {"max", n}};
+    // The API server refuses a step when min + step passes the value: one
+    // share left (the others withheld, or gone) takes none.
+    if (shares > 1) range["step"] = "1";
     capacity[kSharesCapacity] = {
-        {"value", n},
-        {"requestPolicy",
-         {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", n}, {"step", "1"}}}}}};
+        {"value", n}, {"requestPolicy", {{"default", "1"}, {"validRange", std::move(range)}}}};
     out["allowMultipleAllocations"] = true;
   }
   if (!capacity.empty()) out["capacity"] = std::move(capacity);
