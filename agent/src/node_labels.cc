@@ -102,7 +102,8 @@ void NodeLabelWatch::Run() {
     const auto it = labels.find(options_.label);
     seen_(it == labels.end() ? std::nullopt : std::optional<std::string>(it->second));
   };
-  std::string version;  // "": GET the Node first
+  std::string version;  // "": list the Node first
+  bool listed = false;  // `version` is the last list's, not yet watched from
   std::chrono::milliseconds backoff = options_.backoff_first;
   std::string last_error;
   // After an error: the backoff, with up to half of it again as jitter.
@@ -134,7 +135,11 @@ void NodeLabelWatch::Run() {
         spdlog::info("node {}'s label {}: read again", options_.node, options_.label);
       last_error.clear();
       version = VersionOf(*list);
-      for (const auto& node : (*list)["items"]) tell(node);
+      listed = true;
+      const auto items = list->is_object() ? list->value("items", nlohmann::json::array())
+                                           : nlohmann::json::array();
+      if (items.is_array())
+        for (const auto& node : items) tell(node);
       if (version.empty()) {  // no version to watch from: read again later
         if (!wait_after(UnavailableError("the API server's list of nodes has no resourceVersion"),
                         std::chrono::seconds(0)))
@@ -150,15 +155,19 @@ void NodeLabelWatch::Run() {
     const Status st = client.Watch(
         "/api/v1/nodes", selector, version, lasts,
         [&](const nlohmann::json& event) {
-          const std::string type = event.value("type", "");
-          const nlohmann::json object = event.value("object", nlohmann::json::object());
-          if (std::string v = VersionOf(object); !v.empty()) version = std::move(v);
-          if (type == "ADDED" || type == "MODIFIED") tell(object);
+          const auto type = event.find("type");
+          const auto object = event.find("object");
+          if (type == event.end() || !type->is_string() || object == event.end()) return;
+          if (std::string v = VersionOf(*object); !v.empty()) version = std::move(v);
+          if (*type == "ADDED" || *type == "MODIFIED") tell(*object);
         },
         &cancel_, &retry_after);
+    const bool fresh = std::exchange(listed, false);
     if (st.code() == StatusCode::kCancelled) return;
     if (st.code() == StatusCode::kOutOfRange) {
-      version.clear();  // too old: the Node again, from a GET
+      version.clear();  // too old: the Node again, from a list
+      // Refused from a version just listed: not again at once.
+      if (fresh && !wait_after(st, std::chrono::seconds(0))) return;
       continue;
     }
     if (st.ok()) {

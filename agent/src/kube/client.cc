@@ -189,7 +189,8 @@ struct Client::Stream {
         s->error = UnavailableError(StrCat("watch of ", s->collection, ": an event is not JSON"));
         return 0;
       }
-      if (event.value("type", "") == "ERROR") {
+      const auto type = event.find("type");
+      if (type != event.end() && type->is_string() && *type == "ERROR") {
         const Json object = event.value("object", Json::object());
         const long status =
             object.is_object() && object.contains("code") && object["code"].is_number_integer()
