@@ -120,6 +120,12 @@ Status Agent::Start() {
       for (Event& ev : mailbox_->Drain()) HandleEvent(ev);
   }
   for (auto& r : resources_) r->GiveUp();
+  // A DRA resource writes its first slices once a List says which of its
+  // devices pods hold through the device plugin API (a devplugd before
+  // this one may have served the name that way).
+  if (std::any_of(resources_.begin(), resources_.end(),
+                  [](const auto& r) { return r->front_end().AwaitsHolders(); }))
+    SchedulePodList(true);
   for (const auto& r : resources_)
     if (r->failure().code() == StatusCode::kInvalidArgument)
       config_errors.emplace_back(r->index(), r->failure().message());
@@ -481,9 +487,21 @@ void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods)
   const auto due = releases_.OnList(status, pods, tracked, Clock::now());
   if (status.ok()) {
     WithholdListed(*pods);
-  } else if (std::any_of(resources_.begin(), resources_.end(),
-                         [](const auto& r) { return r->front_end().Withholding(); })) {
-    releases_.Schedule(Clock::now(), false);  // withheld until a List says otherwise
+  } else {
+    bool withholding = false;
+    for (auto& r : resources_) {
+      if (r->front_end().AwaitsHolders()) {
+        // As before this was asked: a kubelet that does not answer holds
+        // back no slice.
+        spdlog::info(
+            "resource \"{}\": DRA: which pods hold its devices through the device plugin API "
+            "is not known ({}): every device is offered",
+            r->cfg().name, status.message());
+        r->Withhold({});
+      }
+      withholding |= r->front_end().Withholding();
+    }
+    if (withholding) releases_.Schedule(Clock::now(), false);  // withheld until a List says
   }
   if (status.ok()) {
     for (size_t i = 0; i < of.size(); ++i) {

@@ -198,7 +198,7 @@ std::string Agent::HeldThroughDevicePlugin(const config::AgentConfig& next,
 void Agent::WithholdListed(const kubelet::PodSnapshot& pods) {
   bool any = false;
   for (auto& r : resources_) {
-    if (!r->front_end().Withholding()) continue;
+    if (!r->front_end().Withholding() && !r->front_end().AwaitsHolders()) continue;
     std::map<std::string, std::string> held;
     if (auto it = pods.holders.find(r->cfg().name); it != pods.holders.end())
       for (const auto& [id, h] : it->second) held[id] = StrCat(h.pod_namespace, "/", h.pod_name);

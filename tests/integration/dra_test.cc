@@ -642,6 +642,27 @@ TEST_F(DraTest, AMoveToDraLeavesOutTheDevicesPodsHoldThroughTheDevicePluginUntil
   EXPECT_EQ(sim_->pod_resources_lists(), after);
 }
 
+// The same at the agent's start: a devplugd that starts serving a resource
+// through DRA, where one before it served the name through the device
+// plugin API (a label changed while none ran, a rolling update to a new
+// configuration), writes its first slice only once a List says which
+// devices pods hold that way, and leaves those out until they are gone.
+TEST_F(DraTest, AStartAsDraLeavesOutTheDevicesPodsHoldThroughTheDevicePlugin) {
+  const std::string agent = DraAgentWithPodResources() + "\npod_resources_poll = \"200ms\"";
+  StartSim();
+  sim_->BindPod("default", "p1", "app", kDra, {"fake-1"});
+  StartAgent(DraResource(), "0s", agent);
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices() == std::vector<std::string>{"fake-0"}; }))
+      << Json(Slices()).dump(1) << agent_->Log();
+  EXPECT_EQ(SliceWrites(), 1);  // never a slice with fake-1
+  sim_->DeletePod("default", "p1");
+  EXPECT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1)
+      << agent_->Log();
+}
+
 // A reload that moves a resource from the device plugin API to DRA writes
 // no slice while the Node's allocatable still offers the name that way
 // (the kubelet drops it when the device plugin's endpoint goes, and posts

@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options o) {
       .relist = o.relist,
       .taint_effect = o.taint_effect,
       .hold_for = o.hold_for,
+      .await_withheld = o.await_withheld,
   });
   std::unique_ptr<Driver> d(new Driver(std::move(o), std::move(slices), std::move(*claims)));
   d->slices_->Start();

@@ -52,6 +52,7 @@ class Driver final : public modules::ListSink {
     std::chrono::milliseconds relist{300'000};
     std::string taint_effect = "NoSchedule";
     std::string hold_for;
+    bool await_withheld = false;
     // See ClaimPreparer::Options.
     bool module_releases = false;
     std::shared_ptr<RpcObserver> observer;

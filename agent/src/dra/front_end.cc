@@ -66,6 +66,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
   kube::Client::Options client;
   client.credentials = std::move(*creds);
   client.timeout = cfg.call_timeout;
+  const bool awaits = !predecessor && !staged_ && cfg.pod_resources_poll.count() > 0;
   auto driver = Driver::Make({.resource = r.name,
                               .driver = r.driver,
                               .node = cfg.node_name,
@@ -80,6 +81,9 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               // API: no slice while the Node still offers
                               // the name that way.
                               .hold_for = predecessor && !before ? r.name : std::string(),
+                              // At the agent's start: who holds devices
+                              // through the device plugin API first.
+                              .await_withheld = awaits,
                               .module_releases = module.has_on_release(),
                               .observer = context_.observer});
   if (!driver.ok())
@@ -87,6 +91,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                   StrCat("resource \"", r.name, "\": DRA: ", driver.status().message()));
   spdlog::info("resource \"{}\": DRA driver {} on node {}", r.name, r.driver, cfg.node_name);
   driver_ = std::shared_ptr<Driver>(std::move(*driver));
+  awaiting_holders_ = awaits;
   return OkStatus();
 }
 
@@ -238,7 +243,8 @@ std::vector<std::pair<std::string, cdi::Kind>> FrontEnd::Specs() const {
 }
 
 void FrontEnd::Withhold(const std::map<std::string, std::string>& held) {
-  if (!driver_ || held == withheld_) return;
+  if (!driver_ || (held == withheld_ && !awaiting_holders_)) return;
+  awaiting_holders_ = false;
   const std::string& name = context_.cfg.name;
   for (const auto& [id, pod] : held)
     if (withheld_.count(id) == 0)

@@ -93,6 +93,7 @@ class FrontEnd final : public front_end::FrontEnd {
   // move: those devices stay out of the slices until their pods are gone.
   void Withhold(const std::map<std::string, std::string>& held) override;
   bool Withholding() const override { return !withheld_.empty(); }
+  bool AwaitsHolders() const override { return awaiting_holders_; }
 
   // Its devices are released by NodeUnprepareResources, not by what
   // PodResources lists.
@@ -125,6 +126,7 @@ class FrontEnd final : public front_end::FrontEnd {
   std::shared_ptr<HealthHub> health_;
   // Withhold's: module ID -> "ns/pod".
   std::map<std::string, std::string> withheld_;
+  bool awaiting_holders_ = false;  // AwaitsHolders
   std::unique_ptr<HealthServiceV1> health_v1_;
   std::unique_ptr<HealthServiceV1alpha1> health_v1alpha1_;
 };

@@ -65,6 +65,7 @@ SlicePublisher::SlicePublisher(Options options)
               SyncOnLane();
             }),
       taint_effect_(options_.taint_effect),
+      awaiting_withheld_(options_.await_withheld),
       held_(!options_.hold_for.empty()),
       jitter_(Fnv1a32(StrCat(options_.node, "/", options_.driver, "/", getpid()))) {}
 
@@ -95,8 +96,9 @@ void SlicePublisher::SetTaintEffect(const std::string& effect) {
 
 void SlicePublisher::SetWithheld(std::set<std::string> ids) {
   MutexLock lock(mu_);
-  if (withheld_ == ids) return;
+  if (withheld_ == ids && !awaiting_withheld_) return;
   withheld_ = std::move(ids);
+  awaiting_withheld_ = false;
   if (sync_queued_ || stopping_ || !options_.client || !list_) return;
   sync_queued_ = true;
   lane_.Post([this] { SyncOnLane(); });
@@ -142,7 +144,7 @@ void SlicePublisher::SyncOnLane() {
   {
     MutexLock lock(mu_);
     sync_queued_ = false;
-    if (stopping_ || !list_) return;
+    if (stopping_ || !list_ || awaiting_withheld_) return;  // SetWithheld queues a sync
     if (superseded_) {
       relist_ = true;  // whatever the newer one wrote meanwhile
       return;

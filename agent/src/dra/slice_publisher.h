@@ -42,7 +42,8 @@
 //   cannot be read, or hold_max, ends the wait (said in the log).
 // - Withheld devices (SetWithheld: pods hold them through the device plugin
 //   API, from before a move to DRA) are left out of the slices until they
-//   are withheld no more.
+//   are withheld no more. With await_withheld (a DRA resource at the
+//   agent's start), nothing is written before the first SetWithheld.
 //
 // Thread safety: thread-safe. Publish runs on the module's worker, the rest
 // from the agent's main thread.
@@ -94,6 +95,9 @@ class SlicePublisher final : public modules::ListSink {
     std::string hold_for;
     std::chrono::milliseconds hold_poll{1000};
     std::chrono::milliseconds hold_max{60'000};
+    // The first write waits for SetWithheld: who holds devices through the
+    // device plugin API is asked first.
+    bool await_withheld = false;
   };
 
   explicit SlicePublisher(Options options);
@@ -161,6 +165,7 @@ class SlicePublisher final : public modules::ListSink {
   std::set<std::string> dropped_ DEVPLUG_GUARDED_BY(mu_);
   std::string taint_effect_ DEVPLUG_GUARDED_BY(mu_);
   std::set<std::string> withheld_ DEVPLUG_GUARDED_BY(mu_);
+  bool awaiting_withheld_ DEVPLUG_GUARDED_BY(mu_);  // Options::await_withheld, until SetWithheld
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;

@@ -151,6 +151,10 @@ class FrontEnd {
   // lists them. The others leave it alone.
   virtual void Withhold(const std::map<std::string, std::string>& held) { (void)held; }
   virtual bool Withholding() const { return false; }
+  // Started with the agent (no predecessor), it writes no slice until the
+  // first List's Withhold: a devplugd before it may have served the name
+  // through the device plugin API.
+  virtual bool AwaitsHolders() const { return false; }
 
   // ---- releases (the device plugin's tracking of PodResources) ----
   virtual bool tracking() const = 0;
