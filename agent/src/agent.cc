@@ -485,24 +485,7 @@ void Agent::OnPodList(const Status& status, const kubelet::PodSnapshotPtr& pods)
     }
   }
   const auto due = releases_.OnList(status, pods, tracked, Clock::now());
-  if (status.ok()) {
-    WithholdListed(*pods);
-  } else {
-    bool withholding = false;
-    for (auto& r : resources_) {
-      if (r->front_end().AwaitsHolders()) {
-        // As before this was asked: a kubelet that does not answer holds
-        // back no slice.
-        spdlog::info(
-            "resource \"{}\": DRA: which pods hold its devices through the device plugin API "
-            "is not known ({}): every device is offered",
-            r->cfg().name, status.message());
-        r->Withhold({});
-      }
-      withholding |= r->front_end().Withholding();
-    }
-    if (withholding) releases_.Schedule(Clock::now(), false);  // withheld until a List says
-  }
+  WithholdListed(status, pods);
   if (status.ok()) {
     for (size_t i = 0; i < of.size(); ++i) {
       // The kubelet hears "Unhealthy (releasing)" before the release runs.

@@ -215,8 +215,9 @@ class Agent final : private Hotplug::Targets,
   std::string HeldThroughDevicePlugin(const config::AgentConfig& next, const HoldersAnswer& holders,
                                       Withheld* withhold) const;
   // Resources with devices pods hold through the device plugin API since
-  // before a move to DRA: what a PodResources List says of them now.
-  void WithholdListed(const kubelet::PodSnapshot& pods);
+  // before a move to DRA, or waiting for a first List: what a PodResources
+  // List (`pods` when `status` is OK) says of them now.
+  void WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& pods);
   void FinishReload();  // when every staged resource is created, or the deadline passed
   void FailReload(const std::string& why);
   void CommitReload();

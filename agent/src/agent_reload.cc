@@ -28,6 +28,16 @@ const config::ResourceConfig* Named(const config::AgentConfig& cfg, const std::s
   return nullptr;
 }
 
+// The devices of `name` that pods hold through the device plugin API, as
+// `pods` lists them: module ID -> "ns/pod".
+std::map<std::string, std::string> HeldBy(const kubelet::PodSnapshot& pods,
+                                          const std::string& name) {
+  std::map<std::string, std::string> held;
+  if (auto it = pods.holders.find(name); it != pods.holders.end())
+    for (const auto& [id, h] : it->second) held[id] = StrCat(h.pod_namespace, "/", h.pod_name);
+  return held;
+}
+
 }  // namespace
 
 void Agent::BeginReload(const char* why) {
@@ -174,35 +184,41 @@ std::string Agent::HeldThroughDevicePlugin(const config::AgentConfig& next,
                               holders.status.message(), "); apply it when the kubelet answers"));
       continue;
     }
-    const auto held = holders.pods->holders.find(name);
-    if (held == holders.pods->holders.end() || held->second.empty()) continue;
+    std::map<std::string, std::string> held = HeldBy(*holders.pods, name);
+    if (held.empty()) continue;
     std::map<std::string, std::vector<std::string>> by_pod;  // "ns/pod" -> its device IDs
-    for (const auto& [id, h] : held->second) {
-      by_pod[StrCat(h.pod_namespace, "/", h.pod_name)].push_back(id);
-      (*withhold)[name][id] = StrCat(h.pod_namespace, "/", h.pod_name);
+    for (const auto& [id, pod] : held) by_pod[pod].push_back(id);
+    const size_t count = held.size();
+    if (next.pod_resources_poll.count() > 0) {
+      (*withhold)[name] = std::move(held);
+      continue;
     }
-    if (next.pod_resources_poll.count() > 0) continue;
     std::vector<std::string> pods;
     for (const auto& [pod, ids] : by_pod)
       pods.push_back(StrCat(pod, " (", StrJoin(ids, ", "), ")"));
     errors.push_back(StrCat(
         "resource \"", name, "\": the new configuration serves it through DRA, while pods hold ",
-        held->second.size(),
-        " of its device(s) through the device plugin API: ", StrJoin(pods, ", "),
+        count, " of its device(s) through the device plugin API: ", StrJoin(pods, ", "),
         "; with pod_resources_poll = \"0s\" nothing would tell when they are gone: apply it "
         "once their pods are gone"));
   }
   return StrJoin(errors, "\n");
 }
 
-void Agent::WithholdListed(const kubelet::PodSnapshot& pods) {
+void Agent::WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& pods) {
   bool any = false;
   for (auto& r : resources_) {
-    if (!r->front_end().Withholding() && !r->front_end().AwaitsHolders()) continue;
-    std::map<std::string, std::string> held;
-    if (auto it = pods.holders.find(r->cfg().name); it != pods.holders.end())
-      for (const auto& [id, h] : it->second) held[id] = StrCat(h.pod_namespace, "/", h.pod_name);
-    r->Withhold(held);
+    if (status.ok() && (r->front_end().Withholding() || r->front_end().AwaitsHolders())) {
+      r->Withhold(HeldBy(*pods, r->cfg().name));
+    } else if (!status.ok() && r->front_end().AwaitsHolders()) {
+      // As before this was asked: a kubelet that does not answer holds
+      // back no slice. A failed List changes nothing already withheld.
+      spdlog::info(
+          "resource \"{}\": DRA: which pods hold its devices through the device plugin API "
+          "is not known ({}): every device is offered",
+          r->cfg().name, status.message());
+      r->Withhold({});
+    }
     any |= r->front_end().Withholding();
   }
   // Asked again one period later while a device is still withheld.
@@ -237,18 +253,7 @@ void Agent::UpdateConfigWatch() {
 void Agent::UpdateNodeLabelWatch() {
   std::string why;
   std::optional<NodeLabelWatch::Options> want = NodeLabelWatchOptions(config_, &why);
-  auto same = [&](const NodeLabelWatch::Options& a) {
-    const auto& b = *want;
-    return a.node == b.node && a.label == b.label && a.call_timeout == b.call_timeout &&
-           a.credentials.server == b.credentials.server &&
-           a.credentials.ca_file == b.credentials.ca_file &&
-           a.credentials.ca_pem == b.credentials.ca_pem &&
-           a.credentials.token_file == b.credentials.token_file &&
-           a.credentials.token == b.credentials.token &&
-           a.credentials.client_cert == b.credentials.client_cert &&
-           a.credentials.client_cert_pem == b.credentials.client_cert_pem;
-  };
-  if (node_watch_ && want && same(node_watch_->options())) return;
+  if (node_watch_ && want && node_watch_->options() == *want) return;
   if (node_watch_) {
     // Its thread may be in a list (up to call_timeout): it ends on its own,
     // and is joined when the agent goes.

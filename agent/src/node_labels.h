@@ -57,6 +57,7 @@ class NodeLabelWatch {
     std::chrono::seconds watch_timeout{300};
     std::chrono::milliseconds backoff_first{1'000};
     std::chrono::milliseconds backoff_max{300'000};
+    bool operator==(const Options&) const = default;
   };
   using Seen = std::function<void(const std::optional<std::string>& value)>;
   NodeLabelWatch(Options options, Seen seen);

@@ -36,6 +36,7 @@ struct Credentials {
   // The same in memory (a kubeconfig's *-data fields), used where the file
   // name is empty.
   std::string ca_pem, client_cert_pem, client_key_pem;
+  bool operator==(const Credentials&) const = default;
 };
 
 // The pod's service account: KUBERNETES_SERVICE_HOST and _PORT, and
