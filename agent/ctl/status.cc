@@ -276,6 +276,10 @@ int PrintStatus(const StatusOptions& o) {
         StrAppend(&dra, ", written to ", w);
       if (const std::string e = Str(d, "slice_error"); !e.empty())
         StrAppend(&dra, "; ResourceSlices: ", e);
+      if (d.value("draining", false))
+        dra = StrCat("driver ", Str(d, "driver"),
+                     " draining: no slices; it stays for the unprepare of the claims prepared "
+                     "before the move to the device plugin API");
       Wrapped("    DRA: ", dra, 6);
       if (const json w = d.value("withheld", json::array()); w.is_array() && !w.empty()) {
         std::vector<std::string> held;

@@ -206,7 +206,12 @@ void Agent::HandleEvent(const Event& ev) {
       if (r.registrar().OnRegisterDone(ev.number, ev.status)) r.metrics()->Registration();
       break;
     case Event::kTrackerChanged:
-      r.TrackerChanged(releases_, Clock::now());
+      // A DRA side's claims changed (and what a device plugin tells the
+      // kubelet of releases may have).
+      if (r.draining())
+        UpdateDrains();
+      else
+        r.TrackerChanged(releases_, Clock::now());
       break;
     case Event::kPodList:
     case Event::kControl:
@@ -243,6 +248,7 @@ int Agent::NextTimeoutMs() const {
   consider(releases_.NextDeadline());
   if (reload_) consider(reload_->deadline());
   for (const auto& r : resources_) consider(r->NextDeadline());
+  for (const auto& r : draining_) consider(r->NextDeadline());
   if (!next) return -1;
   const auto left = std::chrono::ceil<milliseconds>(*next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
@@ -272,6 +278,7 @@ void Agent::FireTimers() {
   }
   for (auto& r : resources_)
     if (r->OnTimer(now)) TryStart(*r);
+  for (auto& r : draining_) (void)r->OnTimer(now);  // its registrar's; it is never retried
   UpdateStatus();
 }
 
@@ -359,6 +366,9 @@ void Agent::Shutdown() {
     for (auto& r : reload_->staged()) resources_.Add(std::move(r));
     reload_.reset();
   }
+  // A draining DRA side stops with the rest; its claims stay in the
+  // checkpoint.
+  for (auto& r : std::exchange(draining_, {})) resources_.Add(std::move(r));
   for (auto& r : resources_) r->Withdraw(/*exiting=*/true);
   const auto t_servers = Clock::now();
   // Destroy module instances after every server is down: no call can reach
@@ -410,6 +420,8 @@ std::unique_ptr<Resource> Agent::NewResource(const config::ResourceConfig& cfg, 
 
 Resource* Agent::ById(uint64_t id) {
   if (Resource* r = resources_.ById(id)) return r;
+  for (const auto& r : draining_)
+    if (r->id() == id) return r.get();
   return reload_ ? reload_->Find(id) : nullptr;
 }
 
@@ -445,6 +457,9 @@ void Agent::TryStart(Resource& r) {
 std::vector<kubelet::KubeletWatch::Registration> Agent::Registrations() {
   std::vector<kubelet::KubeletWatch::Registration> out;
   for (const auto& r : resources_)
+    out.push_back({r->cfg().registration, r->serving_name(), r->peer_name(), &r->registrar(),
+                   r->instance() != nullptr});
+  for (const auto& r : draining_)
     out.push_back({r->cfg().registration, r->serving_name(), r->peer_name(), &r->registrar(),
                    r->instance() != nullptr});
   return out;

@@ -200,9 +200,13 @@ class Agent final : private Hotplug::Targets,
   // chosen by another value (or by no Node at all).
   void OnNodeLabel(const std::optional<std::string>& value);
   // Why `next` may not replace the running configuration: it removes a
-  // DRA resource, switches its API or renames its driver while claims are
-  // prepared on it ("" when none does).
-  std::string OrphanedClaims(const config::AgentConfig& next) const;
+  // DRA resource or renames its driver while claims are prepared on it, or
+  // changes a resource whose DRA side still drains ("" when none does).
+  // `plan`: the resources `next` stages.
+  std::string OrphanedClaims(const config::AgentConfig& next, const Reload::Plan& plan) const;
+  // A draining DRA side's claims changed: its successor withholds what
+  // they hold, and once none is left the DRA side goes.
+  void UpdateDrains();
   // The resources `next` moves from the device plugin API to DRA.
   std::vector<std::string> MovedToDra(const config::AgentConfig& next) const;
   // Why `next` may not move them ("" when it may): PodResources did not
@@ -293,6 +297,10 @@ class Agent final : private Hotplug::Targets,
   Timers timers_;
   // Serving, and retired while their modules stop.
   ResourceSet resources_;
+  // DRA sides a reload moved to the device plugin API while claims were
+  // prepared: registered for those claims' unprepares only, beside their
+  // successor of the same name (Resource::Drain), until none is left.
+  std::vector<std::unique_ptr<Resource>> draining_;
   // The kubelet's folders (its removed device-plugins folder ends Run with
   // kExitPluginDirLost), routed to each resource's registration.
   kubelet::KubeletWatch kubelet_{this};

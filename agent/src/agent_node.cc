@@ -100,6 +100,8 @@ void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
   // A DRA resource's claim specs too: its driver keeps them with the claims.
   for (const auto& r : resources_)
     for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
+  for (const auto& r : draining_)
+    for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
   cdi::RemoveStale(config_.host_root, dirs, keep);
 }
 

@@ -84,7 +84,7 @@ void Agent::StageReload(config::AgentConfig next, const HoldersAnswer* holders) 
     FailReload(plan.status().message());
     return;
   }
-  if (std::string why = OrphanedClaims(next); !why.empty()) {
+  if (std::string why = OrphanedClaims(next, *plan); !why.empty()) {
     FailReload(why);
     return;
   }
@@ -135,18 +135,33 @@ void Agent::StageReload(config::AgentConfig next, const HoldersAnswer* holders) 
   FinishReload();
 }
 
-std::string Agent::OrphanedClaims(const config::AgentConfig& next) const {
+std::string Agent::OrphanedClaims(const config::AgentConfig& next, const Reload::Plan& plan) const {
   std::vector<std::string> errors;
+  for (const auto& d : draining_) {
+    // Its successor keeps the claimed devices from the kubelet; a change of
+    // it (or a move back to DRA, whose driver would read the checkpoint
+    // this one still writes) waits until the claims are gone.
+    const std::string& name = d->cfg().name;
+    const bool staged = std::any_of(plan.stage.begin(), plan.stage.end(),
+                                    [&](size_t i) { return next.resources[i].name == name; });
+    if (!staged && Named(next, name)) continue;
+    const std::vector<std::string> claims = d->front_end().Holders();
+    errors.push_back(StrCat("resource \"", name, "\": the new configuration ",
+                            Named(next, name) ? "changes" : "removes", " it while DRA driver \"",
+                            d->cfg().driver, "\" still drains ", claims.size(),
+                            " claim(s) prepared before its move to the device "
+                            "plugin API: ",
+                            StrJoin(claims, ", "), "; apply it once their pods are gone"));
+  }
   for (const auto& r : resources_) {
     const std::vector<std::string> claims = r->front_end().Holders();
     if (claims.empty()) continue;
     const config::ResourceConfig* after = Named(next, r->cfg().name);
     std::string change;
+    // A move to the device plugin API drains instead (Reload::Commit).
     if (!after)
       change = "removes the resource";
-    else if (after->api != ServingApi::kDra)
-      change = "serves it through the device plugin API";
-    else if (after->driver != r->cfg().driver)
+    else if (after->api == ServingApi::kDra && after->driver != r->cfg().driver)
       change = StrCat("renames its DRA driver to \"", after->driver, "\"");
     if (change.empty()) continue;
     // Its checkpoint would be read by nobody: the claims' devices would be
@@ -223,6 +238,29 @@ void Agent::WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& 
   }
   // Asked again one period later while a device is still withheld.
   if (any) releases_.Schedule(Clock::now(), false);
+}
+
+void Agent::UpdateDrains() {
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    Resource& d = **it;
+    const std::map<std::string, std::string> claimed = d.Claimed();
+    Resource* successor = nullptr;
+    for (auto& r : resources_)
+      if (r->cfg().name == d.cfg().name) successor = r.get();
+    if (successor) successor->SetClaimed(claimed);
+    if (!claimed.empty() || !d.front_end().Holders().empty()) {
+      ++it;
+      continue;
+    }
+    spdlog::info(
+        "resource \"{}\": DRA: the last claim prepared before the move to the device plugin API "
+        "is unprepared; driver {} leaves this node",
+        d.cfg().name, d.cfg().driver);
+    std::unique_ptr<Resource> done = std::move(*it);
+    it = draining_.erase(it);
+    done->Withdraw();
+    resources_.Retire(std::move(done), Clock::now() + config_.start_timeout);
+  }
 }
 
 void Agent::FinishReload() {
@@ -318,8 +356,9 @@ void Agent::CommitReload() {
   // From here on config_ is the new configuration: the servers,
   // registrations and trackers of new resources take its values.
   const config::AgentConfig previous = std::exchange(config_, reload->TakeConfig());
-  const Reload::Outcome out =
+  Reload::Outcome out =
       reload->Commit(config_, resources_, *metrics_, Clock::now() + config_.start_timeout);
+  for (auto& d : out.draining) draining_.push_back(std::move(d));
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
   // A List at once: a pod the device plugin admitted since the one the

@@ -18,6 +18,12 @@ ops::AgentView Agent::View() const {
   v.release_problem = releases_.problem();
   v.reload_error = reload_error_;
   for (const auto& r : resources_) v.resources.push_back(r->View(config_.module_dir));
+  // A draining DRA side shows under its successor of the same name.
+  for (const auto& d : draining_) {
+    ops::ResourceView drained = d->View(config_.module_dir);
+    for (ops::ResourceView& rv : v.resources)
+      if (rv.name == drained.name && !rv.dra && drained.dra) rv.dra = std::move(drained.dra);
+  }
   return v;
 }
 

@@ -139,7 +139,16 @@ Reload::Outcome Reload::Commit(const config::AgentConfig& next, ResourceSet& run
     if (fresh->tracking()) out.list_now = true;
     if (old) old->HandOver(*fresh);
     metrics.Adopt(fresh->metrics(), old ? old->metrics() : nullptr);
-    if (old) {
+    if (old && old->cfg().api == ServingApi::kDra && cfg.api == ServingApi::kDevicePlugin &&
+        !old->front_end().Holders().empty()) {
+      out.changed.push_back(cfg.name);
+      // Its slices go now, before the device plugin registers; its claims'
+      // devices are Unhealthy in the device plugin's first list.
+      old->Drain();
+      fresh->SetClaimed(old->Claimed());
+      out.draining.push_back(std::move(old));
+      fresh->registrar().StartAfter(kReloadRegisterDelay);
+    } else if (old) {
       out.changed.push_back(cfg.name);
       // The old stream ends first; the new registration follows once the
       // kubelet has seen that end. (At the same path the new server's

@@ -103,6 +103,7 @@ void Resource::Launch(const config::AgentConfig& cfg, const Resource* predecesso
   opts.lists = std::move(hooks.lists);
   opts.pods = std::move(hooks.pods);
   opts.releases = std::move(hooks.releases);
+  opts.withholds = std::move(hooks.withholds);
   opts.observer = metrics_;
   if (services_.path_watch())
     opts.watches = std::make_shared<udev::PathWatchSet>(services_.path_watch(), id_);
@@ -206,6 +207,10 @@ void Resource::Renumber(size_t index, const config::ResourceConfig& cfg) {
 }
 
 void Resource::HandOver(const Resource& successor) { front_->HandOver(*successor.front_); }
+
+void Resource::SetClaimed(const std::map<std::string, std::string>& claimed) {
+  if (front_->SetClaimed(claimed) && instance_) instance_->Republish();
+}
 
 bool Resource::ApplyAgentKeys(const config::AgentConfig& cfg,
                               lifecycle::ReleaseCoordinator& releases) {

@@ -161,6 +161,16 @@ class Resource final : private kubelet::Registrar::Env {
   void HandOver(const Resource& successor);
   // See front_end::FrontEnd::Withhold.
   void Withhold(const std::map<std::string, std::string>& held) { front_->Withhold(held); }
+  // See front_end::FrontEnd::Drain and Claimed: a DRA resource a reload
+  // moved to the device plugin API while claims held its devices stays,
+  // registered, for their unprepares.
+  void Drain() { front_->Drain(); }
+  bool draining() const { return front_->draining(); }
+  std::map<std::string, std::string> Claimed() const { return front_->Claimed(); }
+  // Its device plugin API keeps `claimed` from the kubelet (its draining
+  // predecessor's claims hold them); its instance publishes again when
+  // that changed.
+  void SetClaimed(const std::map<std::string, std::string>& claimed);
   // The running configuration changed: call timeouts, release timings, and
   // tracking on or off. True when a first PodResources List is wanted.
   bool ApplyAgentKeys(const config::AgentConfig& cfg, lifecycle::ReleaseCoordinator& releases);

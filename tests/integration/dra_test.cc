@@ -543,8 +543,8 @@ TEST_F(DraTest, AReloadKeepsPreparedClaimsAndRemovingTheResourceDeletesItsSlices
 }
 
 // A reload that would leave prepared claims with no driver that knows them
-// (the resource removed, served through the device plugin API, or its
-// driver renamed) is refused, naming the claims; the running driver keeps
+// (the resource removed, or its driver renamed) is refused, naming the
+// claims (a move to the device plugin API drains instead: below); the running driver keeps
 // them and their devices (review D11: the device was published as free and
 // prepared for a second claim). Once they are unprepared the same reload
 // goes through.
@@ -558,7 +558,6 @@ TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
       Config(
           Resource(kDra, FakeModule("fake_release"), dra + "dra_driver = \"new.fake.example\"\n"),
           "0s", DraAgent()),
-      Config(Resource(kDra, FakeModule("fake_release"), "count = 2\n"), "0s", DraAgent()),
       Config(Resource(kFull, FakeModule("fake_full"), "count = 1"), "0s", DraAgent()),
   };
   for (const std::string& config : refusals) {
@@ -571,7 +570,6 @@ TEST_F(DraTest, AReloadThatWouldOrphanPreparedClaimsIsRefused) {
                      uid + ")"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("serves it through the device plugin API"), std::string::npos) << log;
   EXPECT_NE(log.find("removes the resource"), std::string::npos) << log;
   // Nothing changed: the claim is still prepared, its device still held.
   const std::string second = Claim("c2", {"fake-1"});
@@ -727,6 +725,80 @@ TEST_F(DraTest, AReloadBackToTheDevicePluginDeletesTheSlicesBeforeItRegisters) {
   ASSERT_TRUE(Eventually([&] { return slices_at_register.load() >= 0; }));
   EXPECT_EQ(slices_at_register.load(), 0);
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+}
+
+// Back to the device plugin API while a claim is prepared (issue 55): the
+// reload goes through. The slices go before the device plugin registers;
+// the driver stays registered for the claim's unprepare and prepares no
+// other claim; the device plugin reports the claimed device Unhealthy (the
+// kubelet hands it to no pod) until the claim is unprepared. Then the
+// driver leaves, the device is offered, and nothing was released twice.
+// A reload that would change the resource while its DRA side drains is
+// refused, naming the claim.
+TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilItIsUnprepared) {
+  // PodResources too: the move back to DRA at the end asks it.
+  const std::string agent = DraAgentWithPodResources() + "\npod_resources_poll = \"200ms\"";
+  StartSim();
+  StartAgent(DraResource(), "0s", agent);
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  const std::string uid = Claim("c1", {"fake-1"});
+  ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+
+  const std::string dp = "count = 2\nrelease_log = \"" + release_log() + "\"\n";
+  WriteFile(config_path(), Config(Resource(kDra, FakeModule("fake_release"), dp), "0s", agent));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  auto health = [&] {
+    std::map<std::string, std::string> out;
+    if (auto r = sim_->resource(kDra))
+      for (const auto& d : r->devices) out[d.id()] = d.health();
+    return out;
+  };
+  const std::map<std::string, std::string> claimed{{"fake-0", "Healthy"}, {"fake-1", "Unhealthy"}};
+  ASSERT_TRUE(Eventually([&] { return health() == claimed; })) << agent_->Log();
+  // The driver is still there for the claim, and for it only.
+  auto driver = sim_->dra_driver(kDriver);
+  ASSERT_TRUE(driver && driver->registered);
+  EXPECT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");  // answered again
+  const std::string second = Claim("c2", {"fake-0"});
+  EXPECT_NE(Prepare("c2", second).claims().at(second).error().find("no longer offers devices"),
+            std::string::npos);
+  auto status = ops::ControlRequest(control_socket(), R"({"status": {}})", 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_NE(status->find(R"("draining":true)"), std::string::npos) << *status;
+  EXPECT_NE(status->find(uid), std::string::npos) << *status;
+  // Nothing may change the resource while it drains.
+  WriteFile(config_path(), Config(DraResource(), "0s", agent));
+  EXPECT_FALSE(Reload()) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("the new configuration changes it while DRA driver \"" +
+                               std::string(kDriver) +
+                               "\" still drains 1 claim(s) prepared before its move to the "
+                               "device plugin API: default/c1 (" +
+                               uid + ")"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_EQ(ReadFile(release_log()), "");
+
+  ASSERT_EQ(Unprepare("c1", uid), "");
+  EXPECT_TRUE(Eventually([&] {
+    return health() ==
+           std::map<std::string, std::string>{{"fake-0", "Healthy"}, {"fake-1", "Healthy"}};
+  })) << agent_->Log();
+  EXPECT_TRUE(Eventually([&] {
+    auto d = sim_->dra_driver(kDriver);
+    return d && !d->registered;
+  })) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("driver dra.fake.example leaves this node", kWait))
+      << agent_->Log();
+  EXPECT_NE(ReadFile(release_log()).find("fake-1"), std::string::npos);
+  EXPECT_TRUE(Slices().empty());
+  // The same move again, now with nothing to drain, goes back to DRA.
+  WriteFile(config_path(), Config(DraResource(), "0s", agent));
+  EXPECT_TRUE(Reload()) << agent_->Log();
 }
 
 // api = "node-label": one configuration for every node, and this node's

@@ -60,7 +60,7 @@ struct Holds final : ReleaseHooks {
 TEST(PublisherTest, PublishesOnlyChangesAndCountsHealthTurns) {
   auto sink = std::make_shared<Sink>();
   auto observer = std::make_shared<Observer>();
-  Publisher p("test/res", sink, nullptr, observer);
+  Publisher p("test/res", sink, nullptr, nullptr, observer);
   EXPECT_TRUE(p.devices()->empty());
   EXPECT_FALSE(p.published());
   ASSERT_TRUE(p.Scanned({Dev("a"), Dev("b", false)}, false).ok());
@@ -78,7 +78,7 @@ TEST(PublisherTest, PublishesOnlyChangesAndCountsHealthTurns) {
 TEST(PublisherTest, ARefusedListNeverBecomesCurrent) {
   auto sink = std::make_shared<Sink>();
   sink->max = 1;
-  Publisher p("test/res", sink, nullptr, nullptr);
+  Publisher p("test/res", sink, nullptr, nullptr, nullptr);
   // The first list refused: nothing to keep, the caller hears why.
   Status first = p.Scanned({Dev("a"), Dev("b")}, false);
   EXPECT_EQ(first.code(), StatusCode::kFailedPrecondition);
@@ -95,7 +95,7 @@ TEST(PublisherTest, ARefusedListNeverBecomesCurrent) {
 TEST(PublisherTest, RepublishAppliesTheReleaseStateToTheLastScan) {
   auto sink = std::make_shared<Sink>();
   auto holds = std::make_shared<Holds>();
-  Publisher p("test/res", sink, holds, nullptr);
+  Publisher p("test/res", sink, holds, nullptr, nullptr);
   p.Republish(true);  // nothing published yet: nothing happens
   EXPECT_TRUE(sink->published.empty());
   ASSERT_TRUE(p.Scanned({Dev("a"), Dev("b")}, true).ok());
@@ -115,9 +115,39 @@ TEST(PublisherTest, RepublishAppliesTheReleaseStateToTheLastScan) {
   EXPECT_EQ(sink->published.size(), 3u);
 }
 
+// What the agent withholds (a draining DRA side's claims) applies to every
+// list, tracking or not, and a change of it is published from the last scan.
+struct Claimed final : Withholds {
+  std::vector<std::string> ids;
+  void Apply(DeviceList& list) const override {
+    for (Device& d : list)
+      if (std::find(ids.begin(), ids.end(), d.id) != ids.end()) {
+        d.healthy = false;
+        d.health_reason = "claimed";
+      }
+  }
+};
+
+TEST(PublisherTest, WithheldDevicesAreUnhealthyInEveryListUntilWithheldNoMore) {
+  auto sink = std::make_shared<Sink>();
+  auto claimed = std::make_shared<Claimed>();
+  claimed->ids = {"b"};
+  Publisher p("test/res", sink, nullptr, claimed, nullptr);
+  ASSERT_TRUE(p.Scanned({Dev("a"), Dev("b")}, false).ok());
+  ASSERT_EQ(sink->published.size(), 1u);
+  EXPECT_TRUE(sink->published.back()->at(0).healthy);
+  EXPECT_FALSE(sink->published.back()->at(1).healthy);
+  EXPECT_EQ(p.devices()->at(1).health_reason, "claimed");
+  claimed->ids.clear();
+  p.Republish(false);
+  ASSERT_EQ(sink->published.size(), 2u);
+  EXPECT_TRUE(sink->published.back()->at(1).healthy);
+  EXPECT_TRUE(p.devices()->at(1).healthy);
+}
+
 TEST(PublisherTest, ASilencedPublisherKeepsItsListButTellsNobody) {
   auto sink = std::make_shared<Sink>();
-  Publisher p("test/res", sink, nullptr, nullptr);
+  Publisher p("test/res", sink, nullptr, nullptr, nullptr);
   ASSERT_TRUE(p.Scanned({Dev("a")}, false).ok());
   p.Silence();
   ASSERT_TRUE(p.Scanned({Dev("a"), Dev("b")}, false).ok());

@@ -5,6 +5,7 @@
 #include "device_plugin/list_publisher.h"
 #include "kubelet/pod_lookup.h"
 #include "kubelet/registration_service.h"
+#include "util/mutex.h"
 #include "util/sanitizers.h"
 
 namespace devplug::device_plugin {
@@ -20,8 +21,38 @@ lifecycle::ReleaseTiming Timing(const config::AgentConfig& c) {
 
 }  // namespace
 
+// The devices a draining DRA predecessor's claims hold.
+class FrontEnd::Claimed final : public modules::Withholds {
+ public:
+  void Apply(DeviceList& list) const override {
+    MutexLock lock(mu_);
+    if (by_id_.empty()) return;
+    for (Device& d : list) {
+      auto it = by_id_.find(d.id);
+      if (it == by_id_.end()) continue;
+      d.healthy = false;
+      d.held_back = false;  // not for a release: Allocate refuses it
+      d.health_reason = StrCat("prepared for DRA claim ", it->second,
+                               " from before the move to the device plugin API");
+    }
+  }
+  // True when it changed.
+  bool Set(const std::map<std::string, std::string>& by_id) {
+    MutexLock lock(mu_);
+    if (by_id == by_id_) return false;
+    by_id_ = by_id;
+    return true;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, std::string> by_id_ DEVPLUG_GUARDED_BY(mu_);
+};
+
 FrontEnd::FrontEnd(const config::AgentConfig& running, front_end::Context context)
-    : context_(std::move(context)), hub_(std::make_unique<StreamHub>(context_.stream_ended)) {
+    : context_(std::move(context)),
+      hub_(std::make_unique<StreamHub>(context_.stream_ended)),
+      claimed_(std::make_shared<Claimed>()) {
   const config::ResourceConfig& cfg = context_.cfg;
   if (cfg.cdi != CdiMode::kOff) {
     // The configuration refused names without a CDI kind.
@@ -67,7 +98,12 @@ front_end::InstanceHooks FrontEnd::Launch(const config::AgentConfig& cfg,
   releases_ = std::make_shared<lifecycle::ResourceReleases>(handed_out_, tracker_,
                                                             context_.tracker_changed);
   if (tracker_) hooks.releases = releases_;
+  hooks.withholds = claimed_;
   return hooks;
+}
+
+bool FrontEnd::SetClaimed(const std::map<std::string, std::string>& claimed) {
+  return claimed_->Set(claimed);
 }
 
 void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {

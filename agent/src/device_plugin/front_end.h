@@ -7,6 +7,7 @@
 // Thread safety: as front_end::FrontEnd.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,6 +60,9 @@ class FrontEnd final : public front_end::FrontEnd {
   std::vector<std::string> Holders() const override { return {}; }
   std::vector<std::pair<std::string, cdi::Kind>> Specs() const override;
 
+  // What a draining DRA predecessor's claims hold: Unhealthy to the kubelet.
+  bool SetClaimed(const std::map<std::string, std::string>& claimed) override;
+
   bool tracking() const override { return tracker_ && tracker_->enabled(); }
   lifecycle::ReleaseTracker* TrackerForList(bool list_ok, bool running) const override;
   void TrackerChanged(lifecycle::ReleaseCoordinator& releases, Clock::time_point now,
@@ -69,6 +73,7 @@ class FrontEnd final : public front_end::FrontEnd {
   void View(ops::ResourceView& rv) const override;
 
  private:
+  class Claimed;
   const front_end::Context context_;
   // The hub outlives every instance that publishes into it.
   std::unique_ptr<StreamHub> hub_;
@@ -86,6 +91,8 @@ class FrontEnd final : public front_end::FrontEnd {
   // Both, as the instance (ReleaseHooks) and the service (each Allocate)
   // see them; made at each launch.
   std::shared_ptr<lifecycle::ResourceReleases> releases_;
+  // SetClaimed's; every instance applies it to its lists.
+  const std::shared_ptr<Claimed> claimed_;
 };
 
 }  // namespace devplug::device_plugin

@@ -137,6 +137,19 @@ void ClaimPreparer::RequestStop() {
   reads_.RequestStop([this] { calls_.RequestStop({}); });
 }
 
+void ClaimPreparer::SetDraining() {
+  MutexLock lock(mu_);
+  draining_ = true;
+}
+
+void ClaimPreparer::NotifyDraining() {
+  {
+    MutexLock lock(mu_);
+    if (!draining_) return;
+  }
+  if (options_.claims_changed) options_.claims_changed();
+}
+
 bool ClaimPreparer::WaitStopped(Clock::time_point deadline) {
   const bool reads = reads_.WaitStopped(deadline);
   const bool calls = reads && calls_.WaitStopped(deadline);
@@ -274,6 +287,8 @@ void ClaimPreparer::Unprepare(std::vector<ClaimRef> claims, Clock::time_point un
         options_.observer->Rpc(Rpc::kNodeUnprepareResources,
                                ok ? StatusCode::kOk : StatusCode::kUnknown, Clock::now() - start);
       done(std::move(out));
+      // After the answer: a drain that ends now must not cut it off.
+      if (!unprepared.empty()) NotifyDraining();
       for (const ClaimRef& c : unprepared) PostStatus(c, {});
     });
   });
@@ -353,13 +368,22 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
     result.error = why;
     return result;
   };
+  bool draining = false;
   {
     MutexLock lock(mu_);
     if (const PreparedClaim* p = checkpoint_.Find(c.uid)) {
       result.devices = KubeletDevices(p->devices);
       return result;
     }
+    draining = draining_;
   }
+  // Its slices are gone and the device plugin API offers the devices now:
+  // a claim allocated from the last slice before the move is not served.
+  if (draining)
+    return fail(StrCat("driver ", options_.driver, " no longer offers devices on node ",
+                       options_.node,
+                       " (the resource moved to the device plugin API): only claims prepared "
+                       "before the move are served"));
   // The kubelet gave up while this call waited its turn: no module call.
   if (Clock::now() >= until) return fail("the kubelet's deadline passed before the call's turn");
   // What an earlier try set up is released first (on_release() runs once,

@@ -92,6 +92,10 @@ class ClaimPreparer {
     // Told of every call: OK when every claim in it succeeded, else UNKNOWN
     // (the kubelet reads each claim's error); null: nobody counts.
     std::shared_ptr<RpcObserver> observer;
+    // Draining (SetDraining), after each unprepare call that forgot a
+    // claim, once the kubelet has its answer ("dra:calls": it must only
+    // post).
+    std::function<void()> claims_changed;
   };
 
   // Loads the checkpoint (DATA_LOSS names a damaged one) and writes again
@@ -122,6 +126,11 @@ class ClaimPreparer {
   // be leaked).
   void RequestStop();
   [[nodiscard]] bool WaitStopped(Clock::time_point deadline);
+  // The resource moved to the device plugin API and stays only for the
+  // claims prepared before (no slice offers its devices any more): a claim
+  // not prepared yet is refused; a prepared one is answered again, and
+  // unprepared as always.
+  void SetDraining();
 
   // Which claim holds each module device on this node: one prepared, or
   // being prepared (from before its first module call until its answer),
@@ -194,6 +203,8 @@ class ClaimPreparer {
   const PreparedClaim* HolderOf(const std::string& id, const std::string& except) const;
   // Writes holders_ anew from preparing_, pending_ and the checkpoint.
   void UpdateHoldersLocked() DEVPLUG_REQUIRES(mu_);
+  // Options::claims_changed, while draining.
+  void NotifyDraining();
 
   const Options options_;
   const cdi::Kind kind_;
@@ -222,6 +233,7 @@ class ClaimPreparer {
   // forgets them without a second on_release().
   std::set<std::string> released_ DEVPLUG_GUARDED_BY(mu_);
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
+  bool draining_ DEVPLUG_GUARDED_BY(mu_) = false;  // SetDraining
   bool abandoned_ = false;  // WaitStopped left a thread running (owner thread only)
 };
 

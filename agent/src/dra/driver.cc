@@ -15,7 +15,8 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options o) {
                                      .prestart_timeout = o.prestart_timeout,
                                      .client = o.client,
                                      .module_releases = o.module_releases,
-                                     .observer = o.observer});
+                                     .observer = o.observer,
+                                     .claims_changed = o.claims_changed});
   if (!claims.ok()) return claims.status();
   auto slices = std::make_unique<SlicePublisher>(SlicePublisher::Options{
       .resource = o.resource,
@@ -55,6 +56,13 @@ bool Driver::WaitStopped(Clock::time_point deadline) {
   const bool claims = claims_->WaitStopped(deadline);
   const bool slices = slices_->WaitStopped(deadline);
   if (!(claims && slices)) abandoned_ = true;
+  return !abandoned_;
+}
+
+bool Driver::Drain() {
+  claims_->SetDraining();
+  slices_->RequestStop(/*delete_slices=*/true);
+  if (!slices_->WaitStopped(Clock::now() + options_.call_timeout)) abandoned_ = true;
   return !abandoned_;
 }
 

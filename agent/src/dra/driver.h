@@ -56,6 +56,7 @@ class Driver final : public modules::ListSink {
     // See ClaimPreparer::Options.
     bool module_releases = false;
     std::shared_ptr<RpcObserver> observer;
+    std::function<void()> claims_changed;  // see ClaimPreparer::Options
   };
 
   // Loads the checkpoint (DATA_LOSS names a damaged one), writes again the
@@ -95,6 +96,12 @@ class Driver final : public modules::ListSink {
   // within stop_timeout. False when a thread still ran at the deadline
   // (call_timeout): it is abandoned, and the driver must then be leaked.
   [[nodiscard]] bool Stop(bool delete_slices);
+  // The resource moved to the device plugin API while claims were
+  // prepared: this node's slices are deleted now (by call_timeout) and no
+  // more are written; the prepared claims are still answered and
+  // unprepared, and no new one is prepared (ClaimPreparer::SetDraining).
+  // False when the slices' thread still ran at the deadline.
+  [[nodiscard]] bool Drain();
   // The same in two steps, so that many drivers stop at once under one
   // deadline: RequestStop queues the end (calls already queued still run),
   // WaitStopped waits for it (false as above; it stays false).

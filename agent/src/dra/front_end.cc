@@ -85,7 +85,9 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               // through the device plugin API first.
                               .await_withheld = awaits,
                               .module_releases = module.has_on_release(),
-                              .observer = context_.observer});
+                              .observer = context_.observer,
+                              // A drain ends when its claims are gone.
+                              .claims_changed = context_.tracker_changed});
   if (!driver.ok())
     return Status(driver.status().code(),
                   StrCat("resource \"", r.name, "\": DRA: ", driver.status().message()));
@@ -262,6 +264,28 @@ void FrontEnd::Withhold(const std::map<std::string, std::string>& held) {
   driver_->SetWithheld(std::move(ids));
 }
 
+void FrontEnd::Drain() {
+  if (!driver_ || draining_) return;
+  draining_ = true;
+  if (sink_) sink_->set_active(false);
+  spdlog::info(
+      "resource \"{}\": DRA: moved to the device plugin API; this node's slices of driver {} "
+      "are deleted, and the driver stays for the unprepare of {} claim(s) prepared before",
+      context_.cfg.name, driver_->options().driver, driver_->prepared().size());
+  if (!driver_->Drain())
+    spdlog::warn("resource \"{}\": DRA: deleting this node's slices did not end in time",
+                 context_.cfg.name);
+}
+
+std::map<std::string, std::string> FrontEnd::Claimed() const {
+  std::map<std::string, std::string> out;
+  if (!driver_) return out;
+  // The checkpoint's: a claim whose release still runs holds its devices.
+  for (const PreparedClaim& c : driver_->prepared())
+    for (const PreparedDevice& d : c.devices) out[d.id] = StrCat(c.ns, "/", c.name);
+  return out;
+}
+
 void FrontEnd::View(ops::ResourceView& rv) const {
   if (!driver_) return;
   ops::DraView v;
@@ -280,6 +304,7 @@ void FrontEnd::View(ops::ResourceView& rv) const {
   }
   v.releasing = driver_->releasing();
   for (const auto& [id, pod] : withheld_) v.withheld.push_back(StrCat(id, " (", pod, ")"));
+  v.draining = draining_;
   rv.dra = std::move(v);
 }
 

@@ -94,6 +94,9 @@ class FrontEnd final : public front_end::FrontEnd {
   void Withhold(const std::map<std::string, std::string>& held) override;
   bool Withholding() const override { return !withheld_.empty(); }
   bool AwaitsHolders() const override { return awaiting_holders_; }
+  void Drain() override;
+  bool draining() const override { return draining_; }
+  std::map<std::string, std::string> Claimed() const override;
 
   // Its devices are released by NodeUnprepareResources, not by what
   // PodResources lists.
@@ -127,6 +130,7 @@ class FrontEnd final : public front_end::FrontEnd {
   // Withhold's: module ID -> "ns/pod".
   std::map<std::string, std::string> withheld_;
   bool awaiting_holders_ = false;  // AwaitsHolders
+  bool draining_ = false;          // Drain
   std::unique_ptr<HealthServiceV1> health_v1_;
   std::unique_ptr<HealthServiceV1alpha1> health_v1alpha1_;
 };

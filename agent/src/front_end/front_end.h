@@ -68,6 +68,7 @@ struct InstanceHooks {
   std::shared_ptr<modules::ListSink> lists;
   std::shared_ptr<modules::PodLookup> pods;
   std::shared_ptr<modules::ReleaseHooks> releases;
+  std::shared_ptr<modules::Withholds> withholds;
 };
 
 class FrontEnd {
@@ -155,6 +156,25 @@ class FrontEnd {
   // first List's Withhold: a devplugd before it may have served the name
   // through the device plugin API.
   virtual bool AwaitsHolders() const { return false; }
+
+  // ---- a move to the device plugin API while claims are prepared ----
+  // (DRA) A reload moves the resource to the device plugin API while
+  // claims hold its devices: this node's slices are deleted now (before
+  // the device plugin registers) and no claim is prepared any more, but
+  // the driver stays registered for the prepared claims' unprepares. The
+  // resource then drains beside its successor until Claimed() is empty.
+  virtual void Drain() {}
+  virtual bool draining() const { return false; }
+  // (DRA) The devices its prepared claims hold: module ID -> "ns/claim".
+  virtual std::map<std::string, std::string> Claimed() const { return {}; }
+  // (device plugin API) Devices a draining predecessor's claims hold
+  // (module ID -> "ns/claim"): reported Unhealthy, so the kubelet hands
+  // none of them out, until they are claimed no more. True when that
+  // changed what is reported.
+  virtual bool SetClaimed(const std::map<std::string, std::string>& claimed) {
+    (void)claimed;
+    return false;
+  }
 
   // ---- releases (the device plugin's tracking of PodResources) ----
   virtual bool tracking() const = 0;

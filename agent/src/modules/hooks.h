@@ -66,6 +66,16 @@ class ReleaseHooks {
                         bool before_start) = 0;
 };
 
+// Devices the agent keeps from the kubelet whatever the module says (a
+// DRA driver of the resource, draining after a move to the device plugin
+// API, still has them prepared for claims): marked Unhealthy, with why, in
+// every list about to be published.
+class Withholds {
+ public:
+  virtual ~Withholds() = default;
+  virtual void Apply(DeviceList& list) const = 0;
+};
+
 // host->pod_of() (ABI 1.2): the holder of one of the resource's devices.
 class PodLookup {
  public:

@@ -30,7 +30,8 @@ ModuleInstance::ModuleInstance(std::shared_ptr<const LoadedModule> module,
             HostAdapter::Options{options_.host_root, options_.index, options_.prestart_timeout,
                                  options_.pods, options_.watches,
                                  [this] { RequestRescan(ScanCause::kModule); }}),
-      publisher_(resource_.name, options_.lists, options_.releases, options_.observer),
+      publisher_(resource_.name, options_.lists, options_.releases, options_.withholds,
+                 options_.observer),
       worker_(std::string("dp:").append(module_->name()), {}, [this] { DeferredScanOnWorker(); }) {}
 
 std::unique_ptr<ModuleInstance> ModuleInstance::Launch(std::shared_ptr<const LoadedModule> module,

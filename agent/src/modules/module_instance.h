@@ -61,6 +61,7 @@ class ModuleInstance final : public DeviceSource {
     // pod_of() answers -EAGAIN; no metrics; watch_path() is -ENOSYS).
     std::shared_ptr<ListSink> lists;
     std::shared_ptr<ReleaseHooks> releases;
+    std::shared_ptr<Withholds> withholds;
     std::shared_ptr<PodLookup> pods;
     std::shared_ptr<InstanceObserver> observer;
     std::shared_ptr<PathWatches> watches;

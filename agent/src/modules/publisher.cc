@@ -40,11 +40,12 @@ std::pair<uint64_t, uint64_t> LogHealthChanges(const std::string& resource,
 }  // namespace
 
 Publisher::Publisher(std::string resource, std::shared_ptr<ListSink> lists,
-                     std::shared_ptr<ReleaseHooks> releases,
+                     std::shared_ptr<ReleaseHooks> releases, std::shared_ptr<Withholds> withholds,
                      std::shared_ptr<InstanceObserver> observer)
     : resource_(std::move(resource)),
       lists_(std::move(lists)),
       releases_(std::move(releases)),
+      withholds_(std::move(withholds)),
       observer_(std::move(observer)),
       devices_(std::make_shared<const DeviceList>()) {}
 
@@ -56,7 +57,7 @@ DeviceListPtr Publisher::devices() const {
 Status Publisher::Scanned(DeviceList list, bool tracking) {
   MutexLock lock(publish_mu_);
   // Kept for Republish() when the agent's release state can change it.
-  if (tracking) scanned_ = list;
+  if (tracking || withholds_) scanned_ = list;
   return PublishLocked(std::move(list), tracking);
 }
 
@@ -67,6 +68,7 @@ void Publisher::Republish(bool tracking) {
 
 Status Publisher::PublishLocked(DeviceList list, bool tracking) {
   if (tracking && releases_) releases_->Apply(list);
+  if (withholds_) withholds_->Apply(list);
   DeviceListPtr next = std::make_shared<const DeviceList>(std::move(list));
   const DeviceListPtr previous = devices();
   if (published_ && *previous == *next) return OkStatus();

@@ -24,7 +24,8 @@ class Publisher {
  public:
   // Each hook may be null (not there).
   Publisher(std::string resource, std::shared_ptr<ListSink> lists,
-            std::shared_ptr<ReleaseHooks> releases, std::shared_ptr<InstanceObserver> observer);
+            std::shared_ptr<ReleaseHooks> releases, std::shared_ptr<Withholds> withholds,
+            std::shared_ptr<InstanceObserver> observer);
 
   // The current list; never null (empty before the first publication).
   DeviceListPtr devices() const;
@@ -32,11 +33,13 @@ class Publisher {
   bool published() const { return published_.load(); }
 
   // A scan's list, sorted by ID. `tracking`: release tracking is on, so the
-  // agent's state applies and the list is kept for Republish. Fails only
+  // agent's state applies and the list is kept for Republish (kept too
+  // when the instance has Withholds). Fails only
   // for a first list the front end refused (nothing to keep); a later one
   // is logged and the current list stays.
   Status Scanned(DeviceList list, bool tracking);
-  // The last scan's list again (the agent's release state changed).
+  // The last scan's list again (the agent's release state, or what it
+  // withholds, changed).
   void Republish(bool tracking);
   // The instance was given up: lists still become current, but no longer
   // go to the front end.
@@ -48,6 +51,7 @@ class Publisher {
   const std::string resource_;
   const std::shared_ptr<ListSink> lists_;
   const std::shared_ptr<ReleaseHooks> releases_;
+  const std::shared_ptr<Withholds> withholds_;
   const std::shared_ptr<InstanceObserver> observer_;
 
   Mutex publish_mu_;                                    // one publication at a time

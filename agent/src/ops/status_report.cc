@@ -126,7 +126,8 @@ json ResourceJson(const ResourceView& r, bool devices) {
                   {"cdi_written_to", r.dra->cdi_written_to},
                   {"prepared", std::move(claims)},
                   {"releasing", r.dra->releasing},
-                  {"withheld", r.dra->withheld}};
+                  {"withheld", r.dra->withheld},
+                  {"draining", r.dra->draining}};
   }
   if (r.cdi)
     res["cdi"] = {

@@ -52,6 +52,9 @@ struct DraView {
   // Devices left out of the slices: pods hold them through the device
   // plugin API since before a move to DRA ("id (ns/pod)").
   std::vector<std::string> withheld;
+  // The resource moved to the device plugin API while these claims were
+  // prepared: the driver has no slice and stays for their unprepares.
+  bool draining = false;
 };
 
 struct ResourceView {
