@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "front_end/make.h"
 #include "model/kubelet_names.h"
 #include "modules/conflicts.h"
 #include "modules/loaded_module.h"
@@ -108,17 +109,7 @@ Status Agent::Start() {
   // Every create() and first scan run at once, each on its own worker.
   for (auto& r : resources_)
     if (r->module()) r->Launch(config_);
-  const auto deadline = Clock::now() + config_.start_timeout;
-  auto starting = [&] {
-    return std::any_of(resources_.begin(), resources_.end(),
-                       [](const auto& r) { return r->starting(); });
-  };
-  while (starting() && Clock::now() < deadline) {
-    pollfd p{mailbox_->fd(), POLLIN, 0};
-    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
-    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) > 0)
-      for (Event& ev : mailbox_->Drain()) HandleEvent(ev);
-  }
+  AwaitCreated(resources_.begin(), resources_.end());
   for (auto& r : resources_) r->GiveUp();
   // A DRA resource writes its first slices once a List says which of its
   // devices pods hold through the device plugin API (a devplugd before
@@ -145,9 +136,11 @@ Status Agent::Start() {
   for (const auto& r : resources_)
     if (r->instance()) lists.emplace_back(r->cfg().name, r->instance()->devices());
   for (const std::string& w : FindRecipeConflicts(lists)) spdlog::warn("{}", w);
+  StartDrains();
   const auto t_created = Clock::now();
   for (auto& r : resources_)
     if (r->instance()) r->registrar().Start();
+  for (auto& d : draining_) d->registrar().Start();
   const auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   spdlog::debug(
       "started in {:.1f} ms (modules loaded {:.1f} ms, created {:.1f} ms, serving and "
@@ -164,6 +157,69 @@ Status Agent::Start() {
     spdlog::debug("systemd watchdog: pinging every {} ms", watchdog->count() / 2000);
   }
   return OkStatus();
+}
+
+template <typename It>
+void Agent::AwaitCreated(It begin, It end) {
+  const auto deadline = Clock::now() + config_.start_timeout;
+  auto starting = [&] {
+    return std::any_of(begin, end, [](const auto& r) { return r->starting(); });
+  };
+  while (starting() && Clock::now() < deadline) {
+    pollfd p{mailbox_->fd(), POLLIN, 0};
+    const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now()).count();
+    if (poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0))) > 0)
+      for (Event& ev : mailbox_->Drain()) HandleEvent(ev);
+  }
+}
+
+void Agent::StartDrains() {
+  for (const auto& r : resources_) {
+    const std::shared_ptr<const config::ResourceConfig>& dra = r->cfg().dra_form;
+    if (!dra || !r->instance()) continue;
+    StatusOr<std::vector<std::string>> claims = front_end::LeftClaims(config_, *dra);
+    if (!claims.ok()) {
+      spdlog::error(
+          "resource \"{}\": DRA driver {}'s checkpoint cannot be read ({}): the claims an "
+          "earlier devplugd prepared through DRA are not known, and their unprepares fail",
+          r->cfg().name, dra->driver, claims.status().message());
+      continue;
+    }
+    if (claims->empty()) continue;
+    spdlog::info(
+        "resource \"{}\": served through the device plugin API, while DRA driver {} has {} "
+        "claim(s) prepared by an earlier devplugd: {}; the driver serves their unprepares "
+        "until they are gone",
+        r->cfg().name, dra->driver, claims->size(), StrJoin(*claims, ", "));
+    // Staged: its lists make no slice; it serves once drained.
+    auto d = NewResource(*dra, r->index(), /*staged=*/true);
+    if (Status st = d->LoadModule(); !st.ok()) {
+      spdlog::error("resource \"{}\": DRA driver {} cannot drain its claims: {}", r->cfg().name,
+                    dra->driver, st.message());
+      continue;
+    }
+    d->Launch(config_);
+    draining_.push_back(std::move(d));
+  }
+  if (draining_.empty()) return;
+  AwaitCreated(draining_.begin(), draining_.end());
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    Resource& d = **it;
+    d.GiveUp();
+    if (!d.instance()) {
+      spdlog::error("resource \"{}\": DRA driver {} cannot drain its claims: {}", d.cfg().name,
+                    d.cfg().driver, d.failure().message());
+      resources_.Retire(std::move(*it), Clock::now() + config_.start_timeout);
+      it = draining_.erase(it);
+      continue;
+    }
+    // Its slices go (an earlier devplugd's), before the device plugin
+    // registers; it then serves, for the unprepares only.
+    d.Drain();
+    d.Commit();
+    ++it;
+  }
+  UpdateDrains();
 }
 
 // ---- the main loop ------------------------------------------------------------------------

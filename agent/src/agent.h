@@ -207,6 +207,14 @@ class Agent final : private Hotplug::Targets,
   // A draining DRA side's claims changed: its successor withholds what
   // they hold, and once none is left the DRA side goes.
   void UpdateDrains();
+  // At start: a resource served through the device plugin API whose DRA
+  // form's checkpoint holds claims (an earlier devplugd prepared them)
+  // gets a draining DRA side for them.
+  void StartDrains();
+  // At start: handles events until none of [begin, end) is still in
+  // create() or its first scan, or start_timeout passes.
+  template <typename It>
+  void AwaitCreated(It begin, It end);
   // The resources `next` moves from the device plugin API to DRA.
   std::vector<std::string> MovedToDra(const config::AgentConfig& next) const;
   // Why `next` may not move them ("" when it may): PodResources did not

@@ -201,6 +201,39 @@ class DraTest : public AgentTest {
            "/metadata.json";
   }
 
+  // Each device's health in the device plugin's stream to the kubelet.
+  std::map<std::string, std::string> DevicePluginHealth() {
+    std::map<std::string, std::string> out;
+    if (auto r = sim_->resource(kDra))
+      for (const auto& d : r->devices) out[d.id()] = d.health();
+    return out;
+  }
+  // The kubelet deregistered our driver (its registration socket went).
+  bool DriverDeregistered() {
+    return Eventually([&] {
+      auto d = sim_->dra_driver(kDriver);
+      return d && !d->registered;
+    });
+  }
+  // This node with the label devplug.io/api=`value`; the label changed.
+  bool MakeLabelledNode(const std::string& value) {
+    return api_
+        ->Create("/api/v1/nodes",
+                 Json{{"apiVersion", "v1"},
+                      {"kind", "Node"},
+                      {"metadata", {{"name", kNode}, {"labels", {{"devplug.io/api", value}}}}}})
+        .ok();
+  }
+  bool Label(const std::string& value) {
+    return api_
+        ->Update(std::string("/api/v1/nodes/") + kNode,
+                 [&](Json& n) {
+                   n["metadata"]["labels"]["devplug.io/api"] = value;
+                   return OkStatus();
+                 })
+        .ok();
+  }
+
   pid_t api_pid_ = -1;
   std::string server_;
   std::unique_ptr<kube::Client> api_;
@@ -752,14 +785,8 @@ TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilI
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(Registered(kDra)) << agent_->Log();
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
-  auto health = [&] {
-    std::map<std::string, std::string> out;
-    if (auto r = sim_->resource(kDra))
-      for (const auto& d : r->devices) out[d.id()] = d.health();
-    return out;
-  };
   const std::map<std::string, std::string> claimed{{"fake-0", "Healthy"}, {"fake-1", "Unhealthy"}};
-  ASSERT_TRUE(Eventually([&] { return health() == claimed; })) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return DevicePluginHealth() == claimed; })) << agent_->Log();
   // The driver is still there for the claim, and for it only.
   auto driver = sim_->dra_driver(kDriver);
   ASSERT_TRUE(driver && driver->registered);
@@ -785,13 +812,10 @@ TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilI
 
   ASSERT_EQ(Unprepare("c1", uid), "");
   EXPECT_TRUE(Eventually([&] {
-    return health() ==
+    return DevicePluginHealth() ==
            std::map<std::string, std::string>{{"fake-0", "Healthy"}, {"fake-1", "Healthy"}};
   })) << agent_->Log();
-  EXPECT_TRUE(Eventually([&] {
-    auto d = sim_->dra_driver(kDriver);
-    return d && !d->registered;
-  })) << agent_->Log();
+  EXPECT_TRUE(DriverDeregistered()) << agent_->Log();
   EXPECT_TRUE(agent_->WaitForLog("driver dra.fake.example leaves this node", kWait))
       << agent_->Log();
   EXPECT_NE(ReadFile(release_log()).find("fake-1"), std::string::npos);
@@ -801,27 +825,60 @@ TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilI
   EXPECT_TRUE(Reload()) << agent_->Log();
 }
 
+// The same across a restart: devplugd stops while a claim is prepared, the
+// Node's label moves the resource to the device plugin API meanwhile, and
+// the devplugd that starts serves it that way while a draining DRA side
+// answers the claim's unprepare (without it the kubelet's unprepare would
+// find no driver, and the claimed device would be handed out twice).
+TEST_F(DraTest, ADevplugdStartedOnTheDevicePluginApiDrainsTheClaimsAnEarlierOnePrepared) {
+  ASSERT_TRUE(MakeLabelledNode("dra"));
+  const std::string agent = DraAgentWithPodResources();
+  const std::string resource =
+      Resource(kDra, FakeModule("fake_release"),
+               "api = \"node-label\"\ncount = 2\nrelease_log = \"" + release_log() + "\"\n");
+  StartSim();
+  StartAgent(resource, "0s", agent);
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] { return SliceDevices().size() == 2; })) << agent_->Log();
+  const std::string uid = Claim("c1", {"fake-1"});
+  ASSERT_EQ(Prepare("c1", uid).claims().at(uid).error(), "");
+  ASSERT_EQ(agent_->Stop(SIGTERM, 15s), std::optional<int>(0)) << agent_->Log();
+  ASSERT_TRUE(DriverDeregistered());
+
+  ASSERT_TRUE(Label("device-plugin"));
+  StartAgent(resource, "0s", agent);
+  ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  ASSERT_TRUE(DriverRegistered(2));
+  EXPECT_TRUE(Eventually([&] {
+    return DevicePluginHealth() ==
+           std::map<std::string, std::string>{{"fake-0", "Healthy"}, {"fake-1", "Unhealthy"}};
+  })) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  EXPECT_NE(agent_->Log().find(
+                "served through the device plugin API, while DRA driver " + std::string(kDriver) +
+                " has 1 claim(s) prepared by an earlier devplugd: default/c1 (" + uid + ")"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_TRUE(testing::FileExists(SpecPath(uid)));
+
+  ASSERT_EQ(Unprepare("c1", uid), "");
+  EXPECT_NE(ReadFile(release_log()).find("release fake-1"), std::string::npos);
+  EXPECT_FALSE(testing::FileExists(SpecPath(uid)));
+  EXPECT_TRUE(Eventually([&] {
+    return DevicePluginHealth() ==
+           std::map<std::string, std::string>{{"fake-0", "Healthy"}, {"fake-1", "Healthy"}};
+  })) << agent_->Log();
+  EXPECT_TRUE(DriverDeregistered()) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+}
+
 // api = "node-label": one configuration for every node, and this node's
 // label devplug.io/api chooses the API, read at start and at every reload;
 // devplugd watches its Node, and a changed label moves the resource through
 // a reload, as an edit of `api` would. A Node that cannot be read refuses
 // the reload.
 TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndEachChangeOfItMovesTheResource) {
-  auto label = [&](const std::string& value) {
-    return api_
-        ->Update(std::string("/api/v1/nodes/") + kNode,
-                 [&](Json& n) {
-                   n["metadata"]["labels"]["devplug.io/api"] = value;
-                   return OkStatus();
-                 })
-        .ok();
-  };
-  ASSERT_TRUE(
-      api_->Create("/api/v1/nodes",
-                   Json{{"apiVersion", "v1"},
-                        {"kind", "Node"},
-                        {"metadata", {{"name", kNode}, {"labels", {{"devplug.io/api", "dra"}}}}}})
-          .ok());
+  ASSERT_TRUE(MakeLabelledNode("dra"));
   const std::string agent = DraAgentWithPodResources();
   StartSim();
   StartAgent(Resource(kDra, FakeModule("fake_release"),
@@ -840,7 +897,7 @@ TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndEachChangeOfItMovesTheResour
 
   // No SIGHUP, no file changed (watch_config is off): the watch of the
   // Node sees the label and reloads.
-  ASSERT_TRUE(label("device-plugin"));
+  ASSERT_TRUE(Label("device-plugin"));
   ASSERT_TRUE(Registered(kDra)) << agent_->Log();
   EXPECT_TRUE(Eventually([&] { return Slices().empty(); })) << Json(Slices()).dump(1);
   EXPECT_NE(agent_->Log().find("node node-1's label devplug.io/api is now \"device-plugin\" (the "
@@ -848,7 +905,7 @@ TEST_F(DraTest, TheNodesLabelChoosesTheApiAtStartAndEachChangeOfItMovesTheResour
             std::string::npos)
       << agent_->Log();
 
-  ASSERT_TRUE(label("dra"));
+  ASSERT_TRUE(Label("dra"));
   ASSERT_TRUE(DriverRegistered(2));
   EXPECT_TRUE(Eventually([&] { return SliceDevices().size() == 2; })) << agent_->Log();
   ASSERT_TRUE(Eventually([&] { return Count(agent_->Log(), "reloaded: ") == 2; })) << agent_->Log();

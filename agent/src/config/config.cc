@@ -219,6 +219,7 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors, const LoadOp
   for (size_t i = 0; i < cfg.resources.size(); ++i) {
     ResourceConfig& r = cfg.resources[i];
     const std::string prefix = ResourceKey(i, "");
+    std::optional<ResourceConfig> as_dra;
     if (r.api_from_node_label) {
       // Checked for DRA on every node, whichever API this one serves.
       if (!labelled) labelled = ApiFromLabel(cfg, options);
@@ -228,6 +229,11 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors, const LoadOp
       // Served through the device plugin API it is what a table without
       // `api` would be (a reload to node-label changes nothing there).
       if (r.api == ServingApi::kDevicePlugin) {
+        if (!r.driver.empty()) {
+          as_dra = r;
+          as_dra->api = ServingApi::kDra;
+          as_dra->registration = RegistrationMode::kPluginWatcher;
+        }
         r.socket.clear();
         r.driver.clear();
       }
@@ -245,6 +251,10 @@ void Finish(AgentConfig& cfg, const Parser& parser, Errors& errors, const LoadOp
     if (r.api == ServingApi::kDra) r.registration = RegistrationMode::kPluginWatcher;
     if (!parser.KeySet(i, "cdi") && r.api == ServingApi::kDevicePlugin) r.cdi = cfg.cdi;
     if (r.cdi_dir.empty()) r.cdi_dir = cfg.cdi_dir;
+    if (as_dra) {
+      as_dra->cdi_dir = r.cdi_dir;
+      r.dra_form = std::make_shared<const ResourceConfig>(std::move(*as_dra));
+    }
     if (r.cdi_only && r.cdi == CdiMode::kOff) {
       errors.Add(r.where.file, parser.KeyLine(i, "cdi_only"), prefix + "cdi_only",
                  "needs cdi = \"cri\", \"annotations\" or \"both\" (with cdi off nothing would "

@@ -89,6 +89,12 @@ struct ResourceConfig {
   std::map<std::string, ModuleValue> module_keys;
   // Where the table starts.
   SourceLocation where;
+  // api = "node-label" served through the device plugin API: the same
+  // table as DRA serves it (its driver, socket and registration), so that a
+  // DRA checkpoint an earlier devplugd left with claims prepared is drained
+  // (the label changed while none ran). Null otherwise. Not compared by a
+  // reload: it follows from the rest.
+  std::shared_ptr<const ResourceConfig> dra_form;
 };
 
 struct AgentConfig {

@@ -72,7 +72,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               .node = cfg.node_name,
                               .cdi_dir = r.cdi_dir,
                               .host_root = cfg.host_root,
-                              .checkpoint = StrCat(cfg.dra_state_dir, "/", r.driver, ".json"),
+                              .checkpoint = CheckpointPath(cfg, r),
                               .call_timeout = cfg.call_timeout,
                               .prestart_timeout = cfg.prestart_timeout,
                               .client = std::make_shared<kube::Client>(std::move(client)),
@@ -122,6 +122,7 @@ void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
   driver_->SetInstance(instance);
   if (!commit) return;
   staged_ = false;
+  if (draining_) return;  // drained before it served (a devplugd's start): no slice
   if (sink_) sink_->set_active(true);
   // A reload's successor that took the driver over may taint otherwise.
   driver_->SetTaintEffect(context_.cfg.taint_effect);

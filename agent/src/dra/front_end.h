@@ -109,6 +109,12 @@ class FrontEnd final : public front_end::FrontEnd {
 
   void View(ops::ResourceView& rv) const override;
 
+  // Where the driver of `r` keeps its prepared claims.
+  static std::string CheckpointPath(const config::AgentConfig& cfg,
+                                    const config::ResourceConfig& r) {
+    return StrCat(cfg.dra_state_dir, "/", r.driver, ".json");
+  }
+
   // Null before the module is loaded, and once stopped.
   const Driver* driver() const { return driver_.get(); }
 
