@@ -264,10 +264,14 @@ void Agent::HandleEvent(const Event& ev) {
     case Event::kTrackerChanged:
       // A DRA side's claims changed (and what a device plugin tells the
       // kubelet of releases may have).
-      if (r.draining())
+      if (r.draining()) {
         UpdateDrains();
-      else
-        r.TrackerChanged(releases_, Clock::now());
+        break;
+      }
+      r.TrackerChanged(releases_, Clock::now());
+      // A DRA side's on_release() of a withheld device failed: it is tried
+      // again at the next List.
+      if (r.front_end().Withholding()) releases_.Schedule(Clock::now(), false);
       break;
     case Event::kPodList:
     case Event::kControl:

@@ -639,7 +639,9 @@ TEST_F(DraTest, AMoveToDraLeavesOutTheDevicesPodsHoldThroughTheDevicePluginUntil
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
   EXPECT_FALSE(sim_->dra_driver(kDriver)) << "a driver registered for a refused reload";
 
-  WriteFile(config_path(), Config(DraResource(), "0s", agent + "\npod_resources_poll = \"200ms\""));
+  const std::string fail = dir_ / "release-fails";
+  WriteFile(config_path(), Config(DraResource("release_fail = \"" + fail + "\"\n"), "0s",
+                                  agent + "\npod_resources_poll = \"200ms\""));
   ASSERT_TRUE(Reload()) << agent_->Log();
   ASSERT_TRUE(DriverRegistered());
   ASSERT_TRUE(Eventually([&] { return SliceDevices() == std::vector<std::string>{"fake-0"}; }))
@@ -658,12 +660,30 @@ TEST_F(DraTest, AMoveToDraLeavesOutTheDevicesPodsHoldThroughTheDevicePluginUntil
   // The first slice left it out already: one write, never one that had it.
   EXPECT_EQ(SliceWrites(), 1);
 
+  // The pod goes. The module's on_release() scrubs the device before it is
+  // offered, as the device plugin's release tracking would have; while it
+  // fails the device stays out, and it is tried again at each List.
+  WriteFile(fail, "");
   sim_->DeletePod("default", "p1");
+  ASSERT_TRUE(agent_->WaitForLog("on_release(fake-1) after the device plugin's pod: ", kWait))
+      << agent_->Log();
+  const size_t tried = sim_->pod_resources_lists();
+  ASSERT_TRUE(Eventually([&] { return sim_->pod_resources_lists() >= tried + 2; }));
+  EXPECT_EQ(SliceDevices(), std::vector<std::string>{"fake-0"});
+  EXPECT_GE(Count(agent_->Log(), "on_release(fake-1) after the device plugin's pod: "), 2u)
+      << agent_->Log();
+  std::filesystem::remove(fail);
   EXPECT_TRUE(Eventually([&] {
     return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
   })) << Json(Slices()).dump(1)
       << agent_->Log();
-  EXPECT_NE(agent_->Log().find("fake-1 is no longer held by pod default/p1: offered in the slices"),
+  EXPECT_NE(ReadFile(release_log()).find("release fake-1"), std::string::npos)
+      << ReadFile(release_log());
+  EXPECT_NE(agent_->Log().find("fake-1 is no longer held by pod default/p1: on_release() runs "
+                               "before it is offered in the slices"),
+            std::string::npos)
+      << agent_->Log();
+  EXPECT_NE(agent_->Log().find("fake-1 released after pod default/p1: offered in the slices"),
             std::string::npos)
       << agent_->Log();
   // Nothing is withheld: no more Lists for it.

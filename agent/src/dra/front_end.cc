@@ -1,5 +1,6 @@
 #include "dra/front_end.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -45,8 +46,12 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
   if (driver_) return OkStatus();  // a retry loads the module again
   const config::ResourceConfig& r = context_.cfg;
   const auto* before = dynamic_cast<const FrontEnd*>(predecessor);
+  module_releases_ = module.has_on_release();
   if (before && before->driver_ && before->driver_->options().driver == r.driver) {
     driver_ = before->driver_;
+    // What is withheld from the driver's slices stays so, and is offered
+    // by whichever of the two serves when its pod goes.
+    withhold_ = before->withhold_;
     return OkStatus();
   }
   auto creds = kube::ChooseCredentials(cfg);
@@ -120,6 +125,7 @@ front_end::InstanceHooks FrontEnd::Launch(const config::AgentConfig& cfg,
 
 void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
   driver_->SetInstance(instance);
+  serving_ = instance;
   if (!commit) return;
   staged_ = false;
   if (draining_) return;  // drained before it served (a devplugd's start): no slice
@@ -131,6 +137,7 @@ void FrontEnd::Serve(modules::DeviceSource* instance, bool commit) {
 }
 
 void FrontEnd::Clear(const modules::DeviceSource* source) {
+  if (serving_ == source) serving_ = nullptr;
   if (driver_) driver_->ClearInstance(source);
 }
 
@@ -208,6 +215,7 @@ void FrontEnd::Withdraw(const modules::DeviceSource* instance, bool exiting) {
   // still queued there releases through it (review D2).
   const bool stopped = driver_->Stop(/*delete_slices=*/!superseded_);
   if (instance) driver_->ClearInstance(instance);
+  if (serving_ == instance) serving_ = nullptr;
   if (!stopped) LeakOnPurpose(driver_);  // a thread still runs in it
   driver_.reset();
 }
@@ -246,23 +254,86 @@ std::vector<std::pair<std::string, cdi::Kind>> FrontEnd::Specs() const {
 }
 
 void FrontEnd::Withhold(const std::map<std::string, std::string>& held) {
-  if (!driver_ || (held == withheld_ && !awaiting_holders_)) return;
+  Withheld& w = *withhold_;
+  if (!driver_ || (held == w.held && !awaiting_holders_ && w.failed.empty())) return;
   awaiting_holders_ = false;
   const std::string& name = context_.cfg.name;
   for (const auto& [id, pod] : held)
-    if (withheld_.count(id) == 0)
+    if (w.held.count(id) == 0)
       spdlog::info(
           "resource \"{}\": DRA: {} is held by pod {} through the device plugin API: "
           "left out of the slices until the pod is gone",
           name, id, pod);
-  for (const auto& [id, pod] : withheld_)
-    if (held.count(id) == 0)
+  // The device plugin's release tracking would have run on_release() once
+  // the pod was gone: it runs here, before the device is offered, so that
+  // a claim never gets a device the pod before it left unscrubbed.
+  std::vector<std::string> release(w.failed.begin(), w.failed.end());
+  w.failed.clear();
+  for (const auto& [id, pod] : w.held) {
+    if (held.count(id) != 0) continue;
+    if (module_releases_ && serving_) {
+      spdlog::info(
+          "resource \"{}\": DRA: {} is no longer held by pod {}: on_release() runs before it is "
+          "offered in the slices",
+          name, id, pod);
+      w.releasing[id] = pod;
+      release.push_back(id);
+    } else {
       spdlog::info("resource \"{}\": DRA: {} is no longer held by pod {}: offered in the slices",
                    name, id, pod);
-  withheld_ = held;
+    }
+  }
+  w.held = held;
+  if (!release.empty()) ReleaseWithheld(std::move(release));
+  ApplyWithheld(/*always=*/true);  // the first one lets an awaiting publisher write
+}
+
+void FrontEnd::ReleaseWithheld(std::vector<std::string> ids) {
+  std::sort(ids.begin(), ids.end());
+  serving_->Release(
+      ids, [w = withhold_, told = context_.tracker_changed, ids](int rc, const std::string& why) {
+        {
+          MutexLock lock(w->mu);
+          w->results.push_back({ids, rc, why});
+        }
+        if (told) told();
+      });
+}
+
+void FrontEnd::ApplyWithheld(bool always) {
   std::set<std::string> ids;
-  for (const auto& [id, pod] : withheld_) ids.insert(id);
-  driver_->SetWithheld(std::move(ids));
+  for (const auto& [id, pod] : withhold_->held) ids.insert(id);
+  for (const auto& [id, pod] : withhold_->releasing) ids.insert(id);
+  if (driver_ && (always || ids != driver_->withheld())) driver_->SetWithheld(std::move(ids));
+}
+
+void FrontEnd::TrackerChanged(lifecycle::ReleaseCoordinator&, Clock::time_point,
+                              modules::DeviceSource*) {
+  Withheld& w = *withhold_;
+  std::vector<Withheld::Result> results;
+  {
+    MutexLock lock(w.mu);
+    results.swap(w.results);
+  }
+  if (results.empty()) return;
+  const std::string& name = context_.cfg.name;
+  for (const Withheld::Result& r : results) {
+    if (r.rc == 0) {
+      for (const std::string& id : r.ids) {
+        spdlog::info("resource \"{}\": DRA: {} released after pod {}: offered in the slices", name,
+                     id, w.releasing[id]);
+        w.releasing.erase(id);
+      }
+      continue;
+    }
+    // Left out, and tried again at the next PodResources List.
+    spdlog::warn(
+        "resource \"{}\": DRA: on_release({}) after the device plugin's pod: {}; left out of "
+        "the slices and tried again at the next PodResources List",
+        name, StrJoin(r.ids, ","), r.why);
+    w.failed.insert(r.ids.begin(), r.ids.end());
+  }
+  ApplyWithheld(/*always=*/false);
 }
 
 void FrontEnd::Drain() {
@@ -304,7 +375,9 @@ void FrontEnd::View(ops::ResourceView& rv) const {
     v.prepared.push_back(std::move(claim));
   }
   v.releasing = driver_->releasing();
-  for (const auto& [id, pod] : withheld_) v.withheld.push_back(StrCat(id, " (", pod, ")"));
+  for (const auto& [id, pod] : withhold_->held) v.withheld.push_back(StrCat(id, " (", pod, ")"));
+  for (const auto& [id, pod] : withhold_->releasing)
+    v.withheld.push_back(StrCat(id, " (", pod, " gone; releasing)"));
   v.draining = draining_;
   rv.dra = std::move(v);
 }

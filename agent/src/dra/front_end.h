@@ -15,6 +15,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -27,6 +28,7 @@
 #include "modules/device_source.h"
 #include "modules/hooks.h"
 #include "pluginregistration/v1/api.pb.h"
+#include "util/mutex.h"
 #include "util/status.h"
 
 namespace devplug::dra {
@@ -92,7 +94,9 @@ class FrontEnd final : public front_end::FrontEnd {
   // Pods that hold devices through the device plugin API since before the
   // move: those devices stay out of the slices until their pods are gone.
   void Withhold(const std::map<std::string, std::string>& held) override;
-  bool Withholding() const override { return !withheld_.empty(); }
+  bool Withholding() const override {
+    return !withhold_->held.empty() || !withhold_->failed.empty();
+  }
   bool AwaitsHolders() const override { return awaiting_holders_; }
   void Drain() override;
   bool draining() const override { return draining_; }
@@ -102,8 +106,9 @@ class FrontEnd final : public front_end::FrontEnd {
   // PodResources lists.
   bool tracking() const override { return false; }
   lifecycle::ReleaseTracker* TrackerForList(bool, bool) const override { return nullptr; }
+  // An on_release() of a device withheld until its pod went has ended.
   void TrackerChanged(lifecycle::ReleaseCoordinator&, Clock::time_point,
-                      modules::DeviceSource*) override {}
+                      modules::DeviceSource*) override;
   void Release(const std::vector<std::string>&, const PodSnapshot&,
                modules::DeviceSource*) override {}
 
@@ -133,10 +138,34 @@ class FrontEnd final : public front_end::FrontEnd {
   // The devices' health, to the kubelet's DRAResourceHealth streams (made
   // at the first Launch, fed by the instance's lists).
   std::shared_ptr<HealthHub> health_;
-  // Withhold's: module ID -> "ns/pod".
-  std::map<std::string, std::string> withheld_;
-  bool awaiting_holders_ = false;  // AwaitsHolders
-  bool draining_ = false;          // Drain
+  // What Withhold keeps out of the slices; shared with a reload's
+  // successor of the same driver (the slices it shapes are the driver's).
+  struct Withheld {
+    std::map<std::string, std::string> held;  // module ID -> "ns/pod" holding it
+    // Their pods gone: on_release() runs before they are offered (module
+    // ID -> "ns/pod" that held it); `failed`: it failed, and is tried again
+    // at the next List.
+    std::map<std::string, std::string> releasing;
+    std::set<std::string> failed;
+    // on_release() results, from the module's threads: IDs, rc, why.
+    struct Result {
+      std::vector<std::string> ids;
+      int rc;
+      std::string why;
+    };
+    Mutex mu;
+    std::vector<Result> results DEVPLUG_GUARDED_BY(mu);
+  };
+  // Runs on_release() for `ids` (their pods are gone).
+  void ReleaseWithheld(std::vector<std::string> ids);
+  // The driver's slices leave out what is held or releasing (told even
+  // when that is unchanged, with `always`).
+  void ApplyWithheld(bool always);
+  std::shared_ptr<Withheld> withhold_ = std::make_shared<Withheld>();
+  bool module_releases_ = false;              // the module has on_release()
+  modules::DeviceSource* serving_ = nullptr;  // the instance Serve gave
+  bool awaiting_holders_ = false;             // AwaitsHolders
+  bool draining_ = false;                     // Drain
   std::unique_ptr<HealthServiceV1> health_v1_;
   std::unique_ptr<HealthServiceV1alpha1> health_v1alpha1_;
 };
