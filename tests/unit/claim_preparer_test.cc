@@ -6,8 +6,10 @@
 // the test opens them, so no outcome depends on how fast this machine is.
 #include "dra/claim_preparer.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -202,7 +204,7 @@ class ClaimPreparerTest : public ::testing::Test {
     preparer_.reset();
     if (pid_ > 0) devplug::testing::StopProcess(pid_, SIGTERM);
   }
-  void Start(std::chrono::milliseconds call_timeout) {
+  void Start(std::chrono::milliseconds call_timeout, std::function<void()> claims_changed = {}) {
     auto p = ClaimPreparer::Make({.resource = "fake.example/dra",
                                   .driver = kDriver,
                                   .node = "node-1",
@@ -211,7 +213,8 @@ class ClaimPreparerTest : public ::testing::Test {
                                   .call_timeout = call_timeout,
                                   .prestart_timeout = call_timeout,
                                   .client = client_,
-                                  .module_releases = true});
+                                  .module_releases = true,
+                                  .claims_changed = std::move(claims_changed)});
     ASSERT_TRUE(p.ok()) << p.status().message();
     preparer_ = std::move(*p);
     preparer_->SetSource(&source_);
@@ -387,6 +390,45 @@ TEST_F(ClaimPreparerTest, ACallPastTheKubeletsDeadlineRunsNoModuleCode) {
   EXPECT_NE(r.error.find("deadline passed"), std::string::npos) << r.error;
   source_.Drain();
   EXPECT_TRUE(source_.log().empty());
+}
+
+// Draining (the resource moved to the device plugin API while claims were
+// prepared): a prepared claim is answered again from the checkpoint, a new
+// one is refused before any module call, and each unprepare that forgets a
+// claim is told, after the kubelet has its answer (the drain may end then,
+// and must not cut the answer off).
+TEST_F(ClaimPreparerTest, DrainingAnswersPreparedClaimsOnlyAndTellsEachUnprepareAfterItsAnswer) {
+  std::atomic<bool> answered{false};
+  std::atomic<int> told{0}, told_before_answer{0};
+  Start(10s, [&] {
+    ++told;
+    if (!answered.load()) ++told_before_answer;
+  });
+  const ClaimRef c1 = Claim("c1", "fake-0");
+  ASSERT_EQ(Prepare(c1).error, "");
+  preparer_->SetDraining();
+  EXPECT_EQ(Prepare(c1).error, "");
+  const PrepareResult refused = Prepare(Claim("c2", "fake-1"));
+  EXPECT_NE(refused.error.find("no longer offers devices on node node-1"), std::string::npos)
+      << refused.error;
+  source_.Drain();
+  EXPECT_EQ(source_.Count("allocate fake-0"), 1);
+  EXPECT_EQ(source_.Count("allocate fake-1"), 0);
+  EXPECT_EQ(told.load(), 0);
+
+  std::promise<std::string> p;
+  preparer_->Unprepare({c1}, Clock::now() + 30s, [&](std::map<std::string, std::string> out) {
+    answered = true;
+    p.set_value(out[c1.uid]);
+  });
+  EXPECT_EQ(p.get_future().get(), "");
+  EXPECT_TRUE(devplug::testing::Eventually([&] { return told.load() == 1; }));
+  EXPECT_EQ(told_before_answer.load(), 0);
+  EXPECT_TRUE(preparer_->prepared().empty());
+  // An unprepare of a claim no longer there forgets nothing: not told.
+  EXPECT_EQ(Unprepare(c1), "");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(told.load(), 1);
 }
 
 }  // namespace
