@@ -818,6 +818,14 @@ TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilI
   ASSERT_TRUE(status.ok());
   EXPECT_NE(status->find(R"("draining":true)"), std::string::npos) << *status;
   EXPECT_NE(status->find(uid), std::string::npos) << *status;
+  const auto text =
+      testing::RunProcess({testing::DevplugctlPath(), "status", "--socket", control_socket()});
+  EXPECT_NE(text.output.find("DRA: driver dra.fake.example draining: no slices; it stays for the "
+                             "unprepare of the claims"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("prepared: default/c1 (" + uid + "): fake-1"), std::string::npos)
+      << text.output;
   // Nothing may change the resource while it drains.
   WriteFile(config_path(), Config(DraResource(), "0s", agent));
   EXPECT_FALSE(Reload()) << agent_->Log();
