@@ -516,12 +516,12 @@ void Agent::TryStart(Resource& r) {
 
 std::vector<kubelet::KubeletWatch::Registration> Agent::Registrations() {
   std::vector<kubelet::KubeletWatch::Registration> out;
-  for (const auto& r : resources_)
-    out.push_back({r->cfg().registration, r->serving_name(), r->peer_name(), &r->registrar(),
-                   r->instance() != nullptr});
-  for (const auto& r : draining_)
-    out.push_back({r->cfg().registration, r->serving_name(), r->peer_name(), &r->registrar(),
-                   r->instance() != nullptr});
+  auto add = [&](Resource& r) {
+    out.push_back({r.cfg().registration, r.serving_name(), r.peer_name(), &r.registrar(),
+                   r.instance() != nullptr});
+  };
+  for (const auto& r : resources_) add(*r);
+  for (const auto& r : draining_) add(*r);
   return out;
 }
 

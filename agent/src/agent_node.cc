@@ -98,15 +98,15 @@ void Agent::RemoveStaleSpecs(const config::AgentConfig* also) {
     for (const auto& r : c->resources) dirs.insert(r.cdi_dir);
   }
   // A DRA resource's claim specs too: its driver keeps them with the claims.
-  for (const auto& r : resources_)
+  // At start, before its draining DRA side is made, an earlier devplugd's
+  // claims' specs too.
+  for (const auto& r : resources_) {
     for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
-  for (const auto& r : draining_)
-    for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
-  // At start, before its draining DRA side is made: an earlier devplugd's
-  // claims' specs.
-  for (const auto& r : resources_)
     if (const auto& dra = r->cfg().dra_form)
       if (auto kind = cdi::KindOf(dra->name); kind.ok()) keep.emplace_back(dra->cdi_dir, *kind);
+  }
+  for (const auto& r : draining_)
+    for (auto& spec : r->front_end().Specs()) keep.push_back(std::move(spec));
   cdi::RemoveStale(config_.host_root, dirs, keep);
 }
 

@@ -144,10 +144,11 @@ std::string Agent::OrphanedClaims(const config::AgentConfig& next, const Reload:
     const std::string& name = d->cfg().name;
     const bool staged = std::any_of(plan.stage.begin(), plan.stage.end(),
                                     [&](size_t i) { return next.resources[i].name == name; });
-    if (!staged && Named(next, name)) continue;
+    const bool kept = Named(next, name) != nullptr;
+    if (!staged && kept) continue;
     const std::vector<std::string> claims = d->front_end().Holders();
     errors.push_back(StrCat("resource \"", name, "\": the new configuration ",
-                            Named(next, name) ? "changes" : "removes", " it while DRA driver \"",
+                            kept ? "changes" : "removes", " it while DRA driver \"",
                             d->cfg().driver, "\" still drains ", claims.size(),
                             " claim(s) prepared before its move to the device "
                             "plugin API: ",
@@ -243,12 +244,8 @@ void Agent::WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& 
 void Agent::UpdateDrains() {
   for (auto it = draining_.begin(); it != draining_.end();) {
     Resource& d = **it;
-    const std::map<std::string, std::string> claimed = d.Claimed();
-    Resource* successor = nullptr;
-    for (auto& r : resources_)
-      if (r->cfg().name == d.cfg().name) successor = r.get();
-    if (successor) successor->SetClaimed(claimed);
-    if (!claimed.empty() || !d.front_end().Holders().empty()) {
+    if (Resource* successor = resources_.ByName(d.cfg().name)) successor->SetClaimed(d.Claimed());
+    if (!d.front_end().Holders().empty()) {
       ++it;
       continue;
     }

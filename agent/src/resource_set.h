@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "resource.h"
@@ -42,6 +43,9 @@ class ResourceSet {
   void Add(std::unique_ptr<Resource> r) { list_.push_back(std::move(r)); }
   Resource* ById(uint64_t id) const;
   const Resource* ByName(const std::string& name) const;
+  Resource* ByName(const std::string& name) {
+    return const_cast<Resource*>(std::as_const(*this).ByName(name));
+  }
   // Takes the resource named `name` out (nullptr when there is none); of
   // the set, or of `list`.
   std::unique_ptr<Resource> Take(const std::string& name) { return Take(list_, name); }
