@@ -215,7 +215,7 @@ void Agent::StartDrains() {
     }
     // Its slices go (an earlier devplugd's), before the device plugin
     // registers; it then serves, for the unprepares only.
-    d.Drain();
+    d.Drain(/*open=*/false);
     d.Commit();
     ++it;
   }
@@ -235,6 +235,14 @@ void Agent::HandleEvent(const Event& ev) {
   }
   if (ev.kind == Event::kNodeLabel) {
     OnNodeLabel(ev.label);
+    return;
+  }
+  if (ev.kind == Event::kReloadHandoff) {
+    OnHandoff(ev);
+    return;
+  }
+  if (ev.kind == Event::kDrainHandoff) {
+    OnDrainHandoff(ev);
     return;
   }
   if (ev.kind == Event::kReloadHolders) {
@@ -276,6 +284,8 @@ void Agent::HandleEvent(const Event& ev) {
     case Event::kPodList:
     case Event::kControl:
     case Event::kReloadHolders:
+    case Event::kReloadHandoff:
+    case Event::kDrainHandoff:
     case Event::kNodeLabel:
       break;  // handled above
     case Event::kStreamEnded:
@@ -422,6 +432,9 @@ void Agent::Shutdown() {
   if (handed_over_) control_.WaitAnswered(milliseconds(1000));
   exposer_.reset();
   // A reload under way is dropped; its new resources stop with the rest.
+  // A hand-off under way ends after the call it is in (call_timeout).
+  handoff_.reset();
+  drain_handoffs_.clear();
   if (reload_) {
     for (auto& r : reload_->staged()) resources_.Add(std::move(r));
     reload_.reset();

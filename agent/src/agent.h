@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "api_handoff.h"
 #include "config/config.h"
 #include "config/config_watch.h"
 #include "hotplug.h"
@@ -231,6 +232,20 @@ class Agent final : private Hotplug::Targets,
   // List (`pods` when `status` is OK) says of them now.
   void WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& pods);
   void FinishReload();  // when every staged resource is created, or the deadline passed
+  // Before the commit of a reload that moves resources from the device
+  // plugin API to DRA: starts the hand-off (api_handoff.h) and returns true,
+  // or false when there is none to make (no such move, done already, no
+  // API server credentials).
+  bool StartHandoff();
+  // The hand-off ended (kReloadHandoff): the devices the pods it waited
+  // for hold are withheld too, and the reload commits.
+  void OnHandoff(const Event& ev);
+  // A DRA side a reload moved to the device plugin API drains: its
+  // hand-off (api_handoff.h, DraHandoff) waits for the claims allocated
+  // from its last slices, and its successor registers once it ends
+  // (OnDrainHandoff).
+  void StartDrainHandoff(Resource& drained);
+  void OnDrainHandoff(const Event& ev);
   void FailReload(const std::string& why);
   void CommitReload();
   // config_ is the new configuration: applies what changed since `previous`
@@ -296,6 +311,14 @@ class Agent final : private Hotplug::Targets,
   Withheld withhold_at_commit_;
   // A reload waiting for its PodResources List (StageReload).
   std::unique_ptr<config::AgentConfig> reload_waits_;
+  // The hand-off the staged reload waits for before it commits, and
+  // whether it ended (the reload then commits without another).
+  std::unique_ptr<DevicePluginHandoff> handoff_;
+  bool handed_off_ = false;
+  // The hand-offs of draining DRA sides, by that side's id: while one
+  // runs, the side stays (even with no claim) and its successor is not
+  // registered. Destroyed before the side is.
+  std::map<uint64_t, std::unique_ptr<DraHandoff>> drain_handoffs_;
   std::string reload_error_;  // the last reload's first error ("" after one that worked)
   // One PodResources client for every resource; shared with module workers
   // (pod_of), which may outlive the agent when given up.

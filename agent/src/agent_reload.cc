@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.h"
+#include "kube/kubeconfig.h"
 #include "modules/conflicts.h"
 #include "modules/loaded_module.h"
 #include "ops/log.h"
@@ -241,11 +242,67 @@ void Agent::WithholdListed(const Status& status, const kubelet::PodSnapshotPtr& 
   if (any) releases_.Schedule(Clock::now(), false);
 }
 
+void Agent::StartDrainHandoff(Resource& drained) {
+  const uint64_t id = drained.id();
+  auto post = [mailbox = mailbox_, id](Status st, std::chrono::milliseconds took) {
+    Event ev{Event::kDrainHandoff, id, static_cast<uint64_t>(took.count()), std::move(st), nullptr};
+    mailbox->Post(std::move(ev));
+  };
+  auto creds = kube::ChooseCredentials(config_);
+  if (!creds.ok() || config_.node_name.empty()) {
+    // Closed at once (after the prepares already asked for): a claim
+    // allocated from the last slices is refused.
+    spdlog::warn(
+        "resource \"{}\": DRA: moved to the device plugin API without a hand-off ({}): a claim "
+        "allocated from the last slices is not prepared",
+        drained.cfg().name,
+        creds.ok() ? std::string("no node name") : std::string(creds.status().message()));
+    drain_handoffs_[id] = nullptr;  // the side stays until then
+    drained.front_end().CloseDrain([post] { post(OkStatus(), std::chrono::milliseconds(0)); });
+    return;
+  }
+  DraHandoff::Options o;
+  o.credentials = std::move(*creds);
+  o.node = config_.node_name;
+  o.driver = drained.cfg().driver;
+  o.resource = drained.cfg().name;
+  o.call_timeout = config_.call_timeout;
+  front_end::FrontEnd& fe = drained.front_end();
+  drain_handoffs_[id] = std::make_unique<DraHandoff>(
+      std::move(o), fe.PreparedNames(),
+      [&fe](std::function<void()> done) { fe.CloseDrain(std::move(done)); },
+      [post](DraHandoff::Result r) { post(r.status, r.took); });
+}
+
+void Agent::OnDrainHandoff(const Event& ev) {
+  auto it = std::find_if(draining_.begin(), draining_.end(),
+                         [&](const auto& d) { return d->id() == ev.resource; });
+  drain_handoffs_.erase(ev.resource);
+  if (it == draining_.end()) return;
+  Resource& d = **it;
+  if (ev.status.ok())
+    spdlog::info(
+        "resource \"{}\": DRA: handed off to the device plugin API {} ms after the slices went; "
+        "{} claim(s) prepared, no new one from now on",
+        d.cfg().name, ev.number, d.front_end().Holders().size());
+  else
+    spdlog::warn(
+        "resource \"{}\": DRA: hand-off to the device plugin API incomplete after {} ms: {}; "
+        "no new claim is prepared from now on",
+        d.cfg().name, ev.number, ev.status.message());
+  if (Resource* successor = resources_.ByName(d.cfg().name)) {
+    successor->SetClaimed(d.Claimed());
+    successor->registrar().Start();
+  }
+  UpdateDrains();
+  UpdateStatus();
+}
+
 void Agent::UpdateDrains() {
   for (auto it = draining_.begin(); it != draining_.end();) {
     Resource& d = **it;
     if (Resource* successor = resources_.ByName(d.cfg().name)) successor->SetClaimed(d.Claimed());
-    if (!d.front_end().Holders().empty()) {
+    if (!d.front_end().Holders().empty() || drain_handoffs_.count(d.id())) {
       ++it;
       continue;
     }
@@ -261,7 +318,7 @@ void Agent::UpdateDrains() {
 }
 
 void Agent::FinishReload() {
-  if (!reload_ || !reload_->Ready(Clock::now())) return;
+  if (!reload_ || handoff_ || !reload_->Ready(Clock::now())) return;
   const std::vector<std::string> errors = reload_->Errors();
   if (!errors.empty()) {
     std::unique_ptr<Reload> failed = std::move(reload_);
@@ -269,7 +326,59 @@ void Agent::FinishReload() {
     FailReload(StrJoin(errors, "\n"));
     return;
   }
+  if (StartHandoff()) return;
   CommitReload();
+}
+
+bool Agent::StartHandoff() {
+  if (handed_off_) return false;
+  const config::AgentConfig& next = reload_->config();
+  std::vector<std::string> names = MovedToDra(next);
+  if (names.empty()) return false;
+  auto creds = kube::ChooseCredentials(next);
+  if (!creds.ok() || next.node_name.empty()) {
+    spdlog::warn(
+        "moving {} to DRA without a hand-off ({}): a pod the scheduler sends through the device "
+        "plugin API before the kubelet posts the Node's allocatable fails admission",
+        StrJoin(names, ", "),
+        creds.ok() ? std::string("no node name") : std::string(creds.status().message()));
+    return false;
+  }
+  DevicePluginHandoff::Options o;
+  o.credentials = std::move(*creds);
+  o.node = next.node_name;
+  o.names = std::move(names);
+  o.call_timeout = next.call_timeout;
+  spdlog::info("moving {} to DRA: handing off from the device plugin API first",
+               StrJoin(o.names, ", "));
+  handoff_ = std::make_unique<DevicePluginHandoff>(
+      std::move(o), pods_, [mailbox = mailbox_](DevicePluginHandoff::Result r) {
+        Event ev{Event::kReloadHandoff, static_cast<uint64_t>(r.admitted_waited),
+                 static_cast<uint64_t>(r.took.count()), r.status, r.pods};
+        mailbox->Post(std::move(ev));
+      });
+  return true;
+}
+
+void Agent::OnHandoff(const Event& ev) {
+  if (!handoff_ || !reload_) return;
+  const std::vector<std::string> names = handoff_->options().names;
+  handoff_.reset();
+  handed_off_ = true;
+  if (ev.status.ok())
+    spdlog::info(
+        "moving {} to DRA: handed off in {} ms; the kubelet admitted the {} pod(s) the device "
+        "plugin API was sent meanwhile",
+        StrJoin(names, ", "), ev.number, ev.resource);
+  else
+    spdlog::warn("moving {} to DRA: hand-off incomplete after {} ms: {}", StrJoin(names, ", "),
+                 ev.number, ev.status.message());
+  // The pods admitted while it waited hold devices too: withheld from the
+  // first slice on.
+  if (ev.pods)
+    for (const std::string& name : names)
+      for (auto& [id, pod] : HeldBy(*ev.pods, name)) withhold_at_commit_[name][id] = pod;
+  FinishReload();
 }
 
 void Agent::UpdateConfigWatch() {
@@ -326,6 +435,7 @@ void Agent::OnNodeLabel(const std::optional<std::string>& value) {
 }
 
 void Agent::FailReload(const std::string& why) {
+  handed_off_ = false;
   const std::string first = why.substr(0, why.find('\n'));
   spdlog::error("reload failed, the old configuration keeps running:");
   for (size_t at = 0; at <= why.size();) {
@@ -340,6 +450,7 @@ void Agent::FailReload(const std::string& why) {
 }
 
 void Agent::CommitReload() {
+  handed_off_ = false;
   std::unique_ptr<Reload> reload = std::move(reload_);
   // Before the new DRA sides serve: their first slices leave these out.
   bool withholding = false;
@@ -355,7 +466,10 @@ void Agent::CommitReload() {
   const config::AgentConfig previous = std::exchange(config_, reload->TakeConfig());
   Reload::Outcome out =
       reload->Commit(config_, resources_, *metrics_, Clock::now() + config_.start_timeout);
-  for (auto& d : out.draining) draining_.push_back(std::move(d));
+  for (auto& d : out.draining) {
+    StartDrainHandoff(*d);
+    draining_.push_back(std::move(d));
+  }
   RemoveStaleSpecs(&previous);
   ApplyAgentKeys(previous);
   // A List at once: a pod the device plugin admitted since the one the

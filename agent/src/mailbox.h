@@ -30,6 +30,11 @@ struct AgentEvent {
     kReloadHolders,   // the List a reload waits for finished (resource unused)
     kControl,         // a control socket request (resource unused)
     kNodeLabel,       // label: the Node's api_label, as the watch saw it (resource unused)
+    kReloadHandoff,   // the hand-off a move to DRA waits for ended (api_handoff.h): status,
+                      // pods (its last List), number: the ms it took, resource: the pods
+                      // it waited for
+    kDrainHandoff,    // a draining DRA side's hand-off ended (resource: its id): status,
+                      // number: the ms it took
   } kind;
   uint64_t resource;  // Resource::id
   uint64_t number;

@@ -139,15 +139,15 @@ Reload::Outcome Reload::Commit(const config::AgentConfig& next, ResourceSet& run
     if (fresh->tracking()) out.list_now = true;
     if (old) old->HandOver(*fresh);
     metrics.Adopt(fresh->metrics(), old ? old->metrics() : nullptr);
-    if (old && old->cfg().api == ServingApi::kDra && cfg.api == ServingApi::kDevicePlugin &&
-        !old->front_end().Holders().empty()) {
+    if (old && old->cfg().api == ServingApi::kDra && cfg.api == ServingApi::kDevicePlugin) {
       out.changed.push_back(cfg.name);
-      // Its slices go now, before the device plugin registers; its claims'
-      // devices are Unhealthy in the device plugin's first list.
-      old->Drain();
+      // Its slices go now, before the device plugin registers; it still
+      // prepares the claims allocated from them until the hand-off closes
+      // it, and the device plugin registers after that, its claims'
+      // devices Unhealthy in its first list (Agent::StartDrainHandoff).
+      old->Drain(/*open=*/true);
       fresh->SetClaimed(old->Claimed());
       out.draining.push_back(std::move(old));
-      fresh->registrar().StartAfter(kReloadRegisterDelay);
     } else if (old) {
       out.changed.push_back(cfg.name);
       // The old stream ends first; the new registration follows once the

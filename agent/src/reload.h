@@ -83,18 +83,20 @@ class Reload {
     std::vector<std::string> added, changed, removed, unchanged;
     // A resource that tracks releases came: a PodResources List is due now.
     bool list_now = false;
-    // DRA sides moved to the device plugin API while claims were prepared
-    // on them: drained (no slice, no new claim), still registered for
-    // those claims' unprepares; the agent keeps them until none is left.
+    // DRA sides moved to the device plugin API: drained (no slice; new
+    // claims prepared only until the hand-off closes them), still
+    // registered for their claims' unprepares; the agent keeps them until
+    // none is left. Their successors are not registered yet: the agent
+    // registers each once its hand-off ends.
     std::vector<std::unique_ptr<Resource>> draining;
   };
   // Serves the staged resources: `running` becomes `next`'s resources, in
   // its order. An unchanged one is not touched. A changed one takes over
   // its predecessor's release state, and registers once the kubelet has
   // seen the old stream end. A DRA one moved to the device plugin API
-  // while claims are prepared on it drains instead of going (Outcome::
-  // draining): its slices are deleted before its successor registers, and
-  // the successor keeps the claimed devices from the kubelet. What was replaced or removed is
+  // drains instead of going (Outcome::draining): its slices are deleted
+  // before its successor registers, and the successor keeps the claimed
+  // devices from the kubelet. What was replaced or removed is
   // retired (until `retire_by`). Call it with config() taken: the agent's running configuration is
   // `next` by then, since new servers and registrations read their values from it.
   Outcome Commit(const config::AgentConfig& next, ResourceSet& running, ops::Metrics& metrics,

@@ -116,6 +116,7 @@ class Resource final : private kubelet::Registrar::Env {
   const kubelet::Registrar& registrar() const { return *registrar_; }
   const std::shared_ptr<ops::ResourceMetrics>& metrics() const { return metrics_; }
   const front_end::FrontEnd& front_end() const { return *front_; }
+  front_end::FrontEnd& front_end() { return *front_; }
   // Release tracking is on (a module with on_release; pod_resources_poll
   // is not "0s").
   bool tracking() const { return front_->tracking(); }
@@ -164,7 +165,7 @@ class Resource final : private kubelet::Registrar::Env {
   // See front_end::FrontEnd::Drain and Claimed: a DRA resource a reload
   // moved to the device plugin API while claims held its devices stays,
   // registered, for their unprepares.
-  void Drain() { front_->Drain(); }
+  void Drain(bool open) { front_->Drain(open); }
   bool draining() const { return front_->draining(); }
   std::map<std::string, std::string> Claimed() const { return front_->Claimed(); }
   // Its device plugin API keeps `claimed` from the kubelet (its draining

@@ -97,6 +97,14 @@ class DraTest : public AgentTest {
     })) << agent_->Log();
     return agent;
   }
+  // The Node as the kubelet posts it while the device plugin serves kDra.
+  bool MakeServedNode() {
+    Json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", kNode}}},
+                 {"status", {{"allocatable", {{kDra, "2"}, {"cpu", "2"}}}}}};
+    return api_->Create("/api/v1/nodes", node).ok();
+  }
   std::string DraResource(const std::string& extra = "") const {
     return Resource(
         kDra, FakeModule("fake_release"),
@@ -719,18 +727,18 @@ TEST_F(DraTest, AStartAsDraLeavesOutTheDevicesPodsHoldThroughTheDevicePlugin) {
 // (the kubelet drops it when the device plugin's endpoint goes, and posts
 // it within its node-status period): the scheduler, which takes the device
 // plugin's path while it is above 0, never sees both APIs offer it here.
+// Without the hand-off (the Node's status cannot be written: here six
+// conflicts in a row, as a refusal by RBAC would end it too), the slices
+// wait for the kubelet to post the Node's allocatable at 0.
 TEST_F(DraTest, AReloadToDraPublishesNoSliceUntilTheNodesAllocatableReadsZero) {
   const std::string agent = StartThroughTheDevicePlugin();
   ASSERT_FALSE(HasFailure());
-  // The Node as the kubelet posted it while the device plugin served.
-  Json node = {{"apiVersion", "v1"},
-               {"kind", "Node"},
-               {"metadata", {{"name", kNode}}},
-               {"status", {{"allocatable", {{kDra, "2"}, {"cpu", "2"}}}}}};
-  ASSERT_TRUE(api_->Create("/api/v1/nodes", node).ok());
+  ASSERT_TRUE(MakeServedNode());
+  ASSERT_TRUE(api_->Create("/_fake/conflicts?count=6", Json::object()).ok());
 
   WriteFile(config_path(), Config(DraResource(), "0s", agent));
   ASSERT_TRUE(Reload()) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("hand-off incomplete after", kWait)) << agent_->Log();
   ASSERT_TRUE(DriverRegistered());
   std::this_thread::sleep_for(1500ms);  // the Node is looked at every second
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
@@ -755,6 +763,78 @@ TEST_F(DraTest, AReloadToDraPublishesNoSliceUntilTheNodesAllocatableReadsZero) {
   EXPECT_TRUE(agent_->WaitForLog(
       std::string("node node-1's allocatable ") + kDra + " reads 0 after", kWait))
       << agent_->Log();
+}
+
+// The hand-off before a move to DRA (api_handoff.h): the device plugin
+// keeps serving while devplugd sets the Node's allocatable for the name
+// to 0 itself (the scheduler's device plugin path closes at once, not at
+// the kubelet's next node-status post) and waits for the pods bound to
+// the node that ask the name through the device plugin API to be
+// admitted. Then the device plugin goes, and the first slice already
+// leaves out what those pods were given. A finished pod, or one whose
+// container the scheduler mapped to a claim, is not waited for.
+TEST_F(DraTest, AReloadToDraZeroesTheNodesAllocatableAndWaitsForThePodsSentThroughTheDevicePlugin) {
+  const std::string agent = StartThroughTheDevicePlugin();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(MakeServedNode());
+  auto pod = [&](const std::string& name, const std::string& phase, const Json& claim_status) {
+    Json p = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", "default"}}},
+              {"spec",
+               {{"nodeName", kNode},
+                {"containers",
+                 Json::array({{{"name", "app"}, {"resources", {{"limits", {{kDra, "1"}}}}}}})}}},
+              {"status", {{"phase", phase}}}};
+    if (!claim_status.is_null()) p["status"]["extendedResourceClaimStatus"] = claim_status;
+    return api_->Create("/api/v1/pods", p).ok();
+  };
+  // Bound by the scheduler, not yet admitted by the kubelet.
+  ASSERT_TRUE(pod("sent", "Pending", nullptr));
+  ASSERT_TRUE(pod("done", "Succeeded", nullptr));
+  ASSERT_TRUE(pod(
+      "claimed", "Pending",
+      {{"resourceClaimName", "claimed-x"},
+       {"requestMappings",
+        Json::array({{{"containerName", "app"}, {"resourceName", kDra}, {"requestName", "r"}}})}}));
+
+  WriteFile(config_path(), Config(DraResource(), "0s", agent + "\npod_resources_poll = \"200ms\""));
+  ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
+  auto allocatable = [&] {
+    auto n = api_->Get(std::string("/api/v1/nodes/") + kNode);
+    return n.ok() ? (*n)["status"]["allocatable"].value(kDra, std::string()) : std::string("?");
+  };
+  ASSERT_TRUE(Eventually([&] { return allocatable() == "0"; })) << agent_->Log();
+  // Waiting for "sent": the device plugin still serves, no driver yet.
+  std::this_thread::sleep_for(1500ms);
+  auto dp = sim_->resource(kDra);
+  ASSERT_TRUE(dp);
+  EXPECT_TRUE(dp->connected);
+  EXPECT_EQ(dp->healthy(), 2u);
+  EXPECT_FALSE(sim_->dra_driver(kDriver)) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  // The kubelet's own status post puts it back while the device plugin
+  // serves: set to 0 again.
+  ASSERT_TRUE(api_->Update(std::string("/api/v1/nodes/") + kNode + "/status",
+                           [](Json& n) {
+                             n["status"]["allocatable"][kDra] = "2";
+                             return OkStatus();
+                           })
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return allocatable() == "0"; })) << agent_->Log();
+
+  // The kubelet admits it: Allocate gave it fake-1.
+  sim_->BindPod("default", "sent", "app", kDra, {"fake-1"});
+  ASSERT_TRUE(DriverRegistered()) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return SliceDevices() == std::vector<std::string>{"fake-0"}; }))
+      << Json(Slices()).dump(1) << agent_->Log();
+  EXPECT_TRUE(
+      agent_->WaitForLog("the kubelet admitted the 1 pod(s) the device plugin API was "
+                         "sent meanwhile",
+                         kWait))
+      << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("reloaded: ", kWait)) << agent_->Log();
+  EXPECT_EQ(agent_->Log().find("hand-off incomplete"), std::string::npos) << agent_->Log();
 }
 
 // Back from DRA to the device plugin API: the slices are deleted before
@@ -851,6 +931,51 @@ TEST_F(DraTest, AMoveToTheDevicePluginWhileAClaimIsPreparedDrainsTheDriverUntilI
   // The same move again, now with nothing to drain, goes back to DRA.
   WriteFile(config_path(), Config(DraResource(), "0s", agent));
   EXPECT_TRUE(Reload()) << agent_->Log();
+}
+
+// A move to the device plugin API hands off (api_handoff.h, DraHandoff): a
+// claim the scheduler allocated from the last slice, whose pod the kubelet
+// had not started yet, is still prepared after the slices are gone, and
+// the device plugin registers only once it is, with that device Unhealthy.
+// A claim not allocated from this node's pool is not waited for. After
+// the hand-off a new claim is refused.
+TEST_F(DraTest, AMoveToTheDevicePluginPreparesTheClaimsAllocatedFromTheLastSliceBeforeItRegisters) {
+  StartPublishing();
+  ASSERT_FALSE(HasFailure());
+  const std::string late = Claim("late", {"fake-1"});
+  (void)Claim("elsewhere", {"fake-0"}, "node-2");
+  Json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "p-late"}, {"namespace", "default"}}},
+              {"spec", {{"nodeName", kNode}, {"containers", Json::array({{{"name", "app"}}})}}},
+              {"status",
+               {{"phase", "Pending"},
+                {"resourceClaimStatuses",
+                 Json::array({{{"name", "a"}, {"resourceClaimName", "late"}},
+                              {{"name", "b"}, {"resourceClaimName", "elsewhere"}}})}}}};
+  ASSERT_TRUE(api_->Create("/api/v1/pods", pod).ok());
+
+  const std::string dp = "count = 2\nrelease_log = \"" + release_log() + "\"\n";
+  WriteFile(config_path(),
+            Config(Resource(kDra, FakeModule("fake_release"), dp), "0s", DraAgent()));
+  ASSERT_TRUE(Reload()) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return Slices().empty(); })) << Json(Slices()).dump(1);
+  std::this_thread::sleep_for(2s);
+  EXPECT_FALSE(sim_->resource(kDra)) << "the device plugin registered while a claim allocated "
+                                        "from the last slice was not prepared\n"
+                                     << agent_->Log();
+  EXPECT_EQ(Prepare("late", late).claims().at(late).error(), "");
+  ASSERT_TRUE(Registered(kDra)) << agent_->Log();
+  EXPECT_TRUE(Eventually([&] {
+    return DevicePluginHealth() ==
+           std::map<std::string, std::string>{{"fake-0", "Healthy"}, {"fake-1", "Unhealthy"}};
+  })) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("handed off to the device plugin API", kWait)) << agent_->Log();
+  EXPECT_NE(agent_->Log().find("1 claim(s) prepared, no new one from now on"), std::string::npos)
+      << agent_->Log();
+  const std::string after = Claim("after", {"fake-0"});
+  EXPECT_NE(Prepare("after", after).claims().at(after).error().find("no longer offers devices"),
+            std::string::npos);
 }
 
 // The same across a restart: devplugd stops while a claim is prepared, the

@@ -431,5 +431,40 @@ TEST_F(ClaimPreparerTest, DrainingAnswersPreparedClaimsOnlyAndTellsEachUnprepare
   EXPECT_EQ(told.load(), 1);
 }
 
+// An open drain (a move to the device plugin API whose hand-off waits for
+// the claims allocated from the last slices): new claims are prepared
+// until CloseDrain, which takes effect after every prepare asked for
+// before it, even one still inside the module; after it a new claim is
+// refused.
+TEST_F(ClaimPreparerTest, AnOpenDrainPreparesUntilCloseDrainWhichComesAfterThePreparesAskedBefore) {
+  Start(10s, [] {});
+  preparer_->SetDraining(/*closed=*/false);
+  const ClaimRef late = Claim("late", "fake-0");
+  auto gate = std::make_shared<Gate>();
+  source_.HoldNext("allocate", gate);
+  std::promise<std::map<std::string, PrepareResult>> first;
+  preparer_->Prepare({late}, Clock::now() + 30s,
+                     [&](std::map<std::string, PrepareResult> out) { first.set_value(out); });
+  ASSERT_TRUE(gate->WaitInside(10s));
+  std::atomic<bool> closed{false};
+  std::atomic<size_t> prepared_at_close{99};
+  preparer_->CloseDrain([&] {
+    prepared_at_close = preparer_->prepared().size();
+    closed = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(closed.load()) << "closed while a prepare asked for before was inside the module";
+  gate->Open();
+  EXPECT_EQ(first.get_future().get()[late.uid].error, "");
+  ASSERT_TRUE(devplug::testing::Eventually([&] { return closed.load(); }));
+  EXPECT_EQ(prepared_at_close.load(), 1u);
+  const PrepareResult refused = Prepare(Claim("after", "fake-1"));
+  EXPECT_NE(refused.error.find("no longer offers devices on node node-1"), std::string::npos)
+      << refused.error;
+  EXPECT_EQ(Prepare(late).error, "");  // answered again
+  source_.Drain();
+  EXPECT_EQ(source_.Count("allocate fake-1"), 0);
+}
+
 }  // namespace
 }  // namespace devplug::dra

@@ -137,9 +137,24 @@ void ClaimPreparer::RequestStop() {
   reads_.RequestStop([this] { calls_.RequestStop({}); });
 }
 
-void ClaimPreparer::SetDraining() {
+void ClaimPreparer::SetDraining(bool closed) {
   MutexLock lock(mu_);
   draining_ = true;
+  closed_ = closed_ || closed;
+}
+
+void ClaimPreparer::CloseDrain(std::function<void()> done) {
+  // A prepare reads its claim on "dra:reads" and hands on to "dra:calls":
+  // through both, this runs after every prepare asked for before it.
+  reads_.Post([this, done = std::move(done)]() mutable {
+    calls_.Post([this, done = std::move(done)] {
+      {
+        MutexLock lock(mu_);
+        closed_ = true;
+      }
+      done();
+    });
+  });
 }
 
 void ClaimPreparer::NotifyDraining() {
@@ -368,18 +383,18 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& c, Read read, Clock::tim
     result.error = why;
     return result;
   };
-  bool draining = false;
+  bool closed = false;
   {
     MutexLock lock(mu_);
     if (const PreparedClaim* p = checkpoint_.Find(c.uid)) {
       result.devices = KubeletDevices(p->devices);
       return result;
     }
-    draining = draining_;
+    closed = closed_;
   }
   // Its slices are gone and the device plugin API offers the devices now:
   // a claim allocated from the last slice before the move is not served.
-  if (draining)
+  if (closed)
     return fail(StrCat("driver ", options_.driver, " no longer offers devices on node ",
                        options_.node,
                        " (the resource moved to the device plugin API): only claims prepared "

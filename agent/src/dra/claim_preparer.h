@@ -127,10 +127,18 @@ class ClaimPreparer {
   void RequestStop();
   [[nodiscard]] bool WaitStopped(Clock::time_point deadline);
   // The resource moved to the device plugin API and stays only for the
-  // claims prepared before (no slice offers its devices any more): a claim
-  // not prepared yet is refused; a prepared one is answered again, and
-  // unprepared as always.
-  void SetDraining();
+  // claims prepared before (no slice offers its devices any more): each
+  // unprepare that forgets a claim is told (Options::claims_changed); a
+  // prepared claim is answered again, and unprepared as always. `closed`:
+  // a claim not prepared yet is refused from now on; otherwise it is
+  // prepared until CloseDrain (a claim allocated from the last slice
+  // before the move may reach the kubelet after it).
+  void SetDraining(bool closed = true);
+  // While draining: refuses claims not prepared yet, once every prepare
+  // asked for before this call has ended (it runs after them, on the
+  // preparer's threads), and then runs `done` there. Not run if the
+  // preparer stops first.
+  void CloseDrain(std::function<void()> done);
 
   // Which claim holds each module device on this node: one prepared, or
   // being prepared (from before its first module call until its answer),
@@ -234,6 +242,7 @@ class ClaimPreparer {
   std::set<std::string> released_ DEVPLUG_GUARDED_BY(mu_);
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool draining_ DEVPLUG_GUARDED_BY(mu_) = false;  // SetDraining
+  bool closed_ DEVPLUG_GUARDED_BY(mu_) = false;    // SetDraining(true), CloseDrain
   bool abandoned_ = false;  // WaitStopped left a thread running (owner thread only)
 };
 

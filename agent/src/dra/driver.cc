@@ -59,8 +59,8 @@ bool Driver::WaitStopped(Clock::time_point deadline) {
   return !abandoned_;
 }
 
-bool Driver::Drain() {
-  claims_->SetDraining();
+bool Driver::Drain(bool open) {
+  claims_->SetDraining(/*closed=*/!open);
   slices_->RequestStop(/*delete_slices=*/true);
   if (!slices_->WaitStopped(Clock::now() + options_.call_timeout)) abandoned_ = true;
   return !abandoned_;

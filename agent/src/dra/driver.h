@@ -99,9 +99,11 @@ class Driver final : public modules::ListSink {
   // The resource moved to the device plugin API while claims were
   // prepared: this node's slices are deleted now (by call_timeout) and no
   // more are written; the prepared claims are still answered and
-  // unprepared, and no new one is prepared (ClaimPreparer::SetDraining).
-  // False when the slices' thread still ran at the deadline.
-  [[nodiscard]] bool Drain();
+  // unprepared, and no new one is prepared (ClaimPreparer::SetDraining),
+  // or, `open`, not after CloseDrain. False when the slices' thread still
+  // ran at the deadline.
+  [[nodiscard]] bool Drain(bool open);
+  void CloseDrain(std::function<void()> done) { claims_->CloseDrain(std::move(done)); }
   // The same in two steps, so that many drivers stop at once under one
   // deadline: RequestStop queues the end (calls already queued still run),
   // WaitStopped waits for it (false as above; it stays false).

@@ -336,7 +336,25 @@ void FrontEnd::TrackerChanged(lifecycle::ReleaseCoordinator&, Clock::time_point,
   ApplyWithheld(/*always=*/false);
 }
 
-void FrontEnd::Drain() {
+void FrontEnd::CloseDrain(std::function<void()> done) {
+  if (!driver_) {
+    done();
+    return;
+  }
+  driver_->CloseDrain(std::move(done));
+}
+
+std::function<std::set<std::string>()> FrontEnd::PreparedNames() const {
+  const Driver* driver = driver_.get();
+  return [driver] {
+    std::set<std::string> out;
+    if (driver)
+      for (const PreparedClaim& c : driver->prepared()) out.insert(StrCat(c.ns, "/", c.name));
+    return out;
+  };
+}
+
+void FrontEnd::Drain(bool open) {
   if (!driver_ || draining_) return;
   draining_ = true;
   if (sink_) sink_->set_active(false);
@@ -344,7 +362,7 @@ void FrontEnd::Drain() {
       "resource \"{}\": DRA: moved to the device plugin API; this node's slices of driver {} "
       "are deleted, and the driver stays for the unprepare of {} claim(s) prepared before",
       context_.cfg.name, driver_->options().driver, driver_->prepared().size());
-  if (!driver_->Drain())
+  if (!driver_->Drain(open))
     spdlog::warn("resource \"{}\": DRA: deleting this node's slices did not end in time",
                  context_.cfg.name);
 }

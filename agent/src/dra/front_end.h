@@ -98,7 +98,9 @@ class FrontEnd final : public front_end::FrontEnd {
     return !withhold_->held.empty() || !withhold_->failed.empty();
   }
   bool AwaitsHolders() const override { return awaiting_holders_; }
-  void Drain() override;
+  void Drain(bool open) override;
+  void CloseDrain(std::function<void()> done) override;
+  std::function<std::set<std::string>()> PreparedNames() const override;
   bool draining() const override { return draining_; }
   std::map<std::string, std::string> Claimed() const override;
 

@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -163,8 +164,19 @@ class FrontEnd {
   // the device plugin registers) and no claim is prepared any more, but
   // the driver stays registered for the prepared claims' unprepares. The
   // resource then drains beside its successor until Claimed() is empty.
-  virtual void Drain() {}
+  // `open`: a claim not prepared yet is still prepared until CloseDrain
+  // (one allocated from the last slice may reach the kubelet after the
+  // move: api_handoff.h, DraHandoff).
+  virtual void Drain(bool open) { (void)open; }
   virtual bool draining() const { return false; }
+  // (DRA, open drain) Refuses new claims after every prepare asked for
+  // before, then runs `done` on another thread.
+  virtual void CloseDrain(std::function<void()> done) { done(); }
+  // (DRA) "ns/name" of each claim prepared: callable from any thread while
+  // this front end lives.
+  virtual std::function<std::set<std::string>()> PreparedNames() const {
+    return [] { return std::set<std::string>(); };
+  }
   // (DRA) The devices its prepared claims hold: module ID -> "ns/claim".
   virtual std::map<std::string, std::string> Claimed() const { return {}; }
   // (device plugin API) Devices a draining predecessor's claims hold
