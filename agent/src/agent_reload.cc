@@ -29,6 +29,13 @@ const config::ResourceConfig* Named(const config::AgentConfig& cfg, const std::s
   return nullptr;
 }
 
+// What a hand-off between the APIs talks to the API server with: `cfg`'s
+// credentials, and a node name to name its Node and pool by.
+StatusOr<kube::Credentials> HandoffCredentials(const config::AgentConfig& cfg) {
+  if (cfg.node_name.empty()) return FailedPreconditionError("no node name");
+  return kube::ChooseCredentials(cfg);
+}
+
 // The devices of `name` that pods hold through the device plugin API, as
 // `pods` lists them: module ID -> "ns/pod".
 std::map<std::string, std::string> HeldBy(const kubelet::PodSnapshot& pods,
@@ -248,15 +255,14 @@ void Agent::StartDrainHandoff(Resource& drained) {
     Event ev{Event::kDrainHandoff, id, static_cast<uint64_t>(took.count()), std::move(st), nullptr};
     mailbox->Post(std::move(ev));
   };
-  auto creds = kube::ChooseCredentials(config_);
-  if (!creds.ok() || config_.node_name.empty()) {
+  auto creds = HandoffCredentials(config_);
+  if (!creds.ok()) {
     // Closed at once (after the prepares already asked for): a claim
     // allocated from the last slices is refused.
     spdlog::warn(
         "resource \"{}\": DRA: moved to the device plugin API without a hand-off ({}): a claim "
         "allocated from the last slices is not prepared",
-        drained.cfg().name,
-        creds.ok() ? std::string("no node name") : std::string(creds.status().message()));
+        drained.cfg().name, creds.status().message());
     drain_handoffs_[id] = nullptr;  // the side stays until then
     drained.front_end().CloseDrain([post] { post(OkStatus(), std::chrono::milliseconds(0)); });
     return;
@@ -335,13 +341,12 @@ bool Agent::StartHandoff() {
   const config::AgentConfig& next = reload_->config();
   std::vector<std::string> names = MovedToDra(next);
   if (names.empty()) return false;
-  auto creds = kube::ChooseCredentials(next);
-  if (!creds.ok() || next.node_name.empty()) {
+  auto creds = HandoffCredentials(next);
+  if (!creds.ok()) {
     spdlog::warn(
         "moving {} to DRA without a hand-off ({}): a pod the scheduler sends through the device "
         "plugin API before the kubelet posts the Node's allocatable fails admission",
-        StrJoin(names, ", "),
-        creds.ok() ? std::string("no node name") : std::string(creds.status().message()));
+        StrJoin(names, ", "), creds.status().message());
     return false;
   }
   DevicePluginHandoff::Options o;
