@@ -269,6 +269,46 @@ TEST_F(DraTest, RegistersAsADraDriverAndPublishesItsDevicesAsOnePool) {
   EXPECT_EQ(slice["spec"]["devices"][0]["attributes"]["id"]["string"], "fake-0");
 }
 
+// Where a kubelet runs, no slice is written before it has registered the
+// driver: it refuses to prepare a claim of a driver it does not know ("DRA
+// driver ... is not registered"), so a pod the scheduler sent on an earlier
+// slice would fail its first prepare. A kubelet that refuses the driver
+// gets no slice, and status says why; the kubelet that registers it (here
+// after a restart) gets them.
+TEST_F(DraTest, NoSliceIsWrittenBeforeTheKubeletRegistersTheDriver) {
+  sim_refuse_probes_ = "no room for it";
+  StartSim();
+  StartDra();
+  ASSERT_TRUE(Eventually([&] {
+    return agent_->Log().find("the kubelet refused the registration") != std::string::npos;
+  })) << agent_->Log();
+  auto slice_error = [&] {
+    auto status = testing::RunProcess(
+        {testing::DevplugctlPath(), "status", "--json", "--socket", control_socket()});
+    const Json st = Json::parse(status.output, nullptr, false);
+    const Json e = st.is_object() ? st["resources"][0]["dra"]["slice_error"] : Json();
+    return e.is_string() ? e.get<std::string>() : std::string();
+  };
+  ASSERT_TRUE(Eventually([&] { return !slice_error().empty(); })) << agent_->Log();
+  EXPECT_EQ(slice_error(),
+            "holding the slices until the kubelet registers driver dra.fake.example (it could "
+            "not prepare a claim allocated from them)");
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  EXPECT_EQ(SliceWrites(), 0);
+
+  sim_->Stop();
+  sim_refuse_probes_.clear();
+  StartSim();
+  ASSERT_TRUE(DriverRegistered());
+  ASSERT_TRUE(Eventually([&] {
+    return SliceDevices() == std::vector<std::string>{"fake-0", "fake-1"};
+  })) << Json(Slices()).dump(1);
+  EXPECT_TRUE(Eventually([&] { return slice_error().empty(); }));
+  EXPECT_NE(agent_->Log().find("the kubelet registered driver dra.fake.example: publishing the "
+                               "slices"),
+            std::string::npos);
+}
+
 // ABI 1.9 end to end: what the module says of its devices (PCI function,
 // attributes, capacities) reaches the ResourceSlice, with the root complex
 // read from host_root's sysfs, and `devplugctl status` shows it. What the

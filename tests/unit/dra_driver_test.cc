@@ -60,6 +60,7 @@ class DraDriverTest : public ::testing::Test {
     o.checkpoint = dir_ / "claims.json";
     o.client = client_;
     o.relist = relist_;
+    o.await_registration = await_registration_;
     return o;
   }
   // Requests the fake API server saw so far with this method.
@@ -145,6 +146,7 @@ class DraDriverTest : public ::testing::Test {
   pid_t pid_ = -1;
   std::shared_ptr<kube::Client> client_;
   std::chrono::milliseconds relist_{0};
+  bool await_registration_ = false;
   std::string module_config_;  // more of the fake module's keys
   std::shared_ptr<Driver> driver_;
   std::unique_ptr<modules::ModuleInstance> inst_;
@@ -327,18 +329,44 @@ TEST_F(DraDriverTest, AFieldTheApiServerDropsIsNamed) {
 // the plugins again: a confirmed registration writes them back, and so does
 // the periodic re-list for a slice deleted at any other time (review D5). A
 // re-list of an unchanged pool writes nothing.
+// Where a kubelet runs, the first slices wait until it has registered the
+// driver: it refuses to prepare a claim of a driver it does not know, so a
+// pod sent on a slice written before would fail its first prepare.
+TEST_F(DraDriverTest, TheFirstSlicesWaitForTheKubeletsRegistration) {
+  await_registration_ = true;
+  Start();
+  ASSERT_TRUE(Eventually([&] { return !driver_->sync_error().empty(); }));
+  EXPECT_EQ(driver_->sync_error(),
+            "holding the slices until the kubelet registers driver dra.fake.example (it could "
+            "not prepare a claim allocated from them)");
+  inst_->RequestRescan();  // another list changes nothing
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(Devices(), -1);
+  EXPECT_EQ(Requests("POST") + Requests("PUT"), 0);
+  EXPECT_EQ(driver_->syncs(), 0u);
+
+  driver_->KubeletRegistered();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 1; }));
+  EXPECT_EQ(driver_->sync_error(), "");
+  // Once registered, a change of the devices is written at once.
+  WriteFile(dir_ / "count", "3");
+  inst_->RequestRescan();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 3; }));
+}
+
 TEST_F(DraDriverTest, SlicesWipedBehindItsBackAreWrittenAgain) {
   Start();
   ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
   ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 1; }));
   WipeSlices();
-  driver_->Resync();
+  driver_->KubeletRegistered();
   ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
   ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 2; }));
 
   const int writes = Requests("POST") + Requests("PUT") + Requests("DELETE");
   const int lists = Requests("GET");
-  driver_->Resync();
+  driver_->KubeletRegistered();
   ASSERT_TRUE(Eventually([&] { return driver_->syncs() == 3; }));
   EXPECT_GT(Requests("GET"), lists + 1);  // it listed (the count reads once itself)
   EXPECT_EQ(Requests("POST") + Requests("PUT") + Requests("DELETE"), writes);

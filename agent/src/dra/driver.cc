@@ -29,6 +29,7 @@ StatusOr<std::unique_ptr<Driver>> Driver::Make(Options o) {
       .taint_effect = o.taint_effect,
       .hold_for = o.hold_for,
       .await_withheld = o.await_withheld,
+      .await_registration = o.await_registration,
   });
   std::unique_ptr<Driver> d(new Driver(std::move(o), std::move(slices), std::move(*claims)));
   d->slices_->Start();

@@ -53,6 +53,7 @@ class Driver final : public modules::ListSink {
     std::string taint_effect = "NoSchedule";
     std::string hold_for;
     bool await_withheld = false;
+    bool await_registration = false;
     // See ClaimPreparer::Options.
     bool module_releases = false;
     std::shared_ptr<RpcObserver> observer;
@@ -74,10 +75,9 @@ class Driver final : public modules::ListSink {
   // ListSink: the slices.
   std::string Accept(const DeviceList& list) override { return slices_->Accept(list); }
   void Publish(const DeviceListPtr& list) override { slices_->Publish(list); }
-  // Lists this node's slices again and writes back what is missing: the
-  // kubelet deletes them when it starts (call it when a registration is
-  // confirmed).
-  void Resync() { slices_->Resync(); }
+  // The kubelet confirmed the driver's registration (see
+  // SlicePublisher::KubeletRegistered).
+  void KubeletRegistered() { slices_->KubeletRegistered(); }
   // See SlicePublisher::SetSuperseded.
   void SetSuperseded(bool superseded) { slices_->SetSuperseded(superseded); }
 

@@ -72,10 +72,10 @@ class FrontEnd final : public front_end::FrontEnd {
   // threads have stopped (a call still queued releases through it).
   void Withdraw(const modules::DeviceSource* instance, bool exiting) override;
   bool WaitStopped(Clock::time_point deadline) override;
-  // The kubelet wipes its node's slices at its start: they are written
-  // again.
+  // The first slices wait for it, and the kubelet wipes its node's slices
+  // at its start: they are written again.
   void RegistrationConfirmed() override {
-    if (driver_) driver_->Resync();
+    if (driver_) driver_->KubeletRegistered();
   }
   // A newer devplugd serving this driver beside this one owns its slices:
   // this one writes none, and leaves them at its exit.

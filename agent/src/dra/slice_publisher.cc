@@ -66,6 +66,7 @@ SlicePublisher::SlicePublisher(Options options)
             }),
       taint_effect_(options_.taint_effect),
       awaiting_withheld_(options_.await_withheld),
+      awaiting_registration_(options_.await_registration),
       held_(!options_.hold_for.empty()),
       jitter_(Fnv1a32(StrCat(options_.node, "/", options_.driver, "/", getpid()))) {}
 
@@ -109,9 +110,15 @@ std::set<std::string> SlicePublisher::withheld() const {
   return withheld_;
 }
 
-void SlicePublisher::Resync() {
+void SlicePublisher::KubeletRegistered() {
   MutexLock lock(mu_);
   relist_ = true;
+  if (std::exchange(awaiting_registration_, false)) {
+    sync_error_.clear();
+    if (list_)
+      spdlog::info("resource \"{}\": DRA: the kubelet registered driver {}: publishing the slices",
+                   options_.resource, options_.driver);
+  }
   if (sync_queued_ || stopping_ || !options_.client || !list_) return;
   sync_queued_ = true;
   lane_.Post([this] { SyncOnLane(); });
@@ -145,6 +152,11 @@ void SlicePublisher::SyncOnLane() {
     MutexLock lock(mu_);
     sync_queued_ = false;
     if (stopping_ || !list_ || awaiting_withheld_) return;  // SetWithheld queues a sync
+    if (awaiting_registration_) {                           // KubeletRegistered queues a sync
+      sync_error_ = StrCat("holding the slices until the kubelet registers driver ",
+                           options_.driver, " (it could not prepare a claim allocated from them)");
+      return;
+    }
     if (superseded_) {
       relist_ = true;  // whatever the newer one wrote meanwhile
       return;

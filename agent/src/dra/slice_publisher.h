@@ -22,9 +22,14 @@
 //   one LIST per resource and node. A pool left half written gets a newer
 //   generation. A slice whose resourceVersion is still the one our write
 //   got is not written again.
-// - The kubelet deletes every slice of its node when it starts: Resync
-//   (at each confirmed registration) and a periodic re-list write back
-//   what is missing or changed.
+// - The kubelet deletes every slice of its node when it starts:
+//   KubeletRegistered (at each confirmed registration) and a periodic
+//   re-list write back what is missing or changed.
+// - Awaiting the registration (await_registration: a kubelet runs on the
+//   node), the first write waits for KubeletRegistered: the kubelet
+//   refuses to prepare a claim for a driver it has not registered yet, so
+//   a pod the scheduler sent on a slice written before would fail
+//   (FailedPrepareDynamicResources) and wait for the kubelet's retry.
 // - A failed sync is retried with backoff (retry, doubled up to 30 s);
 //   sync_error() says why for `devplugctl status`.
 // - RequestStop with delete_slices deletes this node's slices of the
@@ -98,6 +103,8 @@ class SlicePublisher final : public modules::ListSink {
     // The first write waits for SetWithheld: who holds devices through the
     // device plugin API is asked first.
     bool await_withheld = false;
+    // The first write waits for KubeletRegistered.
+    bool await_registration = false;
   };
 
   explicit SlicePublisher(Options options);
@@ -117,9 +124,11 @@ class SlicePublisher final : public modules::ListSink {
   // slices are written again when that changes.
   void SetWithheld(std::set<std::string> ids);
   std::set<std::string> withheld() const;
-  // Lists this node's slices of the driver again and writes what is
-  // missing or not as published.
-  void Resync();
+  // The kubelet confirmed the driver's registration: the first write
+  // waits no more, and this node's slices of the driver are listed again
+  // and what is missing or not as published is written (the kubelet
+  // deletes them when it starts).
+  void KubeletRegistered();
   // A newer devplugd serves this driver beside this one (a rolling
   // update): it owns the pool, and this one writes nothing while it does.
   // Off again (the newer one went first: a rollback), this one lists the
@@ -166,6 +175,8 @@ class SlicePublisher final : public modules::ListSink {
   std::string taint_effect_ DEVPLUG_GUARDED_BY(mu_);
   std::set<std::string> withheld_ DEVPLUG_GUARDED_BY(mu_);
   bool awaiting_withheld_ DEVPLUG_GUARDED_BY(mu_);  // Options::await_withheld, until SetWithheld
+  // Options::await_registration, until KubeletRegistered.
+  bool awaiting_registration_ DEVPLUG_GUARDED_BY(mu_);
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
