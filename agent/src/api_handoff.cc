@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -161,6 +162,18 @@ static kube::Client::Options ClientOptions(const kube::Credentials& credentials,
   return o;
 }
 
+namespace {
+
+// An error worth asking again: the API server busy (429, API Priority and
+// Fairness), away (a connection refused, a 5xx), slow, or conflicts that
+// outlasted the client's retries.
+bool Transient(StatusCode code) {
+  return code == StatusCode::kUnavailable || code == StatusCode::kResourceExhausted ||
+         code == StatusCode::kDeadlineExceeded || code == StatusCode::kAborted;
+}
+
+}  // namespace
+
 DevicePluginHandoff::DevicePluginHandoff(Options options,
                                          std::shared_ptr<kubelet::PodResourcesClient> pods,
                                          Done done)
@@ -182,25 +195,37 @@ DevicePluginHandoff::Result DevicePluginHandoff::Hand() {
   const std::string status_path = StrCat("/api/v1/nodes/", options_.node, "/status");
   std::set<std::string> waited;  // every pod it waited for, once
   std::set<std::string> pending;
-  Clock::time_point zeroed = start;
+  // Since when the allocatable reads 0 (nullopt: no write got through yet).
+  std::optional<Clock::time_point> zeroed;
+  std::string failing;  // the last write's transient error, said once
   while (true) {
     std::vector<std::string> changed;
     auto written = client.Update(status_path, [&](Json& node) {
       changed = ZeroAllocatable(node, options_.names);
       return changed.empty() ? Status(StatusCode::kAlreadyExists, "already 0") : OkStatus();
     });
-    if (written.ok()) {
-      zeroed = Clock::now();
-      spdlog::info(
-          "moving {} to DRA: node {}'s allocatable set to 0 for {}, so that the scheduler sends "
-          "no more pods through the device plugin API",
-          names, options_.node, StrJoin(changed, ", "));
-    } else if (written.status().code() != StatusCode::kAlreadyExists) {
-      return finish(Status(written.status().code(),
-                           StrCat("cannot set node ", options_.node,
-                                  "'s allocatable to 0: ", written.status().message())));
+    const StatusCode code = written.ok() ? StatusCode::kOk : written.status().code();
+    if (code == StatusCode::kOk || code == StatusCode::kAlreadyExists) {
+      if (code == StatusCode::kOk || !zeroed) zeroed = Clock::now();
+      if (code == StatusCode::kOk)
+        spdlog::info(
+            "moving {} to DRA: node {}'s allocatable set to 0 for {}, so that the scheduler "
+            "sends no more pods through the device plugin API",
+            names, options_.node, StrJoin(changed, ", "));
+      failing.clear();
+    } else if (!Transient(code)) {
+      return finish(Status(code, StrCat("cannot set node ", options_.node,
+                                        "'s allocatable to 0: ", written.status().message())));
+    } else {
+      // The API server is busy or away for a moment: asked again at the
+      // next poll, until max_wait.
+      if (failing != written.status().message())
+        spdlog::warn("moving {} to DRA: node {}'s allocatable: {}; trying again", names,
+                     options_.node, written.status().message());
+      failing = std::string(written.status().message());
+      if (!zeroed) pending = {StrCat("(node ", options_.node, "'s allocatable: ", failing, ")")};
     }
-    if (Clock::now() - zeroed >= options_.settle) {
+    if (zeroed && Clock::now() - *zeroed >= options_.settle) {
       auto listed = client.List("/api/v1/pods", {StrCat("spec.nodeName=", options_.node), ""});
       auto snapshot = pods_->Get(std::chrono::milliseconds(0));
       if (snapshot.ok()) result.pods = *snapshot;

@@ -29,7 +29,10 @@
 // `max_wait` ends the wait with the pods still waited for named. A Node
 // that cannot be written (no RBAC for nodes/status, refused by the
 // admission policy) ends it at once: the move goes on as before, and
-// the log says the window stays open.
+// the log says the window stays open. An error that passes (429, a 5xx,
+// no answer, conflicts past the client's retries) is asked again at the
+// next poll, and only once a write got through does the wait for the pods
+// begin.
 //
 // DraHandoff, after a move from DRA to the device plugin API: the DRA
 // side's slices are deleted at the commit, and the scheduler allocates no

@@ -767,18 +767,23 @@ TEST_F(DraTest, AStartAsDraLeavesOutTheDevicesPodsHoldThroughTheDevicePlugin) {
 // (the kubelet drops it when the device plugin's endpoint goes, and posts
 // it within its node-status period): the scheduler, which takes the device
 // plugin's path while it is above 0, never sees both APIs offer it here.
-// Without the hand-off (the Node's status cannot be written: here six
-// conflicts in a row, as a refusal by RBAC would end it too), the slices
-// wait for the kubelet to post the Node's allocatable at 0.
+// Without the hand-off (the Node's status cannot be written: no RBAC for
+// it, or the admission policy refuses), the slices wait for the kubelet to
+// post the Node's allocatable at 0.
 TEST_F(DraTest, AReloadToDraPublishesNoSliceUntilTheNodesAllocatableReadsZero) {
   const std::string agent = StartThroughTheDevicePlugin();
   ASSERT_FALSE(HasFailure());
   ASSERT_TRUE(MakeServedNode());
-  ASSERT_TRUE(api_->Create("/_fake/conflicts?count=6", Json::object()).ok());
+  // The hand-off cannot write the Node's status (as without RBAC for it):
+  // the slices wait for the kubelet's post instead.
+  ASSERT_TRUE(api_->Create(std::string("/_fake/forbid?path=/api/v1/nodes/") + kNode + "/status",
+                           Json::object())
+                  .ok());
 
   WriteFile(config_path(), Config(DraResource(), "0s", agent));
   ASSERT_TRUE(Reload()) << agent_->Log();
   EXPECT_TRUE(agent_->WaitForLog("hand-off incomplete after", kWait)) << agent_->Log();
+  EXPECT_TRUE(agent_->WaitForLog("HTTP 403 Forbidden", kWait)) << agent_->Log();
   ASSERT_TRUE(DriverRegistered());
   std::this_thread::sleep_for(1500ms);  // the Node is looked at every second
   EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
@@ -874,6 +879,44 @@ TEST_F(DraTest, AReloadToDraZeroesTheNodesAllocatableAndWaitsForThePodsSentThrou
                          kWait))
       << agent_->Log();
   EXPECT_TRUE(agent_->WaitForLog("reloaded: ", kWait)) << agent_->Log();
+  EXPECT_EQ(agent_->Log().find("hand-off incomplete"), std::string::npos) << agent_->Log();
+}
+
+// An API server busy for a moment (429 from API Priority and Fairness,
+// with no Retry-After to wait) does not end the hand-off: the write is
+// asked again, and the wait for the pods the device plugin was sent
+// begins once it got through.
+TEST_F(DraTest, ABusyApiServerDoesNotEndTheHandOffToDra) {
+  const std::string agent = StartThroughTheDevicePlugin();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_TRUE(MakeServedNode());
+  Json sent = {{"apiVersion", "v1"},
+               {"kind", "Pod"},
+               {"metadata", {{"name", "sent"}, {"namespace", "default"}}},
+               {"spec",
+                {{"nodeName", kNode},
+                 {"containers",
+                  Json::array({{{"name", "app"}, {"resources", {{"limits", {{kDra, "1"}}}}}}})}}},
+               {"status", {{"phase", "Pending"}}}};
+  ASSERT_TRUE(api_->Create("/api/v1/pods", sent).ok());
+  ASSERT_TRUE(api_->Create("/_fake/throttle?count=3&retry_after=0", Json::object()).ok());
+  WriteFile(config_path(), Config(DraResource(), "0s", agent + "\npod_resources_poll = \"200ms\""));
+  ASSERT_EQ(kill(agent_->pid(), SIGHUP), 0);
+  ASSERT_TRUE(agent_->WaitForLog("Too many requests, please try again later.; trying again", kWait))
+      << agent_->Log();
+  auto allocatable = [&] {
+    auto n = api_->Get(std::string("/api/v1/nodes/") + kNode);
+    return n.ok() ? (*n)["status"]["allocatable"].value(kDra, std::string()) : std::string("?");
+  };
+  ASSERT_TRUE(Eventually([&] { return allocatable() == "0"; })) << agent_->Log();
+  // It waits for "sent": the device plugin still serves, no driver yet.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(sim_->dra_driver(kDriver)) << agent_->Log();
+  EXPECT_TRUE(Slices().empty()) << Json(Slices()).dump(1);
+  sim_->BindPod("default", "sent", "app", kDra, {"fake-1"});
+  ASSERT_TRUE(DriverRegistered()) << agent_->Log();
+  ASSERT_TRUE(Eventually([&] { return SliceDevices() == std::vector<std::string>{"fake-0"}; }))
+      << Json(Slices()).dump(1) << agent_->Log();
   EXPECT_EQ(agent_->Log().find("hand-off incomplete"), std::string::npos) << agent_->Log();
 }
 

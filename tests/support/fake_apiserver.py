@@ -30,6 +30,9 @@ For the tests, under /_fake/:
                                   the next N requests answer 429
                                   TooManyRequests with "Retry-After: S" (API
                                   Priority and Fairness rejecting them)
+  POST /_fake/forbid?path=P       every write (PUT, POST, DELETE) of path P
+                                  answers 403 Forbidden from now on (no
+                                  RBAC for it, or an admission policy)
 Usage: fake_apiserver.py --port-file F [--cert C --key K] [--token-file T]
        [--page-limit N]. It binds 127.0.0.1 on a free port and writes it to F.
 """
@@ -160,6 +163,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 code, obj = status(429, "TooManyRequests", "Too many requests, please try again "
                                    "later.")
                 retry_after = STATE["retry_after"]
+            elif method != "GET" and url.path in STATE.get("forbid", set()):
+                code, obj = status(403, "Forbidden", f"{method} {url.path} is forbidden")
+                retry_after = None
             elif watch:
                 code, obj = self.check_token() or (None, None)
                 retry_after = None
@@ -242,6 +248,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/_fake/throttle":
             STATE["throttle"] = int(query["count"][0])
             STATE["retry_after"] = query["retry_after"][0]
+            return 200, {}
+        if path == "/_fake/forbid":
+            STATE.setdefault("forbid", set()).add(query["path"][0])
             return 200, {}
         if path == "/_fake/compact":
             STATE["compacted"] = STATE["rv"]
