@@ -53,6 +53,7 @@ Resource::Resource(Services& services, const config::ResourceConfig& cfg, uint64
   context.pods = services.pods();
   context.timers = &services.timers();
   context.observer = metrics_;
+  context.kubelet_runs = services.KubeletSocketIdentity().has_value();
   context.stream_ended = [mailbox = services.mailbox(), id](uint64_t reg) {
     mailbox->Post({AgentEvent::kStreamEnded, id, reg, OkStatus(), nullptr});
   };

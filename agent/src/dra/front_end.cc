@@ -8,7 +8,6 @@
 
 #include "dra/resource_slice.h"
 #include "kube/kubeconfig.h"
-#include "kubelet/plugin_dir_watch.h"
 #include "kubelet/pod_lookup.h"
 #include "util/leak.h"
 #include "util/sanitizers.h"
@@ -36,16 +35,6 @@ class FrontEnd::GatedSink final : public modules::ListSink {
   const std::shared_ptr<HealthHub> health_;
   std::atomic<bool> active_;
 };
-
-namespace {
-
-bool KubeletRuns(const config::AgentConfig& cfg) {
-  std::error_code ec;
-  return std::filesystem::is_socket(
-      std::filesystem::path(cfg.plugin_dir) / kubelet::kKubeletSocketName, ec);
-}
-
-}  // namespace
 
 FrontEnd::FrontEnd(front_end::Context context)
     : context_(std::move(context)), staged_(context_.staged) {}
@@ -105,7 +94,7 @@ Status FrontEnd::ModuleLoaded(const config::AgentConfig& cfg, const modules::Loa
                               // from its slices. (Where none runs yet, its
                               // start deletes them, and its registration
                               // writes them again.)
-                              .await_registration = KubeletRuns(cfg),
+                              .await_registration = context_.kubelet_runs,
                               .module_releases = module.has_on_release(),
                               .observer = context_.observer,
                               // A drain ends when its claims are gone.

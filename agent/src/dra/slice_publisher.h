@@ -178,7 +178,7 @@ class SlicePublisher final : public modules::ListSink {
   // Options::await_registration, until KubeletRegistered.
   bool awaiting_registration_ DEVPLUG_GUARDED_BY(mu_);
   bool sync_queued_ DEVPLUG_GUARDED_BY(mu_) = false;
-  bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // Resync asked: list before the next sync
+  bool relist_ DEVPLUG_GUARDED_BY(mu_) = false;  // list before the next sync
   bool stopping_ DEVPLUG_GUARDED_BY(mu_) = false;
   bool superseded_ DEVPLUG_GUARDED_BY(mu_) = false;
   uint64_t syncs_ DEVPLUG_GUARDED_BY(mu_) = 0;

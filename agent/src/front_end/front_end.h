@@ -62,6 +62,8 @@ struct Context {
   // ended; what the kubelet is told about releases may have changed.
   std::function<void(uint64_t reg)> stream_ended;
   std::function<void()> tracker_changed;
+  // A kubelet ran (kubelet.sock was there) when the resource was made.
+  bool kubelet_runs = false;
 };
 
 // What a new module instance is given (made at each launch); null: none.
