@@ -61,6 +61,7 @@ class DraDriverTest : public ::testing::Test {
     o.client = client_;
     o.relist = relist_;
     o.await_registration = await_registration_;
+    o.hold_for = hold_for_;
     return o;
   }
   // Requests the fake API server saw so far with this method.
@@ -91,6 +92,16 @@ class DraDriverTest : public ::testing::Test {
     ASSERT_TRUE(inst.ok()) << inst.status().message();
     inst_ = std::move(*inst);
     driver_->SetInstance(inst_.get());
+  }
+  // Held for the resource's name, with the Node as the kubelet posts it
+  // while the device plugin serves that name.
+  void HoldForAServedNode() {
+    hold_for_ = "fake.example/dra";
+    Json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", "node-1"}}},
+                 {"status", {{"allocatable", {{hold_for_, "2"}, {"cpu", "2"}}}}}};
+    ASSERT_TRUE(client_->Create("/api/v1/nodes", node).ok());
   }
   int Devices() {
     auto l =
@@ -147,6 +158,7 @@ class DraDriverTest : public ::testing::Test {
   std::shared_ptr<kube::Client> client_;
   std::chrono::milliseconds relist_{0};
   bool await_registration_ = false;
+  std::string hold_for_;       // Driver::Options::hold_for
   std::string module_config_;  // more of the fake module's keys
   std::shared_ptr<Driver> driver_;
   std::unique_ptr<modules::ModuleInstance> inst_;
@@ -353,6 +365,52 @@ TEST_F(DraDriverTest, TheFirstSlicesWaitForTheKubeletsRegistration) {
   WriteFile(dir_ / "count", "3");
   inst_->RequestRescan();
   ASSERT_TRUE(Eventually([&] { return Devices() == 3; }));
+}
+
+// After a move to DRA, the slices wait for the Node's allocatable of the
+// name to read 0. A status the kubelet posted while the device plugin still
+// served can bring it back after the hand-off set it to 0: the publisher
+// sets it to 0 again and publishes, rather than wait for the kubelet's next
+// post while the scheduler sends pods the device plugin can no longer take.
+// Where the Node's status cannot be written, it waits for that post.
+TEST_F(DraDriverTest, AHeldPublisherSetsTheAllocatableBackToZeroOrWaitsWhereItCannot) {
+  HoldForAServedNode();
+  auto allocatable = [&](const std::string& name) {
+    auto n = client_->Get("/api/v1/nodes/node-1");
+    return n.ok() ? (*n)["status"]["allocatable"].value(name, std::string("?")) : "?";
+  };
+  // Refused first: it waits, and says why.
+  ASSERT_TRUE(
+      client_->Create("/_fake/forbid?path=/api/v1/nodes/node-1/status", Json::object()).ok());
+  Start();
+  ASSERT_TRUE(Eventually([&] { return !driver_->sync_error().empty(); }));
+  EXPECT_EQ(driver_->sync_error(),
+            "holding the slices until node node-1's allocatable fake.example/dra reads 0 (it reads "
+            "2; the device plugin API served it before)");
+  std::this_thread::sleep_for(1200ms);  // the Node is looked at every second
+  EXPECT_EQ(Devices(), -1);
+  EXPECT_EQ(allocatable(hold_for_), "2");
+  // The kubelet posts 0: published.
+  ASSERT_TRUE(client_
+                  ->Update("/api/v1/nodes/node-1",
+                           [&](Json& n) {
+                             n["status"]["allocatable"][hold_for_] = "0";
+                             return OkStatus();
+                           })
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  EXPECT_EQ(driver_->sync_error(), "");
+}
+
+TEST_F(DraDriverTest, AHeldPublisherThatMayWriteTheNodeSetsItsAllocatableToZeroAndPublishes) {
+  HoldForAServedNode();
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Devices() == 2; }));
+  auto n = client_->Get("/api/v1/nodes/node-1");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ((*n)["status"]["allocatable"][hold_for_], "0");
+  EXPECT_EQ((*n)["status"]["allocatable"]["cpu"], "2");  // only the held name
+  EXPECT_EQ(driver_->sync_error(), "");
 }
 
 TEST_F(DraDriverTest, SlicesWipedBehindItsBackAreWrittenAgain) {

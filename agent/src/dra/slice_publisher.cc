@@ -216,6 +216,33 @@ bool SlicePublisher::HoldOver() {
     if (it != allocatable.end() && it->is_string() && it->get<std::string>() != "0")
       left = it->get<std::string>();
   }
+  if (node.ok() && !left.empty() && !zero_refused_) {
+    // Back above 0 after the hand-off: a post of the kubelet's from while
+    // the device plugin served. Nothing serves the name that way now, so
+    // 0 is what the kubelet's next post says too.
+    auto written = options_.client->Update(StrCat(node_path, "/status"), [&](Json& n) {
+      if (!n.is_object() || !n["status"].is_object() || !n["status"]["allocatable"].is_object() ||
+          !n["status"]["allocatable"].contains(options_.hold_for))
+        return Status(StatusCode::kFailedPrecondition, "no such allocatable");
+      n["status"]["allocatable"][options_.hold_for] = "0";
+      return OkStatus();
+    });
+    const StatusCode code = written.ok() ? StatusCode::kOk : written.status().code();
+    if (code == StatusCode::kOk) {
+      spdlog::info(
+          "resource \"{}\": DRA: node {}'s allocatable {} read {} again after the hand-off (a "
+          "status the kubelet posted while the device plugin served): set to 0",
+          options_.resource, options_.node, options_.hold_for, left);
+      left.clear();
+    } else if (code != StatusCode::kUnavailable && code != StatusCode::kResourceExhausted &&
+               code != StatusCode::kDeadlineExceeded && code != StatusCode::kAborted) {
+      zero_refused_ = true;
+      spdlog::warn(
+          "resource \"{}\": DRA: cannot set node {}'s allocatable {} to 0 ({}): waiting for "
+          "the kubelet to post it",
+          options_.resource, options_.node, options_.hold_for, written.status().message());
+    }
+  }
   if (!node.ok()) {
     spdlog::warn(
         "resource \"{}\": DRA: cannot read node {} ({}); publishing the slices without waiting "

@@ -43,8 +43,12 @@
 //   extended resource reads 0, so that the scheduler never sees both APIs
 //   offer the name on this node (it takes the device plugin's path while
 //   allocatable is above 0): the kubelet drops it when the device plugin's
-//   endpoint goes and posts it within its node-status period. A Node that
-//   cannot be read, or hold_max, ends the wait (said in the log).
+//   endpoint goes and posts it within its node-status period. While it
+//   reads above 0, the publisher sets it to 0 itself: the hand-off did so
+//   before the move, but a status post the kubelet made while the device
+//   plugin still served can land after it and bring the number back. Where
+//   the Node's status cannot be written, it waits for the kubelet's post. A
+//   Node that cannot be read, or hold_max, ends the wait (said in the log).
 // - Withheld devices (SetWithheld: pods hold them through the device plugin
 //   API, from before a move to DRA) are left out of the slices until they
 //   are withheld no more. With await_withheld (a DRA resource at the
@@ -196,6 +200,7 @@ class SlicePublisher final : public modules::ListSink {
   std::chrono::milliseconds backoff_{0};
   bool held_ = false;  // Options::hold_for, until HoldOver
   std::optional<std::chrono::steady_clock::time_point> held_since_;
+  bool zero_refused_ = false;  // the Node's status cannot be written: wait for the kubelet
   // Spreads the retry waits (Jittered): seeded per process, node and driver.
   std::minstd_rand jitter_;
 };
